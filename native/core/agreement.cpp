@@ -1,0 +1,59 @@
+#include "agreement.h"
+
+#include <sstream>
+
+namespace ncclnode {
+
+namespace {
+
+bool usesRoot(OpKind k) {
+  return k == OpKind::Broadcast || k == OpKind::Reduce || k == OpKind::Gather || k == OpKind::Scatter;
+}
+
+bool usesRedOp(OpKind k) {
+  return k == OpKind::AllReduce || k == OpKind::Reduce || k == OpKind::ReduceScatter;
+}
+
+std::string describe(const Fingerprint& f) {
+  std::ostringstream s;
+  auto kind = static_cast<OpKind>(f.kind);
+  s << opKindName(kind) << " #" << f.seq << " of " << f.count << " x "
+    << dtypeName(static_cast<DType>(f.dtype));
+  if (usesRedOp(kind)) s << " op " << redOpName(static_cast<RedOp>(f.redop));
+  if (usesRoot(kind)) s << " root " << f.root;
+  return s.str();
+}
+
+}  // namespace
+
+Fingerprint fingerprintOf(const Op& op) {
+  Fingerprint f{};
+  f.seq = op.seq;
+  f.count = op.count;
+  f.kind = static_cast<int32_t>(op.kind);
+  f.dtype = static_cast<int32_t>(op.dtype);
+  f.redop = usesRedOp(op.kind) ? static_cast<int32_t>(op.redop) : 0;
+  f.root = usesRoot(op.kind) ? op.root : -1;
+  if (op.kind == OpKind::Barrier || op.kind == OpKind::Split) {
+    f.count = 0;
+    f.dtype = 0;
+  }
+  return f;
+}
+
+void checkAgreement(const Op& op, const std::vector<Fingerprint>& all, int myRank) {
+  const Fingerprint mine = fingerprintOf(op);
+  for (size_t r = 0; r < all.size(); ++r) {
+    const Fingerprint& f = all[r];
+    if (f.seq == mine.seq && f.count == mine.count && f.kind == mine.kind && f.dtype == mine.dtype &&
+        f.redop == mine.redop && f.root == mine.root) {
+      continue;
+    }
+    std::ostringstream s;
+    s << "ranks disagree on the call: expected " << describe(mine) << " (as rank " << myRank
+      << " called it), received " << describe(f) << " from rank " << r;
+    throw Error(Code::SizeMismatch, s.str());
+  }
+}
+
+}  // namespace ncclnode

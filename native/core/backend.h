@@ -1,0 +1,39 @@
+// The interface every backend implements (Gloo now, NCCL next). A backend is used
+// by exactly one thread at a time: the communicator's worker. It may block.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "op.h"
+
+namespace ncclnode {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const char* name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string version() const = 0;
+
+  // Joins the group (rendezvous, connections). Throws Error.
+  virtual void connect(std::chrono::milliseconds timeout) = 0;
+
+  // Runs one operation to completion. Throws Error; on a fault that leaves the
+  // group unusable (peer lost, timeout) the backend marks itself broken().
+  virtual void run(Op& op) = 0;
+
+  // Makes a new backend for the ranks sharing `color`, ordered by (key, rank).
+  // Collective over this backend's group. Returns null for a negative color.
+  virtual std::unique_ptr<Backend> split(int color, int key, std::chrono::milliseconds timeout) = 0;
+
+  // Unblocks a thread stuck in run(): closes connections or aborts the library's
+  // communicator. Called from another thread; must be safe concurrently with run().
+  virtual void abort() = 0;
+
+  virtual bool broken() const = 0;
+};
+
+}  // namespace ncclnode

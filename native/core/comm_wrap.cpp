@@ -1,0 +1,198 @@
+#include "comm_wrap.h"
+
+#include <sstream>
+
+#include "addon_data.h"
+#include "buffers.h"
+#include "js_errors.h"
+
+namespace ncclnode {
+
+namespace {
+
+size_t need(const BufferView& v, size_t elements, size_t width, const char* what, const char* call) {
+  const size_t bytes = elements * width;
+  if (v.bytes < bytes) {
+    std::ostringstream s;
+    s << call << ": " << what << " holds " << v.bytes << " bytes, expected at least " << bytes << " ("
+      << elements << " elements of " << width << " bytes)";
+    throw Error(Code::SizeMismatch, s.str());
+  }
+  return bytes;
+}
+
+int32_t intArg(const Napi::CallbackInfo& info, size_t i, const char* name, int32_t lo, int32_t hi) {
+  if (!info[i].IsNumber()) throw Error(Code::InvalidArgument, std::string(name) + ": expected a number");
+  const int32_t v = info[i].As<Napi::Number>().Int32Value();
+  if (v < lo || v > hi) {
+    std::ostringstream s;
+    s << name << ": expected " << lo << ".." << hi << ", received " << v;
+    throw Error(Code::InvalidArgument, s.str());
+  }
+  return v;
+}
+
+}  // namespace
+
+Napi::Function CommWrap::Init(Napi::Env env) {
+  return DefineClass(env, "NativeComm",
+                     {
+                         InstanceMethod<&CommWrap::Submit>("submit"),
+                         InstanceMethod<&CommWrap::Abort>("abort"),
+                         InstanceMethod<&CommWrap::Destroy>("destroy"),
+                         InstanceAccessor<&CommWrap::GetRank>("rank"),
+                         InstanceAccessor<&CommWrap::GetSize>("size"),
+                         InstanceAccessor<&CommWrap::GetBackend>("backend"),
+                         InstanceAccessor<&CommWrap::GetVersion>("version"),
+                         InstanceAccessor<&CommWrap::GetInFlight>("inFlight"),
+                         InstanceAccessor<&CommWrap::GetState>("state"),
+                     });
+}
+
+Napi::Object CommWrap::Wrap(Napi::Env env, std::unique_ptr<Backend> backend) {
+  auto ext = Napi::External<Backend>::New(env, backend.release());
+  return addonData(env).commCtor.New({ext});
+}
+
+Napi::Value CommWrap::WrapSplit(Napi::Env env, std::unique_ptr<Backend> backend, const Napi::Object&) {
+  return Wrap(env, std::move(backend));
+}
+
+CommWrap::CommWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<CommWrap>(info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 1 || !info[0].IsExternal()) {
+    makeError(env, Code::InvalidArgument, "NativeComm is created by init(), not by new").ThrowAsJavaScriptException();
+    return;
+  }
+  std::unique_ptr<Backend> backend(info[0].As<Napi::External<Backend>>().Data());
+  rank_ = backend->rank();
+  size_ = backend->size();
+  engine_ = std::make_unique<Engine>(env, std::move(backend), &CommWrap::WrapSplit);
+  addonData(env).engines.insert(engine_.get());
+}
+
+CommWrap::~CommWrap() {
+  if (!engine_) return;
+  addonData(Env()).engines.erase(engine_.get());
+  if (engine_->leaked()) {
+    engine_.release();  // its detached worker may still run; the process is exiting
+  } else {
+    engine_->abort();
+    engine_.reset();
+  }
+}
+
+Napi::Promise CommWrap::Connect(Napi::Env env, int64_t timeoutMs) {
+  auto p = std::make_unique<Pending>();
+  p->op = std::make_unique<Op>();
+  p->op->timeout = std::chrono::milliseconds(timeoutMs);
+  p->connect = true;
+  p->deferred.emplace(Napi::Promise::Deferred::New(env));
+  p->owner = Napi::Persistent(Value());
+  return engine_->submit(env, std::move(p));
+}
+
+// submit(kind, dtype, redop, send, recv, count, rootOrPeer, timeoutMs, color, key)
+Napi::Value CommWrap::Submit(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const auto kind = static_cast<OpKind>(intArg(info, 0, "kind", 0, kNumOpKinds - 1));
+    const char* call = opKindName(kind);
+    if (engine_->destroyed()) {
+      throw Error(Code::CommDestroyed, std::string(call) + ": the communicator was destroyed");
+    }
+    if (engine_->aborted()) throw Error(Code::CommAborted, std::string(call) + ": the communicator was aborted");
+    auto p = std::make_unique<Pending>();
+    p->op = std::make_unique<Op>();
+    Op& op = *p->op;
+    op.kind = kind;
+    op.dtype = static_cast<DType>(intArg(info, 1, "dtype", 0, kNumDTypes - 1));
+    op.redop = static_cast<RedOp>(intArg(info, 2, "op", 0, kNumRedOps - 1));
+    if (!info[5].IsNumber()) throw Error(Code::InvalidArgument, std::string(call) + ": count must be a number");
+    const double count = info[5].As<Napi::Number>().DoubleValue();
+    if (count < 0 || count > 9007199254740991.0) throw Error(Code::InvalidArgument, std::string(call) + ": bad count");
+    op.count = static_cast<size_t>(count);
+    op.root = intArg(info, 6, "root", -1, size_ - 1);
+    op.timeout = std::chrono::milliseconds(intArg(info, 7, "timeoutMs", 1, INT32_MAX));
+    if (kind == OpKind::Split) {
+      op.color = intArg(info, 8, "color", INT32_MIN, INT32_MAX);
+      op.key = intArg(info, 9, "key", INT32_MIN, INT32_MAX);
+    }
+    const size_t w = elementSize(op.dtype);
+    const size_t n = static_cast<size_t>(size_);
+    const bool isRoot = op.root == rank_;
+    const bool hasSend = !info[3].IsUndefined() && !info[3].IsNull();
+    const bool hasRecv = !info[4].IsUndefined() && !info[4].IsNull();
+    if (hasSend) {
+      op.send = viewOf(info[3], "send buffer");
+      p->sendRef = Napi::Persistent(info[3].As<Napi::Object>());
+    }
+    if (hasRecv) {
+      op.recv = viewOf(info[4], "receive buffer");
+      p->recvRef = Napi::Persistent(info[4].As<Napi::Object>());
+    }
+    if (!hasSend) op.send = op.recv;
+    if (!hasRecv) op.recv = op.send;
+    switch (kind) {
+      case OpKind::AllReduce: need(op.send, op.count, w, "input", call); need(op.recv, op.count, w, "output", call); break;
+      case OpKind::Broadcast: need(op.recv, op.count, w, "buffer", call); if (isRoot) need(op.send, op.count, w, "input", call); break;
+      case OpKind::Reduce: need(op.send, op.count, w, "input", call); if (isRoot) need(op.recv, op.count, w, "output", call); break;
+      case OpKind::AllGather: need(op.send, op.count, w, "input", call); need(op.recv, op.count * n, w, "output", call); break;
+      case OpKind::ReduceScatter: need(op.send, op.count * n, w, "input", call); need(op.recv, op.count, w, "output", call); break;
+      case OpKind::AllToAll:
+        if (op.count % n != 0) throw Error(Code::SizeMismatch, "allToAll: element count must be a multiple of the world size");
+        need(op.send, op.count, w, "input", call); need(op.recv, op.count, w, "output", call); break;
+      case OpKind::Gather: need(op.send, op.count, w, "input", call); if (isRoot) need(op.recv, op.count * n, w, "output", call); break;
+      case OpKind::Scatter: need(op.recv, op.count, w, "output", call); if (isRoot) need(op.send, op.count * n, w, "input", call); break;
+      case OpKind::Send: need(op.send, op.count, w, "buffer", call); break;
+      case OpKind::Recv: need(op.recv, op.count, w, "buffer", call); break;
+      case OpKind::Barrier: case OpKind::Split: break;
+    }
+    if ((kind == OpKind::Send || kind == OpKind::Recv) && (op.root < 0 || op.root == rank_)) {
+      throw Error(Code::InvalidArgument, std::string(call) + ": peer must be another rank");
+    }
+    if (kind != OpKind::Send && kind != OpKind::Recv) op.seq = engine_->nextSeq();
+    p->deferred.emplace(Napi::Promise::Deferred::New(env));
+    p->owner = Napi::Persistent(Value());
+    return engine_->submit(env, std::move(p));
+  });
+}
+
+Napi::Value CommWrap::Abort(const Napi::CallbackInfo& info) {
+  if (!engine_->destroyed()) engine_->abort();
+  return info.Env().Undefined();
+}
+
+Napi::Value CommWrap::Destroy(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (engine_->destroyed()) {
+    auto d = Napi::Promise::Deferred::New(env);
+    d.Resolve(env.Undefined());
+    return d.Promise();
+  }
+  auto p = std::make_unique<Pending>();
+  p->op = std::make_unique<Op>();
+  p->op->kind = OpKind::Barrier;
+  p->destroy = true;
+  p->deferred.emplace(Napi::Promise::Deferred::New(env));
+  p->owner = Napi::Persistent(Value());
+  return engine_->submit(env, std::move(p));
+}
+
+Napi::Value CommWrap::GetRank(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), rank_); }
+Napi::Value CommWrap::GetSize(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), size_); }
+Napi::Value CommWrap::GetBackend(const Napi::CallbackInfo& info) {
+  return Napi::String::New(info.Env(), engine_->backendName());
+}
+Napi::Value CommWrap::GetVersion(const Napi::CallbackInfo& info) {
+  return Napi::String::New(info.Env(), engine_->backendVersion());
+}
+Napi::Value CommWrap::GetInFlight(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<double>(engine_->inFlight()));
+}
+Napi::Value CommWrap::GetState(const Napi::CallbackInfo& info) {
+  const char* s = engine_->destroyed() ? "destroyed" : engine_->aborted() ? "aborted" : engine_->broken() ? "broken" : "ok";
+  return Napi::String::New(info.Env(), s);
+}
+
+}  // namespace ncclnode

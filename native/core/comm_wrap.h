@@ -1,0 +1,42 @@
+// The JS-visible communicator: a thin wrapper that checks arguments, builds an Op
+// and hands it to the Engine. One class, one file pair.
+#pragma once
+
+#include <napi.h>
+
+#include <memory>
+
+#include "engine.h"
+
+namespace ncclnode {
+
+class CommWrap : public Napi::ObjectWrap<CommWrap> {
+ public:
+  static Napi::Function Init(Napi::Env env);
+  // Wraps a backend in a new JS communicator (used by the backend factories and split).
+  static Napi::Object Wrap(Napi::Env env, std::unique_ptr<Backend> backend);
+  static Napi::Value WrapSplit(Napi::Env env, std::unique_ptr<Backend> backend, const Napi::Object& parent);
+
+  explicit CommWrap(const Napi::CallbackInfo& info);
+  ~CommWrap() override;
+
+  // Queues the connect step; resolves with this object once the group is joined.
+  Napi::Promise Connect(Napi::Env env, int64_t timeoutMs);
+
+ private:
+  Napi::Value Submit(const Napi::CallbackInfo& info);
+  Napi::Value Abort(const Napi::CallbackInfo& info);
+  Napi::Value Destroy(const Napi::CallbackInfo& info);
+  Napi::Value GetRank(const Napi::CallbackInfo& info);
+  Napi::Value GetSize(const Napi::CallbackInfo& info);
+  Napi::Value GetBackend(const Napi::CallbackInfo& info);
+  Napi::Value GetVersion(const Napi::CallbackInfo& info);
+  Napi::Value GetInFlight(const Napi::CallbackInfo& info);
+  Napi::Value GetState(const Napi::CallbackInfo& info);
+
+  std::unique_ptr<Engine> engine_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace ncclnode

@@ -1,0 +1,154 @@
+#include "engine.h"
+
+#include <sstream>
+
+#include "js_errors.h"
+
+namespace ncclnode {
+
+Engine::Engine(Napi::Env env, std::unique_ptr<Backend> backend, SplitFactory splitFactory)
+    : backend_(std::move(backend)), name_(backend_->name()), version_(backend_->version()),
+      rank_(backend_->rank()), size_(backend_->size()),
+      splitFactory_(splitFactory) {
+  tsfn_ = Tsfn::New(env, "nccl-node-engine", 0, 1, this);
+  tsfn_.Unref(env);  // an idle communicator keeps nothing alive
+  worker_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  if (!released_) tsfn_.Release();
+}
+
+Napi::Promise Engine::submit(Napi::Env env, std::unique_ptr<Pending> p) {
+  auto promise = p->deferred->Promise();
+  p->op->enqueued = std::chrono::steady_clock::now();
+  if (inFlight_++ == 0) tsfn_.Ref(env);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (p->destroy) destroyed_ = true;
+    queue_.push_back(p.release());
+  }
+  cv_.notify_one();
+  return promise;
+}
+
+void Engine::abort() {
+  aborted_ = true;
+  if (backend_) backend_->abort();
+  cv_.notify_all();
+}
+
+bool Engine::teardown() {
+  aborted_ = true;
+  if (backend_) backend_->abort();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  // A backend stuck in a call that abort() cannot interrupt (a store read) must not
+  // hold up process exit; its memory is left to the exiting process.
+  for (int i = 0; i < 200 && !finished_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  released_ = true;  // the environment releases its thread-safe functions itself
+  if (finished_) {
+    if (worker_.joinable()) worker_.join();
+    return true;
+  }
+  if (worker_.joinable()) worker_.detach();
+  leaked_ = true;
+  return false;
+}
+
+void Engine::loop() {
+  for (;;) {
+    Pending* p = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) break;
+      p = queue_.front();
+      queue_.pop_front();
+    }
+    execute(*p);
+    const bool last = p->destroy;
+    if (tsfn_.BlockingCall(p) != napi_ok) {
+      // The environment is going away: the JS objects in p die with it.
+    }
+    if (last) break;
+  }
+  finished_ = true;
+}
+
+void Engine::execute(Pending& p) {
+  Op& op = *p.op;
+  op.started = std::chrono::steady_clock::now();
+  try {
+    if (p.destroy) {
+      // nothing: everything queued before has run
+    } else if (aborted_) {
+      throw Error(Code::CommAborted, "the communicator was aborted");
+    } else if (backend_->broken() && !p.connect) {
+      throw Error(Code::CommAborted, "the communicator is unusable after an earlier failure: " + firstFailure_);
+    } else if (p.connect) {
+      backend_->connect(op.timeout);
+    } else if (op.kind == OpKind::Split) {
+      op.splitResult = backend_->split(op.color, op.key, op.timeout);
+    } else {
+      backend_->run(op);
+    }
+  } catch (const Error& e) {
+    op.fail(e.code(), e.what());
+  } catch (const std::exception& e) {
+    op.fail(Code::Backend, e.what());
+  } catch (...) {
+    op.fail(Code::Backend, "unknown native exception");
+  }
+  if (op.failed && firstFailure_.empty()) firstFailure_ = op.errorMessage;
+  op.finished = std::chrono::steady_clock::now();
+}
+
+void Engine::settle(Napi::Env env, Napi::Function, Engine* self, Pending* p) {
+  if (env == nullptr) return;  // teardown: leak p rather than touch dead handles
+  self->settleOnJs(env, p);
+}
+
+void Engine::settleOnJs(Napi::Env env, Pending* raw) {
+  std::unique_ptr<Pending> p(raw);
+  Napi::HandleScope scope(env);
+  Op& op = *p->op;
+  const std::string call = p->connect ? "init" : opKindName(op.kind);
+  if (op.failed) {
+    std::ostringstream s;
+    s << call << " failed on rank " << rank_ << " of " << size_;
+    if (!p->connect && op.kind != OpKind::Send && op.kind != OpKind::Recv && op.kind != OpKind::Split) {
+      s << " (collective #" << op.seq << ")";
+    }
+    s << ": " << op.errorMessage;
+    p->deferred->Reject(makeError(env, op.errorCode, s.str()).Value());
+  } else if (op.kind == OpKind::Split && !p->connect) {
+    if (op.splitResult) {
+      p->deferred->Resolve(splitFactory_(env, std::move(op.splitResult), p->owner.Value()));
+    } else {
+      p->deferred->Resolve(env.Null());
+    }
+  } else if (p->connect) {
+    p->deferred->Resolve(p->owner.Value());
+  } else {
+    p->deferred->Resolve(env.Undefined());
+  }
+  if (--inFlight_ == 0) tsfn_.Unref(env);
+  if (p->destroy) {
+    if (worker_.joinable()) worker_.join();
+    backend_.reset();  // closes connections now rather than at garbage collection
+    tsfn_.Release();
+    released_ = true;
+  }
+}
+
+}  // namespace ncclnode

@@ -1,0 +1,85 @@
+// A communicator's engine: the worker thread that runs its operations in issue
+// order, and the thread-safe function that settles their promises on the JS thread.
+// Operations never touch libuv's shared thread pool.
+#pragma once
+
+#include <napi.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "backend.h"
+#include "op.h"
+
+namespace ncclnode {
+
+class Engine;
+
+// What the JS thread keeps for one submitted operation until it settles.
+struct Pending {
+  std::unique_ptr<Op> op;
+  std::optional<Napi::Promise::Deferred> deferred;
+  Napi::ObjectReference owner;  // the communicator object: alive while work is in flight
+  Napi::ObjectReference sendRef, recvRef;  // the caller's buffers: alive while read or written
+  bool connect = false;         // the first operation: join the group
+  bool destroy = false;         // the last one: stop the thread
+};
+
+class Engine {
+ public:
+  using SplitFactory = Napi::Value (*)(Napi::Env, std::unique_ptr<Backend>, const Napi::Object& parent);
+
+  Engine(Napi::Env env, std::unique_ptr<Backend> backend, SplitFactory splitFactory);
+  ~Engine();
+
+  // JS thread only.
+  Napi::Promise submit(Napi::Env env, std::unique_ptr<Pending> p);
+  void abort();
+  bool destroyed() const { return destroyed_; }
+  bool aborted() const { return aborted_.load(); }
+  // Cached at construction: the backend object goes away at destroy().
+  const std::string& backendName() const { return name_; }
+  const std::string& backendVersion() const { return version_; }
+  bool broken() const { return backend_ && backend_->broken(); }
+  uint64_t nextSeq() { return seq_++; }
+  size_t inFlight() const { return inFlight_; }
+
+  // Environment teardown: stop without touching JS. Returns false when the worker
+  // could not be stopped and the engine must be leaked rather than deleted.
+  bool teardown();
+  bool leaked() const { return leaked_; }
+
+ private:
+  void loop();
+  void execute(Pending& p);
+  static void settle(Napi::Env env, Napi::Function, Engine* self, Pending* p);
+  void settleOnJs(Napi::Env env, Pending* p);
+
+  std::unique_ptr<Backend> backend_;
+  std::string name_, version_;
+  int rank_, size_;
+  SplitFactory splitFactory_;
+  using Tsfn = Napi::TypedThreadSafeFunction<Engine, Pending, &Engine::settle>;
+  Tsfn tsfn_;
+  std::thread worker_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending*> queue_;
+  bool stop_ = false;
+  std::atomic<bool> aborted_{false};
+  std::atomic<bool> finished_{false};
+  bool destroyed_ = false;
+  bool released_ = false;  // tsfn released (after destroy or teardown)
+  bool leaked_ = false;
+  size_t inFlight_ = 0;  // JS thread: submitted but not settled
+  uint64_t seq_ = 0;     // JS thread: collective sequence numbers
+  std::string firstFailure_;
+};
+
+}  // namespace ncclnode

@@ -1,0 +1,74 @@
+// One collective or point-to-point call as it travels from JavaScript to a backend
+// thread and back. Built on the JS thread, run on the communicator's thread,
+// settled (and destroyed) on the JS thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dtype.h"
+#include "errors.h"
+
+namespace ncclnode {
+
+class Backend;
+
+enum class OpKind : int32_t {
+  AllReduce = 0,
+  Broadcast = 1,
+  Reduce = 2,
+  AllGather = 3,
+  ReduceScatter = 4,
+  AllToAll = 5,
+  Gather = 6,
+  Scatter = 7,
+  Send = 8,
+  Recv = 9,
+  Barrier = 10,
+  Split = 11,
+};
+constexpr int32_t kNumOpKinds = 12;
+
+const char* opKindName(OpKind k);  // camelCase, as the JS API names the call
+
+// Where a buffer lives; the NCCL backend adds device memory.
+enum class MemKind : int32_t { Host = 0, Device = 1 };
+
+struct BufferView {
+  void* data = nullptr;
+  size_t bytes = 0;
+  MemKind mem = MemKind::Host;
+  int device = -1;
+};
+
+struct Op {
+  OpKind kind = OpKind::Barrier;
+  DType dtype = DType::Float32;
+  RedOp redop = RedOp::Sum;
+  BufferView send;   // may equal recv (in place)
+  BufferView recv;
+  size_t count = 0;  // elements per rank, as docs/collectives.md defines per call
+  int root = -1;     // root rank, or peer for send/recv
+  int color = 0;     // split
+  int key = 0;       // split
+  std::chrono::milliseconds timeout{0};
+  uint64_t seq = 0;  // per-communicator sequence number of collectives
+
+  // Filled in by the worker.
+  bool failed = false;
+  Code errorCode = Code::Backend;
+  std::string errorMessage;
+  std::unique_ptr<Backend> splitResult;  // Split: the new backend, or null for no color
+  std::chrono::steady_clock::time_point enqueued, started, finished;
+
+  void fail(Code code, std::string message) {
+    failed = true;
+    errorCode = code;
+    errorMessage = std::move(message);
+  }
+};
+
+}  // namespace ncclnode

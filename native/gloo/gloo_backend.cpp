@@ -1,0 +1,355 @@
+#include "gloo_backend.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/config.h>
+#include <gloo/gather.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/scatter.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "gloo_store.h"
+
+namespace ncclnode {
+
+namespace {
+
+// Gloo's typed setters only use sizeof(T); pick an unsigned type of the element's
+// width and keep the real dtype for the reduction function.
+template <class F>
+void withWidth(size_t width, F&& f) {
+  switch (width) {
+    case 1: f(uint8_t{}); break;
+    case 2: f(uint16_t{}); break;
+    case 4: f(uint32_t{}); break;
+    default: f(uint64_t{}); break;
+  }
+}
+
+// Slots above Gloo's own prefixes, for our point-to-point traffic.
+constexpr uint64_t kP2PHeaderSlot = 0xfdULL << 56;
+constexpr uint64_t kP2PDataSlot = 0xfeULL << 56;
+
+struct P2PHeader {
+  int32_t dtype;
+  int32_t pad;
+  uint64_t count;
+};
+
+}  // namespace
+
+GlooBackend::GlooBackend(GlooConfig config, std::shared_ptr<StoreClient> store)
+    : cfg_(std::move(config)), store_(std::move(store)), p2pSeq_(cfg_.size, 0) {}
+
+GlooBackend::~GlooBackend() = default;
+
+std::string GlooBackend::version() const {
+  std::ostringstream s;
+  s << "gloo " << GLOO_VERSION_MAJOR << "." << GLOO_VERSION_MINOR << "." << GLOO_VERSION_PATCH;
+  return s.str();
+}
+
+void GlooBackend::connect(std::chrono::milliseconds timeout) {
+  gloo::transport::tcp::attr attr;
+  if (!cfg_.iface.empty()) {
+    attr.iface = cfg_.iface;
+  } else {
+    attr.hostname = cfg_.hostname.empty() ? "127.0.0.1" : cfg_.hostname;
+  }
+  try {
+    if (!store_) {
+      store_ = std::make_shared<StoreClient>(cfg_.storeHost, cfg_.storePort, cfg_.token,
+                                             "rank " + std::to_string(cfg_.rank), timeout);
+    }
+    device_ = gloo::transport::tcp::CreateDevice(attr);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(cfg_.rank, cfg_.size);
+    ctx->setTimeout(timeout);
+    GlooStore store(store_, cfg_.prefix, timeout);
+    ctx->connectFullMesh(store, device_);
+    std::lock_guard<std::mutex> lock(ctxMu_);
+    if (aborted_) throw Error(Code::CommAborted, "communicator was aborted while connecting");
+    ctx_ = ctx;
+  } catch (const Error&) {
+    broken_ = true;
+    throw;
+  } catch (const std::exception& e) {
+    broken_ = true;
+    throw Error(Code::Backend, std::string("gloo could not connect the group: ") + e.what());
+  }
+}
+
+void GlooBackend::abort() {
+  aborted_ = true;
+  broken_ = true;
+  std::shared_ptr<gloo::Context> ctx;
+  {
+    std::lock_guard<std::mutex> lock(ctxMu_);
+    ctx = ctx_;
+  }
+  if (!ctx) return;
+  // Closing every pair wakes a thread blocked in a collective with an IoException.
+  for (int r = 0; r < cfg_.size; ++r) {
+    if (r == cfg_.rank) continue;
+    try {
+      auto& pair = ctx->getPair(r);
+      if (pair) pair->close();
+    } catch (...) {
+    }
+  }
+}
+
+void GlooBackend::rethrow(const Op& op, std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& ex) {
+    std::string what = ex.what();
+    broken_ = true;
+    if (aborted_) throw Error(Code::CommAborted, "communicator was aborted: " + what);
+    if (what.find("Timed out") != std::string::npos || what.find("timed out") != std::string::npos) {
+      std::ostringstream s;
+      s << "timed out after " << op.timeout.count() << " ms waiting for peers (" << what << ")";
+      throw Error(Code::Timeout, s.str());
+    }
+    if (dynamic_cast<const gloo::IoException*>(&ex) != nullptr) {
+      throw Error(Code::PeerLost, "a peer closed its connection or died (" + what + ")");
+    }
+    throw Error(Code::Backend, "gloo: " + what);
+  }
+}
+
+void GlooBackend::allGatherBytes(const void* in, size_t bytes, void* out, std::chrono::milliseconds timeout) {
+  gloo::AllgatherOptions o(ctx_);
+  o.setInput(const_cast<uint8_t*>(static_cast<const uint8_t*>(in)), bytes);
+  o.setOutput(static_cast<uint8_t*>(out), bytes * cfg_.size);
+  o.setTimeout(timeout);
+  gloo::allgather(o);
+}
+
+void GlooBackend::agree(const Op& op) {
+  if (!cfg_.checkAgreement || cfg_.size == 1) return;
+  Fingerprint mine = fingerprintOf(op);
+  std::vector<Fingerprint> all(cfg_.size);
+  allGatherBytes(&mine, sizeof mine, all.data(), op.timeout);
+  checkAgreement(op, all, cfg_.rank);
+}
+
+void GlooBackend::run(Op& op) {
+  if (!ctx_) throw Error(Code::CommAborted, "communicator is not connected");
+  try {
+    if (op.kind != OpKind::Send && op.kind != OpKind::Recv) agree(op);
+    if (op.count == 0 && op.kind != OpKind::Barrier) return;
+    const size_t width = elementSize(op.dtype);
+    const bool inPlace = op.send.data == op.recv.data;
+    switch (op.kind) {
+      case OpKind::AllReduce:
+        allReduce(op);
+        break;
+      case OpKind::Broadcast:
+        withWidth(width, [&](auto t) {
+          using T = decltype(t);
+          gloo::BroadcastOptions o(ctx_);
+          if (cfg_.rank == op.root && !inPlace) o.setInput(static_cast<T*>(op.send.data), op.count);
+          o.setOutput(static_cast<T*>(op.recv.data), op.count);
+          o.setRoot(op.root);
+          o.setTimeout(op.timeout);
+          gloo::broadcast(o);
+        });
+        break;
+      case OpKind::Reduce:
+        withWidth(width, [&](auto t) {
+          using T = decltype(t);
+          gloo::ReduceOptions o(ctx_);
+          // Gloo reduces into the output on every rank; non-roots get scratch.
+          void* out = op.recv.data;
+          if (cfg_.rank != op.root) {
+            scratch_.resize(op.count * width);
+            out = scratch_.data();
+          }
+          o.setInput(static_cast<T*>(op.send.data), op.count);
+          o.setOutput(static_cast<T*>(out), op.count);
+          o.setRoot(op.root);
+          o.setReduceFunction(reduceFunction(op.dtype, op.redop));
+          o.setTimeout(op.timeout);
+          gloo::reduce(o);
+          if (cfg_.rank == op.root && op.redop == RedOp::Avg) divideInPlace(out, op.dtype, op.count, cfg_.size);
+        });
+        break;
+      case OpKind::AllGather:
+        withWidth(width, [&](auto t) {
+          using T = decltype(t);
+          gloo::AllgatherOptions o(ctx_);
+          o.setInput(static_cast<T*>(op.send.data), op.count);
+          o.setOutput(static_cast<T*>(op.recv.data), op.count * cfg_.size);
+          o.setTimeout(op.timeout);
+          gloo::allgather(o);
+        });
+        break;
+      case OpKind::ReduceScatter:
+        reduceScatter(op);
+        break;
+      case OpKind::AllToAll:
+        withWidth(width, [&](auto t) {
+          using T = decltype(t);
+          gloo::AlltoallOptions o(ctx_);
+          o.setInput(static_cast<T*>(op.send.data), op.count);
+          o.setOutput(static_cast<T*>(op.recv.data), op.count);
+          o.setTimeout(op.timeout);
+          gloo::alltoall(o);
+        });
+        break;
+      case OpKind::Gather:
+        withWidth(width, [&](auto t) {
+          using T = decltype(t);
+          gloo::GatherOptions o(ctx_);
+          o.setInput(static_cast<T*>(op.send.data), op.count);
+          if (cfg_.rank == op.root) o.setOutput(static_cast<T*>(op.recv.data), op.count * cfg_.size);
+          o.setRoot(op.root);
+          o.setTimeout(op.timeout);
+          gloo::gather(o);
+        });
+        break;
+      case OpKind::Scatter:
+        withWidth(width, [&](auto t) {
+          using T = decltype(t);
+          gloo::ScatterOptions o(ctx_);
+          if (cfg_.rank == op.root) {
+            std::vector<T*> parts(cfg_.size);
+            for (int r = 0; r < cfg_.size; ++r) parts[r] = static_cast<T*>(op.send.data) + r * op.count;
+            o.setInputs(parts, op.count);
+          }
+          o.setOutput(static_cast<T*>(op.recv.data), op.count);
+          o.setRoot(op.root);
+          o.setTimeout(op.timeout);
+          gloo::scatter(o);
+        });
+        break;
+      case OpKind::Send:
+      case OpKind::Recv:
+        sendRecv(op);
+        break;
+      case OpKind::Barrier: {
+        gloo::BarrierOptions o(ctx_);
+        o.setTimeout(op.timeout);
+        gloo::barrier(o);
+        break;
+      }
+      case OpKind::Split:
+        throw Error(Code::InvalidArgument, "split is not a data operation");
+    }
+  } catch (...) {
+    rethrow(op, std::current_exception());
+  }
+}
+
+void GlooBackend::allReduce(Op& op) {
+  const size_t width = elementSize(op.dtype);
+  withWidth(width, [&](auto t) {
+    using T = decltype(t);
+    gloo::AllreduceOptions o(ctx_);
+    if (op.send.data != op.recv.data) o.setInput(static_cast<T*>(op.send.data), op.count);
+    o.setOutput(static_cast<T*>(op.recv.data), op.count);
+    o.setReduceFunction(reduceFunction(op.dtype, op.redop));
+    o.setTimeout(op.timeout);
+    gloo::allreduce(o);
+  });
+  if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
+}
+
+// Reduce-scatter as an all-to-all of the chunks followed by a local reduction in
+// rank order: the same bytes on the wire as a ring, and a reduction order that is
+// identical on every rank and independent of the transport.
+void GlooBackend::reduceScatter(Op& op) {
+  const size_t width = elementSize(op.dtype);
+  const size_t chunk = op.count * width;
+  scratch_.resize(chunk * cfg_.size);
+  withWidth(width, [&](auto t) {
+    using T = decltype(t);
+    gloo::AlltoallOptions o(ctx_);
+    o.setInput(static_cast<T*>(op.send.data), op.count * cfg_.size);
+    o.setOutput(reinterpret_cast<T*>(scratch_.data()), op.count * cfg_.size);
+    o.setTimeout(op.timeout);
+    gloo::alltoall(o);
+  });
+  ReduceFn fn = reduceFunction(op.dtype, op.redop);
+  // Accumulate in scratch chunk 0 so an in-place output never aliases an input.
+  for (int r = 1; r < cfg_.size; ++r) fn(scratch_.data(), scratch_.data(), scratch_.data() + r * chunk, op.count);
+  if (op.redop == RedOp::Avg) divideInPlace(scratch_.data(), op.dtype, op.count, cfg_.size);
+  std::memcpy(op.recv.data, scratch_.data(), chunk);
+}
+
+// Each pair first swaps a header so a count or dtype mismatch fails on both sides
+// with the same message instead of truncating or overrunning a buffer.
+void GlooBackend::sendRecv(Op& op) {
+  const int peer = op.root;
+  const uint64_t n = p2pSeq_[peer]++;
+  const bool sending = op.kind == OpKind::Send;
+  P2PHeader mine{static_cast<int32_t>(op.dtype), 0, op.count};
+  P2PHeader theirs{};
+  auto out = ctx_->createUnboundBuffer(&mine, sizeof mine);
+  auto in = ctx_->createUnboundBuffer(&theirs, sizeof theirs);
+  in->recv(peer, kP2PHeaderSlot | (n & 0xffffffffffffULL));
+  out->send(peer, kP2PHeaderSlot | (n & 0xffffffffffffULL));
+  in->waitRecv(op.timeout);
+  out->waitSend(op.timeout);
+  if (theirs.dtype != mine.dtype || theirs.count != mine.count) {
+    std::ostringstream s;
+    s << (sending ? "send to" : "recv from") << " rank " << peer << ": expected " << op.count << " x "
+      << dtypeName(op.dtype) << ", the peer's matching " << (sending ? "recv" : "send") << " has "
+      << theirs.count << " x " << dtypeName(static_cast<DType>(theirs.dtype));
+    throw Error(Code::SizeMismatch, s.str());
+  }
+  if (op.count == 0) return;
+  const size_t bytes = op.count * elementSize(op.dtype);
+  if (sending) {
+    auto buf = ctx_->createUnboundBuffer(op.send.data, bytes);
+    buf->send(peer, kP2PDataSlot | (n & 0xffffffffffffULL));
+    buf->waitSend(op.timeout);
+  } else {
+    auto buf = ctx_->createUnboundBuffer(op.recv.data, bytes);
+    buf->recv(peer, kP2PDataSlot | (n & 0xffffffffffffULL));
+    buf->waitRecv(op.timeout);
+  }
+}
+
+std::unique_ptr<Backend> GlooBackend::split(int color, int key, std::chrono::milliseconds timeout) {
+  Op probe;
+  probe.kind = OpKind::Split;
+  probe.timeout = timeout;
+  const int id = splits_++;
+  std::vector<int32_t> all(2 * cfg_.size);
+  try {
+    agree(probe);
+    int32_t mine[2] = {color, key};
+    allGatherBytes(mine, sizeof mine, all.data(), timeout);
+  } catch (...) {
+    rethrow(probe, std::current_exception());
+  }
+  if (color < 0) return nullptr;
+  std::vector<std::pair<int32_t, int>> members;  // (key, parent rank)
+  for (int r = 0; r < cfg_.size; ++r) {
+    if (all[2 * r] == color) members.emplace_back(all[2 * r + 1], r);
+  }
+  std::sort(members.begin(), members.end());
+  GlooConfig child = cfg_;
+  child.size = static_cast<int>(members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i].second == cfg_.rank) child.rank = static_cast<int>(i);
+  }
+  child.prefix = cfg_.prefix + "split" + std::to_string(id) + "/c" + std::to_string(color) + "/";
+  auto backend = std::make_unique<GlooBackend>(child, store_);
+  backend->connect(timeout);
+  return backend;
+}
+
+}  // namespace ncclnode

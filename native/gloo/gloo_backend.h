@@ -1,0 +1,72 @@
+// CPU backend on Gloo's TCP transport. One gloo context per communicator; calls run
+// one at a time on the communicator's worker thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "../core/agreement.h"
+#include "../core/backend.h"
+#include "../core/store_client.h"
+
+namespace gloo {
+class Context;
+namespace transport { class Device; }
+}  // namespace gloo
+
+namespace ncclnode {
+
+struct GlooConfig {
+  int rank = 0;
+  int size = 1;
+  std::string prefix;    // store key prefix unique to this communicator
+  std::string hostname;  // address peers use to reach this rank
+  std::string iface;     // or a network interface name
+  bool checkAgreement = true;
+  // The job's store; the client connects on the worker thread, never on the JS
+  // thread, because rank 0 may host the store in this very process.
+  std::string storeHost;
+  int storePort = 0;
+  std::string token;
+};
+
+class GlooBackend : public Backend {
+ public:
+  GlooBackend(GlooConfig config, std::shared_ptr<StoreClient> store);
+  ~GlooBackend() override;
+
+  const char* name() const override { return "gloo"; }
+  int rank() const override { return cfg_.rank; }
+  int size() const override { return cfg_.size; }
+  std::string version() const override;
+
+  void connect(std::chrono::milliseconds timeout) override;
+  void run(Op& op) override;
+  std::unique_ptr<Backend> split(int color, int key, std::chrono::milliseconds timeout) override;
+  void abort() override;
+  bool broken() const override { return broken_.load(); }
+
+ private:
+  void agree(const Op& op);
+  void allGatherBytes(const void* in, size_t bytes, void* out, std::chrono::milliseconds timeout);
+  void allReduce(Op& op);
+  void reduceScatter(Op& op);
+  void sendRecv(Op& op);
+  [[noreturn]] void rethrow(const Op& op, std::exception_ptr e);
+
+  GlooConfig cfg_;
+  std::shared_ptr<StoreClient> store_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> ctx_;
+  std::mutex ctxMu_;  // guards ctx_ against abort() racing connect()
+  std::atomic<bool> broken_{false};
+  std::atomic<bool> aborted_{false};
+  int splits_ = 0;
+  std::vector<uint64_t> p2pSeq_;  // per peer, so both sides pick the same slot
+  std::vector<uint8_t> scratch_;  // reduceScatter staging
+};
+
+}  // namespace ncclnode

@@ -1,0 +1,341 @@
+/**
+ * The communicator: torch.distributed's collectives, camelCased, on TypedArrays
+ * (Gloo) and device buffers (NCCL). Each call checks its arguments here, then
+ * queues one native operation and returns a Work. Calls run in issue order on the
+ * communicator's own native thread; the JS thread keeps running.
+ */
+import {
+  DTYPE_CODE,
+  REDUCE_OP_CODE,
+  dtypeOf,
+  lengthOf,
+  type DType,
+  type DeviceLike,
+  type HostArray,
+  type ReduceOp,
+} from '../dtypes.js';
+import { NcclNodeError, fromNative } from '../errors.js';
+import { OpKind, type NativeBuffer, type NativeComm, type OpName } from '../native.js';
+import {
+  allReduceSchema,
+  barrierSchema,
+  commonSchema,
+  parse,
+  reduceSchema,
+  reduceScatterSchema,
+  rootedSchema,
+  splitSchema,
+  type AllReduceOptions,
+  type BarrierOptions,
+  type CommonOptions,
+  type ReduceOptions,
+  type ReduceScatterOptions,
+  type RootedOptions,
+  type SplitOptions,
+} from './options.js';
+import { Work } from './work.js';
+
+/** What a collective reads or writes: host TypedArrays, or device buffers on the GPU path. */
+export type Buffer = HostArray | DeviceLike;
+
+/** Anything with a native handle (device buffers) hands it over here. */
+export const nativeHandle = Symbol.for('nccl-node.nativeHandle');
+
+function toNative(buf: Buffer | undefined): NativeBuffer | undefined {
+  if (buf === undefined) return undefined;
+  const handle = (buf as { [nativeHandle]?: NativeBuffer })[nativeHandle];
+  return handle ?? (buf as NativeBuffer);
+}
+
+interface Submission {
+  send?: Buffer | undefined;
+  recv?: Buffer | undefined;
+  count: number;
+  dtype: DType;
+  op?: ReduceOp | undefined;
+  root?: number;
+  timeoutMs?: number | undefined;
+  color?: number;
+  key?: number;
+}
+
+export interface CommunicatorInit {
+  native: NativeComm;
+  timeoutMs: number;
+  localRank?: number;
+  localSize?: number;
+  /** Called once after destroy() or abort() (closes the store the world communicator owns). */
+  onClose?: () => Promise<void> | void;
+}
+
+export class Communicator {
+  readonly rank: number;
+  readonly size: number;
+  /** 'gloo' or 'nccl'. */
+  readonly backend: string;
+  /** Version of the backend library, e.g. "gloo 0.5.0". */
+  readonly backendVersion: string;
+  readonly localRank: number;
+  readonly localSize: number;
+  /** Default deadline of each operation, in ms. */
+  readonly timeoutMs: number;
+  readonly #native: NativeComm;
+  readonly #onClose: (() => Promise<void> | void) | undefined;
+  #closed: 'destroyed' | 'aborted' | undefined;
+  #children = new Set<Communicator>();
+
+  constructor(init: CommunicatorInit) {
+    this.#native = init.native;
+    this.rank = init.native.rank;
+    this.size = init.native.size;
+    this.backend = init.native.backend;
+    this.backendVersion = init.native.version;
+    this.localRank = init.localRank ?? this.rank;
+    this.localSize = init.localSize ?? this.size;
+    this.timeoutMs = init.timeoutMs;
+    this.#onClose = init.onClose;
+  }
+
+  /** Operations queued or running. */
+  get inFlight(): number {
+    return this.#native.inFlight;
+  }
+
+  /** 'ok', or why the communicator can no longer be used. */
+  get state(): NativeComm['state'] {
+    return this.#native.state;
+  }
+
+  /** Reduces `buf` across ranks into `buf`, or into `out` when given. */
+  allReduce(buf: Buffer, options?: AllReduceOptions<Buffer>): Work {
+    const o = options ? parse(allReduceSchema, options, this.#where('allReduce')) : {};
+    const dtype = dtypeOf(buf, o.dtype, this.#where('allReduce'));
+    const count = lengthOf(buf, dtype);
+    const out = o.out as Buffer | undefined;
+    if (out !== undefined) this.#expectLength('allReduce', 'out', out, dtype, count, 'the input length');
+    return this.#submit('allReduce', { send: buf, recv: out ?? buf, count, dtype, op: o.op, timeoutMs: o.timeoutMs });
+  }
+
+  /** Copies `buf` from `root` (default 0) to every rank. */
+  broadcast(buf: Buffer, options?: RootedOptions): Work {
+    const o = options ? parse(rootedSchema, options, this.#where('broadcast')) : {};
+    const dtype = dtypeOf(buf, o.dtype, this.#where('broadcast'));
+    const root = this.#root('broadcast', o.root);
+    return this.#submit('broadcast', { send: buf, recv: buf, count: lengthOf(buf, dtype), dtype, root, timeoutMs: o.timeoutMs });
+  }
+
+  /** Reduces `buf` from every rank into `root`'s `buf` (or `out`); other ranks' buffers are unchanged. */
+  reduce(buf: Buffer, options?: ReduceOptions<Buffer>): Work {
+    const o = options ? parse(reduceSchema, options, this.#where('reduce')) : {};
+    const dtype = dtypeOf(buf, o.dtype, this.#where('reduce'));
+    const root = this.#root('reduce', o.root);
+    const count = lengthOf(buf, dtype);
+    const out = o.out as Buffer | undefined;
+    if (out !== undefined && this.rank === root) this.#expectLength('reduce', 'out', out, dtype, count, 'the input length');
+    return this.#submit('reduce', { send: buf, recv: this.rank === root ? (out ?? buf) : buf, count, dtype, op: o.op, root, timeoutMs: o.timeoutMs });
+  }
+
+  /** Concatenates every rank's `input` into `output` (size x input length), in rank order. */
+  allGather(input: Buffer, output: Buffer, options?: CommonOptions): Work {
+    const o = options ? parse(commonSchema, options, this.#where('allGather')) : {};
+    const dtype = dtypeOf(input, o.dtype, this.#where('allGather'));
+    const count = lengthOf(input, dtype);
+    this.#expectLength('allGather', 'output', output, dtype, count * this.size, `${this.size} ranks x ${count} input elements`);
+    return this.#submit('allGather', { send: input, recv: output, count, dtype, timeoutMs: o.timeoutMs });
+  }
+
+  /** Reduces `input` (size x output length) across ranks; rank r receives block r in `output`. */
+  reduceScatter(input: Buffer, output: Buffer, options?: ReduceScatterOptions): Work {
+    const o = options ? parse(reduceScatterSchema, options, this.#where('reduceScatter')) : {};
+    const dtype = dtypeOf(output, o.dtype, this.#where('reduceScatter'));
+    const count = lengthOf(output, dtype);
+    this.#expectLength('reduceScatter', 'input', input, dtype, count * this.size, `${this.size} ranks x ${count} output elements`);
+    return this.#submit('reduceScatter', { send: input, recv: output, count, dtype, op: o.op, timeoutMs: o.timeoutMs });
+  }
+
+  /** Block j of rank i's `input` lands in block i of rank j's `output`. Lengths must divide by size. */
+  allToAll(input: Buffer, output: Buffer, options?: CommonOptions): Work {
+    const o = options ? parse(commonSchema, options, this.#where('allToAll')) : {};
+    const dtype = dtypeOf(input, o.dtype, this.#where('allToAll'));
+    const count = lengthOf(input, dtype);
+    this.#expectLength('allToAll', 'output', output, dtype, count, 'the input length');
+    if (count % this.size !== 0) {
+      throw new NcclNodeError(
+        'ERR_SIZE_MISMATCH',
+        `${this.#where('allToAll')}: the input length must be a multiple of the world size ${this.size}, received ${count} elements`,
+      );
+    }
+    return this.#submit('allToAll', { send: input, recv: output, count, dtype, timeoutMs: o.timeoutMs });
+  }
+
+  /** Concatenates every rank's `input` into `root`'s `output`; `output` is ignored elsewhere. */
+  gather(input: Buffer, output: Buffer | null | undefined, options?: RootedOptions): Work {
+    const o = options ? parse(rootedSchema, options, this.#where('gather')) : {};
+    const dtype = dtypeOf(input, o.dtype, this.#where('gather'));
+    const root = this.#root('gather', o.root);
+    const count = lengthOf(input, dtype);
+    const isRoot = this.rank === root;
+    if (isRoot) {
+      if (output == null) this.#missing('gather', 'output', root);
+      this.#expectLength('gather', 'output', output, dtype, count * this.size, `${this.size} ranks x ${count} input elements`);
+    }
+    return this.#submit('gather', { send: input, recv: isRoot ? output! : undefined, count, dtype, root, timeoutMs: o.timeoutMs });
+  }
+
+  /** Splits `root`'s `input` (size x output length) into blocks; rank r receives block r. */
+  scatter(input: Buffer | null | undefined, output: Buffer, options?: RootedOptions): Work {
+    const o = options ? parse(rootedSchema, options, this.#where('scatter')) : {};
+    const dtype = dtypeOf(output, o.dtype, this.#where('scatter'));
+    const root = this.#root('scatter', o.root);
+    const count = lengthOf(output, dtype);
+    const isRoot = this.rank === root;
+    if (isRoot) {
+      if (input == null) this.#missing('scatter', 'input', root);
+      this.#expectLength('scatter', 'input', input, dtype, count * this.size, `${this.size} ranks x ${count} output elements`);
+    }
+    return this.#submit('scatter', { send: isRoot ? input! : undefined, recv: output, count, dtype, root, timeoutMs: o.timeoutMs });
+  }
+
+  /** Sends `buf` to `peer`, which must post a matching recv of the same length and dtype. */
+  send(buf: Buffer, peer: number, options?: CommonOptions): Work {
+    return this.#p2p('send', buf, peer, options);
+  }
+
+  /** Receives into `buf` from `peer`. */
+  recv(buf: Buffer, peer: number, options?: CommonOptions): Work {
+    return this.#p2p('recv', buf, peer, options);
+  }
+
+  /** Resolves once every rank has reached the barrier. */
+  barrier(options?: BarrierOptions): Work {
+    const o = options ? parse(barrierSchema, options, this.#where('barrier')) : {};
+    return this.#submit('barrier', { count: 0, dtype: 'uint8', timeoutMs: o.timeoutMs });
+  }
+
+  /**
+   * Collective: ranks with the same `color` form a new communicator, ordered by
+   * (`key`, rank); `key` defaults to the rank. A color of -1 takes no part and
+   * resolves to null.
+   */
+  split(options: SplitOptions): Work<Communicator | null> {
+    const o = parse(splitSchema, options, this.#where('split'));
+    const native = this.#start('split', {
+      count: 0,
+      dtype: 'uint8',
+      timeoutMs: o.timeoutMs,
+      color: o.color,
+      key: o.key ?? this.rank,
+    });
+    const child = native.then((n) => {
+      if (!n) return null;
+      const comm = new Communicator({ native: n as NativeComm, timeoutMs: this.timeoutMs });
+      this.#children.add(comm);
+      return comm;
+    });
+    return new Work(child, `split on rank ${this.rank} of ${this.size}`, new Error('split'));
+  }
+
+  /**
+   * Lets queued operations finish, then frees the communicator and any
+   * sub-communicators split from it. Later calls fail with ERR_COMM_DESTROYED.
+   */
+  async destroy(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = 'destroyed';
+    await Promise.all([...this.#children].map((c) => c.destroy()));
+    await this.#native.destroy();
+    await this.#onClose?.();
+  }
+
+  /**
+   * Fails every queued and running operation now (ERR_COMM_ABORTED) and closes
+   * the connections, so a peer stuck in a collective with this rank fails too.
+   */
+  abort(): void {
+    if (this.#closed) return;
+    this.#closed = 'aborted';
+    for (const c of this.#children) c.abort();
+    this.#native.abort();
+    void Promise.resolve(this.#onClose?.()).catch(() => {});
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.destroy();
+  }
+
+  #where(call: string): string {
+    return `${call} on rank ${this.rank} of ${this.size}`;
+  }
+
+  #root(call: string, root: number | undefined): number {
+    const r = root ?? 0;
+    if (r >= this.size) {
+      throw new NcclNodeError(
+        'ERR_INVALID_ARGUMENT',
+        `${this.#where(call)}: root must be a rank in 0..${this.size - 1}, received ${r}`,
+      );
+    }
+    return r;
+  }
+
+  #missing(call: string, what: string, root: number): never {
+    throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${this.#where(call)}: the root (rank ${root}) needs an ${what} buffer, received none`);
+  }
+
+  #expectLength(call: string, what: string, buf: Buffer | null | undefined, dtype: DType, expected: number, why: string): void {
+    const where = this.#where(call);
+    dtypeOf(buf, dtype, `${where}: ${what}`);
+    const got = lengthOf(buf as Buffer, dtype);
+    if (got !== expected) {
+      throw new NcclNodeError(
+        'ERR_SIZE_MISMATCH',
+        `${where}: ${what} holds ${got} ${dtype} elements, expected ${expected} (${why})`,
+        { expected, received: got },
+      );
+    }
+  }
+
+  #p2p(call: 'send' | 'recv', buf: Buffer, peer: number, options?: CommonOptions): Work {
+    const o = options ? parse(commonSchema, options, this.#where(call)) : {};
+    const dtype = dtypeOf(buf, o.dtype, this.#where(call));
+    if (!Number.isInteger(peer) || peer < 0 || peer >= this.size || peer === this.rank) {
+      throw new NcclNodeError(
+        'ERR_INVALID_ARGUMENT',
+        `${this.#where(call)}: peer must be another rank in 0..${this.size - 1}, received ${peer}`,
+      );
+    }
+    return this.#submit(call, { send: buf, recv: buf, count: lengthOf(buf, dtype), dtype, root: peer, timeoutMs: o.timeoutMs });
+  }
+
+  #start(call: OpName, s: Submission): Promise<NativeComm | null | undefined> {
+    if (this.#closed === 'destroyed') {
+      throw new NcclNodeError('ERR_COMM_DESTROYED', `${this.#where(call)}: the communicator was destroyed`);
+    }
+    if (this.#closed === 'aborted') {
+      throw new NcclNodeError('ERR_COMM_ABORTED', `${this.#where(call)}: the communicator was aborted`);
+    }
+    try {
+      return this.#native.submit(
+      OpKind[call],
+      DTYPE_CODE[s.dtype],
+      REDUCE_OP_CODE[s.op ?? 'sum'],
+      toNative(s.send),
+      toNative(s.recv),
+      s.count,
+      s.root ?? -1,
+      s.timeoutMs ?? this.timeoutMs,
+      s.color,
+      s.key,
+      );
+    } catch (err) {
+      throw fromNative(err);
+    }
+  }
+
+  #submit(call: OpName, s: Submission): Work {
+    // Captured before the work leaves the JS thread, so failures point at the caller.
+    const callSite = new Error(call);
+    const native = this.#start(call, s);
+    return new Work(native as Promise<void>, this.#where(call), callSite);
+  }
+}

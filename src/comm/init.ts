@@ -1,0 +1,120 @@
+/**
+ * init(): joins the job's process group. Reads the rank layout from options or
+ * the environment (nccl-node run, torchrun, Slurm, Open MPI), makes sure the
+ * job's rendezvous store is up (rank 0 hosts it when no launcher does), announces
+ * this rank to the launcher and connects the backend.
+ */
+import { hostname } from 'node:os';
+import { NcclNodeError } from '../errors.js';
+import { announceJoin } from '../launch/join.js';
+import { resolveJobEnv, type JobEnv } from '../launch/env.js';
+import { binding } from '../native.js';
+import { StoreClient } from '../rendezvous/client.js';
+import { StoreServer } from '../rendezvous/server.js';
+import { Communicator } from './communicator.js';
+import { initSchema, parse, type InitOptions } from './options.js';
+
+export const DEFAULT_TIMEOUT_MS = 10 * 60 * 1000;
+
+let warnedDerivedToken = false;
+
+function isLoopback(addr: string): boolean {
+  return addr === 'localhost' || addr === '::1' || addr.startsWith('127.');
+}
+
+function envTimeout(): number | undefined {
+  const raw = process.env.NCCL_NODE_TIMEOUT_MS;
+  if (raw === undefined || raw === '') return undefined;
+  const v = Number(raw);
+  if (!Number.isInteger(v) || v < 1) {
+    throw new NcclNodeError('ERR_INVALID_ARGUMENT', `NCCL_NODE_TIMEOUT_MS: expected a positive integer, received "${raw}"`);
+  }
+  return v;
+}
+
+/** The job's store: hosted here (rank 0 without a launcher, or a single process), or joined. */
+async function openStore(job: JobEnv, token: string, timeoutMs: number) {
+  let server: StoreServer | undefined;
+  let port = job.masterPort;
+  if (job.worldSize === 1 && !job.storeHosted) {
+    server = await StoreServer.start({ host: '127.0.0.1', port: 0, token });
+    port = server.port;
+  } else if (job.rank === 0 && !job.storeHosted) {
+    const host = isLoopback(job.masterAddr) ? job.masterAddr : '0.0.0.0';
+    server = await StoreServer.start({ host, port: job.masterPort, token });
+  }
+  const host = server && job.worldSize === 1 ? '127.0.0.1' : job.masterAddr;
+  const client = await StoreClient.connect({
+    host,
+    port,
+    token,
+    clientName: `rank ${job.rank}`,
+    connectTimeoutMs: timeoutMs,
+  });
+  return { server, client, host, port };
+}
+
+export async function init(options?: InitOptions): Promise<Communicator> {
+  const o = parse(initSchema, options, 'init');
+  const overrides: Partial<JobEnv> = {};
+  if (o.rank !== undefined) overrides.rank = o.rank;
+  if (o.worldSize !== undefined) overrides.worldSize = o.worldSize;
+  if (o.localRank !== undefined) overrides.localRank = o.localRank;
+  if (o.localWorldSize !== undefined) overrides.localWorldSize = o.localWorldSize;
+  if (o.masterAddr !== undefined) overrides.masterAddr = o.masterAddr;
+  if (o.masterPort !== undefined) overrides.masterPort = o.masterPort;
+  if (o.token !== undefined) overrides.token = o.token;
+  const job = resolveJobEnv(process.env, overrides);
+  const timeoutMs = o.timeoutMs ?? envTimeout() ?? DEFAULT_TIMEOUT_MS;
+  const token = job.token;
+  if (token === undefined) {
+    throw new NcclNodeError(
+      'ERR_INVALID_ARGUMENT',
+      `init on rank ${job.rank} of ${job.worldSize}: no job token; set NCCL_NODE_TOKEN to the same secret on every rank, or start the job with nccl-node run`,
+    );
+  }
+  if (job.tokenDerived && !warnedDerivedToken && job.rank === 0) {
+    warnedDerivedToken = true;
+    process.emitWarning(
+      `the rendezvous token was derived from the ${job.source} job id; set NCCL_NODE_TOKEN to a secret to keep other users off the store`,
+      { code: 'NCCL_NODE_DERIVED_TOKEN' },
+    );
+  }
+  const backend = o.backend ?? 'auto';
+  if (backend === 'nccl') {
+    throw new NcclNodeError('ERR_UNAVAILABLE', `init on rank ${job.rank}: the NCCL backend is not available in this build`);
+  }
+  const native = binding();
+  const store = await openStore(job, token, timeoutMs);
+  const close = async () => {
+    await store.client.close().catch(() => {});
+    await store.server?.close().catch(() => {});
+  };
+  try {
+    await announceJoin(store.client, { rank: job.rank, pid: process.pid, host: hostname(), localRank: job.localRank });
+    const iface = o.iface ?? process.env.NCCL_NODE_SOCKET_IFNAME ?? process.env.GLOO_SOCKET_IFNAME;
+    const localAddress = (store.client as { localAddress?: string }).localAddress;
+    const comm = await native.createGloo({
+      rank: job.rank,
+      size: job.worldSize,
+      storeHost: store.host,
+      storePort: store.port,
+      token,
+      prefix: 'nccl-node/gloo/world/',
+      // The address this host used to reach the store is one its peers can reach.
+      ...(iface ? { iface } : { hostname: localAddress ?? '127.0.0.1' }),
+      timeoutMs,
+      checkAgreement: o.checkCollectives ?? true,
+    });
+    return new Communicator({
+      native: comm,
+      timeoutMs,
+      localRank: job.localRank,
+      localSize: job.localWorldSize,
+      onClose: close,
+    });
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}

@@ -1,0 +1,63 @@
+/**
+ * Options of every public call, validated once at the boundary with zod; what
+ * crosses to native code is a plain, already-checked value.
+ */
+import { z } from 'zod';
+import { DTYPES, REDUCE_OPS } from '../dtypes.js';
+import { NcclNodeError } from '../errors.js';
+
+const timeoutMs = z.number().int().min(1).max(2 ** 31 - 1);
+const rank = z.number().int().min(0);
+
+export const initSchema = z.strictObject({
+  backend: z.enum(['auto', 'gloo', 'nccl']).optional(),
+  rank: rank.optional(),
+  worldSize: z.number().int().min(1).optional(),
+  localRank: rank.optional(),
+  localWorldSize: z.number().int().min(1).optional(),
+  masterAddr: z.string().min(1).optional(),
+  masterPort: z.number().int().min(1).max(65535).optional(),
+  token: z.string().min(1).optional(),
+  /** Default deadline of every operation, and of joining the group (10 minutes). */
+  timeoutMs: timeoutMs.optional(),
+  /** Check on every collective that all ranks made the same call (on by default). */
+  checkCollectives: z.boolean().optional(),
+  /** Network interface for Gloo's connections (else NCCL_NODE_SOCKET_IFNAME / GLOO_SOCKET_IFNAME). */
+  iface: z.string().min(1).optional(),
+});
+export type InitOptions = z.infer<typeof initSchema>;
+
+const dtype = z.enum(DTYPES);
+const op = z.enum(REDUCE_OPS);
+
+export const commonSchema = z.strictObject({ timeoutMs: timeoutMs.optional(), dtype: dtype.optional() });
+export const allReduceSchema = commonSchema.extend({ op: op.optional(), out: z.unknown().optional() });
+export const reduceSchema = allReduceSchema.extend({ root: rank.optional() });
+export const rootedSchema = commonSchema.extend({ root: rank.optional() });
+export const reduceScatterSchema = commonSchema.extend({ op: op.optional() });
+export const barrierSchema = z.strictObject({ timeoutMs: timeoutMs.optional() });
+export const splitSchema = z.strictObject({
+  color: z.number().int().min(-1).max(2 ** 31 - 1),
+  key: z.number().int().min(-(2 ** 31)).max(2 ** 31 - 1).optional(),
+  timeoutMs: timeoutMs.optional(),
+});
+
+export type CommonOptions = z.infer<typeof commonSchema>;
+export type AllReduceOptions<B> = Omit<z.infer<typeof allReduceSchema>, 'out'> & { out?: B };
+export type ReduceOptions<B> = Omit<z.infer<typeof reduceSchema>, 'out'> & { out?: B };
+export type RootedOptions = z.infer<typeof rootedSchema>;
+export type ReduceScatterOptions = z.infer<typeof reduceScatterSchema>;
+export type BarrierOptions = z.infer<typeof barrierSchema>;
+export type SplitOptions = z.infer<typeof splitSchema>;
+
+/** Parses options; a failure is ERR_INVALID_ARGUMENT naming the call and each bad field. */
+export function parse<S extends z.ZodType>(schema: S, value: unknown, where: string): z.infer<S> {
+  const result = schema.safeParse(value ?? {});
+  if (result.success) return result.data;
+  const issues = result.error.issues
+    .map((i) => `${i.path.length ? i.path.join('.') : 'options'}: ${i.message}`)
+    .join('; ');
+  throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${where}: invalid options: ${issues}`, {
+    issues: result.error.issues,
+  });
+}

@@ -1,0 +1,59 @@
+/**
+ * The one error type of nccl-node. `code` is stable across releases; scripts and
+ * other tools branch on it, never on the message.
+ */
+export const ERROR_CODES = [
+  'ERR_INVALID_ARGUMENT',
+  'ERR_SIZE_MISMATCH',
+  'ERR_TIMEOUT',
+  'ERR_COMM_DESTROYED',
+  'ERR_COMM_ABORTED',
+  'ERR_PEER_LOST',
+  'ERR_BACKEND',
+  'ERR_STORE',
+  'ERR_UNAUTHORIZED',
+  'ERR_UNAVAILABLE',
+  'ERR_NCCL',
+  'ERR_CUDA',
+  'ERR_NVML',
+  'ERR_IO',
+  'ERR_LAUNCH',
+] as const;
+
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+export class NcclNodeError extends Error {
+  override readonly name = 'NcclNodeError';
+  readonly code: ErrorCode;
+  readonly details: Record<string, unknown>;
+
+  constructor(code: ErrorCode, message: string, details: Record<string, unknown> = {}) {
+    super(message);
+    this.code = code;
+    this.details = details;
+  }
+}
+
+export function isNcclNodeError(err: unknown, code?: ErrorCode): err is NcclNodeError {
+  return err instanceof NcclNodeError && (code === undefined || err.code === code);
+}
+
+function isErrorCode(value: unknown): value is ErrorCode {
+  return typeof value === 'string' && (ERROR_CODES as readonly string[]).includes(value);
+}
+
+/**
+ * Turns whatever a native call rejected with into an NcclNodeError whose stack is
+ * the caller's (captured before the call went off-thread), as sharp does.
+ */
+export function fromNative(err: unknown, callSite?: Error): NcclNodeError {
+  if (err instanceof NcclNodeError) return err;
+  const raw = err as { code?: unknown; message?: unknown } | undefined;
+  const code = isErrorCode(raw?.code) ? raw.code : 'ERR_BACKEND';
+  const message = typeof raw?.message === 'string' ? raw.message : String(err);
+  const out = new NcclNodeError(code, message);
+  if (callSite?.stack) {
+    out.stack = `${out.name} [${code}]: ${message}\n${callSite.stack.split('\n').slice(1).join('\n')}`;
+  }
+  return out;
+}

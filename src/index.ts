@@ -1,0 +1,25 @@
+/**
+ * nccl-node: collective communication for TypeScript training code.
+ *
+ *   const comm = await init();
+ *   await comm.allReduce(grads, { op: 'avg' });
+ */
+export { init, DEFAULT_TIMEOUT_MS } from './comm/init.js';
+export { Communicator, type Buffer } from './comm/communicator.js';
+export { Work } from './comm/work.js';
+export type {
+  InitOptions,
+  AllReduceOptions,
+  ReduceOptions,
+  RootedOptions,
+  ReduceScatterOptions,
+  BarrierOptions,
+  SplitOptions,
+  CommonOptions,
+} from './comm/options.js';
+export { NcclNodeError, isNcclNodeError, ERROR_CODES, type ErrorCode } from './errors.js';
+export { DTYPES, REDUCE_OPS, DTYPE_BYTES, arrayTypeOf, type DType, type ReduceOp, type HostArray } from './dtypes.js';
+export { bf16ToFloat, floatToBf16, halfToFloat, floatToHalf } from './util/half.js';
+export { resolveJobEnv, type JobEnv } from './launch/env.js';
+export { StoreClient } from './rendezvous/client.js';
+export { StoreServer } from './rendezvous/server.js';
