@@ -3,7 +3,7 @@
     {
       "target_name": "nccl_node",
       "sources": [
-        "<!@(node -p \"const s=require('./sources.json'); [...s.core, ...s.gloo].join(' ')\")"
+        "<!@(node -p \"Object.values(require('./sources.json')).filter(Array.isArray).flat().join(' ')\")"
       ],
       "include_dirs": [
         "<!(node -p \"require('node-addon-api').include_dir\")"

@@ -23,3 +23,14 @@ export { bf16ToFloat, floatToBf16, halfToFloat, floatToHalf } from './util/half.
 export { resolveJobEnv, type JobEnv } from './launch/env.js';
 export { StoreClient } from './rendezvous/client.js';
 export { StoreServer } from './rendezvous/server.js';
+// GPU path (docs/gpu.md): device memory, streams, NCCL extras, kernels, health.
+export { DeviceBuffer, PinnedHostBuffer, type AllocOptions } from './gpu/device-buffer.js';
+export { Stream, Event } from './gpu/stream.js';
+export { group, allReducePreMulSum, reduceScatterPreMulSum } from './gpu/group.js';
+export { probeLibrary, detectBackend, LIBRARY_ENV, type GpuLibrary } from './gpu/detect.js';
+export * as kernels from './gpu/kernels.js';
+export { gpuInfo, dumpFlightRecords } from './gpu/info.js';
+// Training runtime (docs/runtime.md): DDP bucketing, FSDP/ZeRO sharding, optimizers, device mesh.
+export * as runtime from './runtime/index.js';
+export { DistributedDataParallel, FullyShardedDataParallel, DeviceMesh, createOptimizer } from './runtime/index.js';
+export type { ParamLike, ModelHooks, DataParallel, DDPOptions, FSDPOptions, OptimizerOptions, MeshOptions } from './runtime/index.js';

@@ -7,6 +7,7 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { NcclNodeError } from './errors.js';
+import type { GpuBinding } from './gpu/native-types.js';
 
 /** Matches native/core/op.h OpKind. */
 export const OpKind = {
@@ -64,7 +65,8 @@ export interface GlooOptions {
   checkAgreement: boolean;
 }
 
-export interface Binding {
+/** GpuBinding: DeviceBuffer, Stream, Event, createNccl, health (src/gpu/native-types.ts). */
+export interface Binding extends GpuBinding {
   createGloo(options: GlooOptions): Promise<NativeComm>;
   /** float -> float16 (false) or bfloat16 (true) bits, with the native rounding. */
   floatTo16(value: number, bf16: boolean): number;

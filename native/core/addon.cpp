@@ -7,6 +7,7 @@
 #include "engine.h"
 #include "js_errors.h"
 #include "../gloo/gloo_backend.h"
+#include "../cuda/gpu_env.h"
 
 namespace ncclnode {
 
@@ -77,6 +78,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("createGloo", Napi::Function::New(env, CreateGloo, "createGloo"));
   exports.Set("floatTo16", Napi::Function::New(env, HalfRoundTrip, "floatTo16"));
   exports.Set("napiVersion", Napi::Number::New(env, NAPI_VERSION));
+  registerGpu(env, exports);  // DeviceBuffer, Stream, Event, createNccl, health (native/cuda/gpu_addon.cpp)
   return exports;
 }
 

@@ -25,6 +25,10 @@ class Backend {
   // group unusable (peer lost, timeout) the backend marks itself broken().
   virtual void run(Op& op) = 0;
 
+  // Operations that may run concurrently with later ones (point-to-point), each on
+  // a thread of its own, so a send and the matching peer's send cannot deadlock.
+  virtual bool concurrent(const Op& op) const { return false; }
+
   // Makes a new backend for the ranks sharing `color`, ordered by (key, rank).
   // Collective over this backend's group. Returns null for a negative color.
   virtual std::unique_ptr<Backend> split(int color, int key, std::chrono::milliseconds timeout) = 0;

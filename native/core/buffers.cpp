@@ -2,10 +2,13 @@
 
 #include <string>
 
+#include "../cuda/gpu_env.h"
+
 namespace ncclnode {
 
 BufferView viewOf(const Napi::Value& value, const char* what) {
   BufferView v;
+  if (deviceBufferView(value, &v)) return v;  // a NativeDeviceBuffer: device memory
   if (value.IsTypedArray()) {
     auto ta = value.As<Napi::TypedArray>();
     auto ab = ta.ArrayBuffer();

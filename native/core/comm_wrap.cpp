@@ -151,7 +151,11 @@ Napi::Value CommWrap::Submit(const Napi::CallbackInfo& info) {
     if ((kind == OpKind::Send || kind == OpKind::Recv) && (op.root < 0 || op.root == rank_)) {
       throw Error(Code::InvalidArgument, std::string(call) + ": peer must be another rank");
     }
-    if (kind != OpKind::Send && kind != OpKind::Recv) op.seq = engine_->nextSeq();
+    if (kind == OpKind::Send || kind == OpKind::Recv) {
+      op.p2pIndex = engine_->nextP2P(kind == OpKind::Send, op.root);
+    } else {
+      op.seq = engine_->nextSeq();
+    }
     p->deferred.emplace(Napi::Promise::Deferred::New(env));
     p->owner = Napi::Persistent(Value());
     return engine_->submit(env, std::move(p));

@@ -17,8 +17,9 @@ Engine::Engine(Napi::Env env, std::unique_ptr<Backend> backend, SplitFactory spl
 
 Engine::~Engine() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     stop_ = true;
+    cv_.wait(lock, [this] { return concurrent_ == 0; });
   }
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
@@ -38,6 +39,12 @@ Napi::Promise Engine::submit(Napi::Env env, std::unique_ptr<Pending> p) {
   return promise;
 }
 
+uint64_t Engine::nextP2P(bool send, int peer) {
+  auto& v = send ? sends_ : recvs_;
+  if (v.size() != static_cast<size_t>(size_)) v.assign(size_, 0);
+  return v[peer]++;
+}
+
 void Engine::abort() {
   aborted_ = true;
   if (backend_) backend_->abort();
@@ -54,9 +61,13 @@ bool Engine::teardown() {
   cv_.notify_all();
   // A backend stuck in a call that abort() cannot interrupt (a store read) must not
   // hold up process exit; its memory is left to the exiting process.
-  for (int i = 0; i < 200 && !finished_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto idle = [this] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finished_ && concurrent_ == 0;
+  };
+  for (int i = 0; i < 200 && !idle(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   released_ = true;  // the environment releases its thread-safe functions itself
-  if (finished_) {
+  if (idle()) {
     if (worker_.joinable()) worker_.join();
     return true;
   }
@@ -75,6 +86,10 @@ void Engine::loop() {
       p = queue_.front();
       queue_.pop_front();
     }
+    if (!p->connect && !p->destroy && backend_->concurrent(*p->op)) {
+      runConcurrently(p);
+      continue;
+    }
     execute(*p);
     const bool last = p->destroy;
     if (tsfn_.BlockingCall(p) != napi_ok) {
@@ -85,12 +100,28 @@ void Engine::loop() {
   finished_ = true;
 }
 
+void Engine::runConcurrently(Pending* p) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++concurrent_;
+  }
+  std::thread([this, p] {
+    execute(*p);
+    tsfn_.BlockingCall(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    --concurrent_;
+    cv_.notify_all();  // under the lock: the engine may be destroyed right after
+  }).detach();
+}
+
 void Engine::execute(Pending& p) {
   Op& op = *p.op;
   op.started = std::chrono::steady_clock::now();
   try {
     if (p.destroy) {
-      // nothing: everything queued before has run
+      // Everything queued before has run; wait for point-to-point stragglers.
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return concurrent_ == 0; });
     } else if (aborted_) {
       throw Error(Code::CommAborted, "the communicator was aborted");
     } else if (backend_->broken() && !p.connect) {

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backend.h"
 #include "op.h"
@@ -48,6 +49,8 @@ class Engine {
   const std::string& backendVersion() const { return version_; }
   bool broken() const { return backend_ && backend_->broken(); }
   uint64_t nextSeq() { return seq_++; }
+  // Index of the next send to / recv from a peer; both sides count alike.
+  uint64_t nextP2P(bool send, int peer);
   size_t inFlight() const { return inFlight_; }
 
   // Environment teardown: stop without touching JS. Returns false when the worker
@@ -58,6 +61,7 @@ class Engine {
  private:
   void loop();
   void execute(Pending& p);
+  void runConcurrently(Pending* p);
   static void settle(Napi::Env env, Napi::Function, Engine* self, Pending* p);
   void settleOnJs(Napi::Env env, Pending* p);
 
@@ -79,6 +83,8 @@ class Engine {
   bool leaked_ = false;
   size_t inFlight_ = 0;  // JS thread: submitted but not settled
   uint64_t seq_ = 0;     // JS thread: collective sequence numbers
+  std::vector<uint64_t> sends_, recvs_;  // JS thread: per-peer point-to-point counters
+  size_t concurrent_ = 0;  // under mu_: operations running on threads of their own
   std::string firstFailure_;
 };
 

@@ -56,6 +56,7 @@ struct Op {
   int key = 0;       // split
   std::chrono::milliseconds timeout{0};
   uint64_t seq = 0;  // per-communicator sequence number of collectives
+  uint64_t p2pIndex = 0;  // send: k-th send to this peer; recv: k-th recv from it
 
   // Filled in by the worker.
   bool failed = false;

@@ -35,20 +35,24 @@ void withWidth(size_t width, F&& f) {
   }
 }
 
-// Slots above Gloo's own prefixes, for our point-to-point traffic.
-constexpr uint64_t kP2PHeaderSlot = 0xfdULL << 56;
+// Slots above Gloo's own prefixes, for our point-to-point traffic. Gloo matches
+// slots per pair and direction, so the k-th send from A to B meets B's k-th recv
+// from A on slot prefix|k.
+constexpr uint64_t kP2PHeaderSlot = 0xfcULL << 56;
+constexpr uint64_t kP2PAckSlot = 0xfdULL << 56;
 constexpr uint64_t kP2PDataSlot = 0xfeULL << 56;
+constexpr uint64_t kP2PIndexMask = 0xffffffffffffULL;
 
 struct P2PHeader {
   int32_t dtype;
-  int32_t pad;
+  int32_t ok;  // ack: 1 when the receiver accepts
   uint64_t count;
 };
 
 }  // namespace
 
 GlooBackend::GlooBackend(GlooConfig config, std::shared_ptr<StoreClient> store)
-    : cfg_(std::move(config)), store_(std::move(store)), p2pSeq_(cfg_.size, 0) {}
+    : cfg_(std::move(config)), store_(std::move(store)) {}
 
 GlooBackend::~GlooBackend() = default;
 
@@ -148,7 +152,7 @@ void GlooBackend::run(Op& op) {
   if (!ctx_) throw Error(Code::CommAborted, "communicator is not connected");
   try {
     if (op.kind != OpKind::Send && op.kind != OpKind::Recv) agree(op);
-    if (op.count == 0 && op.kind != OpKind::Barrier) return;
+    if (op.count == 0 && op.kind != OpKind::Barrier && op.kind != OpKind::Send && op.kind != OpKind::Recv) return;
     const size_t width = elementSize(op.dtype);
     const bool inPlace = op.send.data == op.recv.data;
     switch (op.kind) {
@@ -235,8 +239,10 @@ void GlooBackend::run(Op& op) {
         });
         break;
       case OpKind::Send:
+        send(op);
+        break;
       case OpKind::Recv:
-        sendRecv(op);
+        recv(op);
         break;
       case OpKind::Barrier: {
         gloo::BarrierOptions o(ctx_);
@@ -288,38 +294,54 @@ void GlooBackend::reduceScatter(Op& op) {
   std::memcpy(op.recv.data, scratch_.data(), chunk);
 }
 
-// Each pair first swaps a header so a count or dtype mismatch fails on both sides
-// with the same message instead of truncating or overrunning a buffer.
-void GlooBackend::sendRecv(Op& op) {
+// The sender announces dtype and count; the receiver answers with an ack carrying
+// its own, and the data moves only when they agree, so a mismatch fails on both
+// sides with the same facts instead of truncating or overrunning a buffer.
+void GlooBackend::send(Op& op) {
   const int peer = op.root;
-  const uint64_t n = p2pSeq_[peer]++;
-  const bool sending = op.kind == OpKind::Send;
-  P2PHeader mine{static_cast<int32_t>(op.dtype), 0, op.count};
-  P2PHeader theirs{};
-  auto out = ctx_->createUnboundBuffer(&mine, sizeof mine);
-  auto in = ctx_->createUnboundBuffer(&theirs, sizeof theirs);
-  in->recv(peer, kP2PHeaderSlot | (n & 0xffffffffffffULL));
-  out->send(peer, kP2PHeaderSlot | (n & 0xffffffffffffULL));
-  in->waitRecv(op.timeout);
-  out->waitSend(op.timeout);
-  if (theirs.dtype != mine.dtype || theirs.count != mine.count) {
+  const uint64_t k = op.p2pIndex & kP2PIndexMask;
+  P2PHeader mine{static_cast<int32_t>(op.dtype), 1, op.count};
+  P2PHeader ack{};
+  auto hdr = ctx_->createUnboundBuffer(&mine, sizeof mine);
+  auto ackBuf = ctx_->createUnboundBuffer(&ack, sizeof ack);
+  ackBuf->recv(peer, kP2PAckSlot | k);
+  hdr->send(peer, kP2PHeaderSlot | k);
+  hdr->waitSend(op.timeout);
+  ackBuf->waitRecv(op.timeout);
+  if (!ack.ok) {
     std::ostringstream s;
-    s << (sending ? "send to" : "recv from") << " rank " << peer << ": expected " << op.count << " x "
-      << dtypeName(op.dtype) << ", the peer's matching " << (sending ? "recv" : "send") << " has "
-      << theirs.count << " x " << dtypeName(static_cast<DType>(theirs.dtype));
+    s << "send to rank " << peer << ": sending " << op.count << " x " << dtypeName(op.dtype)
+      << ", the peer's matching recv expects " << ack.count << " x " << dtypeName(static_cast<DType>(ack.dtype));
     throw Error(Code::SizeMismatch, s.str());
   }
   if (op.count == 0) return;
-  const size_t bytes = op.count * elementSize(op.dtype);
-  if (sending) {
-    auto buf = ctx_->createUnboundBuffer(op.send.data, bytes);
-    buf->send(peer, kP2PDataSlot | (n & 0xffffffffffffULL));
-    buf->waitSend(op.timeout);
-  } else {
-    auto buf = ctx_->createUnboundBuffer(op.recv.data, bytes);
-    buf->recv(peer, kP2PDataSlot | (n & 0xffffffffffffULL));
-    buf->waitRecv(op.timeout);
+  auto data = ctx_->createUnboundBuffer(op.send.data, op.count * elementSize(op.dtype));
+  data->send(peer, kP2PDataSlot | k);
+  data->waitSend(op.timeout);
+}
+
+void GlooBackend::recv(Op& op) {
+  const int peer = op.root;
+  const uint64_t k = op.p2pIndex & kP2PIndexMask;
+  P2PHeader theirs{};
+  auto hdr = ctx_->createUnboundBuffer(&theirs, sizeof theirs);
+  hdr->recv(peer, kP2PHeaderSlot | k);
+  hdr->waitRecv(op.timeout);
+  const bool ok = theirs.dtype == static_cast<int32_t>(op.dtype) && theirs.count == op.count;
+  P2PHeader ack{static_cast<int32_t>(op.dtype), ok ? 1 : 0, op.count};
+  auto ackBuf = ctx_->createUnboundBuffer(&ack, sizeof ack);
+  ackBuf->send(peer, kP2PAckSlot | k);
+  ackBuf->waitSend(op.timeout);
+  if (!ok) {
+    std::ostringstream s;
+    s << "recv from rank " << peer << ": expected " << op.count << " x " << dtypeName(op.dtype)
+      << ", the peer's matching send has " << theirs.count << " x " << dtypeName(static_cast<DType>(theirs.dtype));
+    throw Error(Code::SizeMismatch, s.str());
   }
+  if (op.count == 0) return;
+  auto data = ctx_->createUnboundBuffer(op.recv.data, op.count * elementSize(op.dtype));
+  data->recv(peer, kP2PDataSlot | k);
+  data->waitRecv(op.timeout);
 }
 
 std::unique_ptr<Backend> GlooBackend::split(int color, int key, std::chrono::milliseconds timeout) {

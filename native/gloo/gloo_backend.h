@@ -48,13 +48,15 @@ class GlooBackend : public Backend {
   std::unique_ptr<Backend> split(int color, int key, std::chrono::milliseconds timeout) override;
   void abort() override;
   bool broken() const override { return broken_.load(); }
+  bool concurrent(const Op& op) const override { return op.kind == OpKind::Send || op.kind == OpKind::Recv; }
 
  private:
   void agree(const Op& op);
   void allGatherBytes(const void* in, size_t bytes, void* out, std::chrono::milliseconds timeout);
   void allReduce(Op& op);
   void reduceScatter(Op& op);
-  void sendRecv(Op& op);
+  void send(Op& op);
+  void recv(Op& op);
   [[noreturn]] void rethrow(const Op& op, std::exception_ptr e);
 
   GlooConfig cfg_;
@@ -65,7 +67,6 @@ class GlooBackend : public Backend {
   std::atomic<bool> broken_{false};
   std::atomic<bool> aborted_{false};
   int splits_ = 0;
-  std::vector<uint64_t> p2pSeq_;  // per peer, so both sides pick the same slot
   std::vector<uint8_t> scratch_;  // reduceScatter staging
 };
 

@@ -12,6 +12,7 @@ import { binding } from '../native.js';
 import { StoreClient } from '../rendezvous/client.js';
 import { StoreServer } from '../rendezvous/server.js';
 import { Communicator } from './communicator.js';
+import { chooseBackend, createNcclComm } from '../gpu/init-nccl.js';
 import { initSchema, parse, type InitOptions } from './options.js';
 
 export const DEFAULT_TIMEOUT_MS = 10 * 60 * 1000;
@@ -80,11 +81,9 @@ export async function init(options?: InitOptions): Promise<Communicator> {
       { code: 'NCCL_NODE_DERIVED_TOKEN' },
     );
   }
-  const backend = o.backend ?? 'auto';
-  if (backend === 'nccl') {
-    throw new NcclNodeError('ERR_UNAVAILABLE', `init on rank ${job.rank}: the NCCL backend is not available in this build`);
-  }
   const native = binding();
+  // 'auto': NCCL when a GPU, libcuda and libnccl are usable here, else Gloo (src/gpu/init-nccl.ts).
+  const backend = chooseBackend(native, o.backend ?? 'auto', job.rank);
   const store = await openStore(job, token, timeoutMs);
   const close = async () => {
     await store.client.close().catch(() => {});
@@ -92,6 +91,10 @@ export async function init(options?: InitOptions): Promise<Communicator> {
   };
   try {
     await announceJoin(store.client, { rank: job.rank, pid: process.pid, host: hostname(), localRank: job.localRank });
+    if (backend === 'nccl') {
+      const comm = await createNcclComm(native, { ...job, storeHost: store.host, storePort: store.port, token, timeoutMs });
+      return new Communicator({ native: comm, timeoutMs, localRank: job.localRank, localSize: job.localWorldSize, onClose: close });
+    }
     const iface = o.iface ?? process.env.NCCL_NODE_SOCKET_IFNAME ?? process.env.GLOO_SOCKET_IFNAME;
     const localAddress = (store.client as { localAddress?: string }).localAddress;
     const comm = await native.createGloo({

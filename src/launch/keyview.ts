@@ -84,6 +84,7 @@ export async function clientView(options: StoreClientOptions): Promise<KeyView> 
       const onAbort = (): void => void client.close();
       signal?.addEventListener('abort', onAbort, { once: true });
       try {
+        if (signal?.aborted) throw aborted(signal); // while we were connecting
         const deadline = Date.now() + timeoutMs;
         for (;;) {
           const left = deadline - Date.now();

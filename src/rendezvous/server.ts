@@ -106,6 +106,7 @@ export class StoreServer {
   private readonly tokenDigest: Buffer;
   private readonly log: (msg: string) => void;
   private closing: Promise<void> | undefined;
+  private address!: net.AddressInfo;
 
   private constructor(private readonly server: net.Server, token: string, log?: (msg: string) => void) {
     this.tokenDigest = digest(Buffer.from(token, 'utf8'));
@@ -124,20 +125,28 @@ export class StoreServer {
     const server = net.createServer({ noDelay: true });
     const store = new StoreServer(server, token, log);
     await new Promise<void>((resolve, reject) => {
-      server.once('error', (err) =>
-        reject(new NcclNodeError('ERR_STORE', `store could not listen on ${host ?? '*'}:${port}: ${err.message}`, { host, port })),
-      );
-      server.listen({ host, port }, () => resolve());
+      const onError = (err: Error): void =>
+        reject(new NcclNodeError('ERR_STORE', `store could not listen on ${host ?? '*'}:${port}: ${err.message}`, { host, port }));
+      server.once('error', onError);
+      server.listen({ host, port }, () => {
+        server.off('error', onError);
+        resolve();
+      });
     });
+    // Later server errors (e.g. accept failing on EMFILE) must not crash the process.
+    server.on('error', (err) => store.log(`server error: ${err.message}`));
+    store.address = server.address() as net.AddressInfo;
     return store;
   }
 
+  /** The port listened on (the real one when started with port 0). */
   get port(): number {
-    return (this.server.address() as net.AddressInfo).port;
+    return this.address.port;
   }
 
+  /** The address listened on, e.g. "127.0.0.1" or "::". */
   get host(): string {
-    return (this.server.address() as net.AddressInfo).address;
+    return this.address.address;
   }
 
   /** Local access for a launcher in the same process; no TCP client needed. */

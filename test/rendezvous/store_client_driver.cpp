@@ -4,7 +4,7 @@
 // where <ms> is how long the failing call took, so the test can check deadlines.
 //
 // usage: store_client_driver <host> <port> <token> <scenario>
-//   scenario: basic | wrong-token | connect-late | unreachable
+//   scenario: basic | wrong-token | connect-late | unreachable | mute
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -93,6 +93,11 @@ int main(int argc, char** argv) {
     });
   } else if (scenario == "unreachable") {
     step("connect", [&] { StoreClient c(host, port, token, "driver-unreachable", milliseconds(300)); return std::string("connected"); });
+  } else if (scenario == "mute") {
+    // The server accepts AUTH and then never answers: calls must still return.
+    StoreClient c(host, port, token, "driver-mute", milliseconds(2000));
+    step("get", [&] { return text(c.get("k", milliseconds(100))); });
+    step("after", [&] { return std::string(c.check("k") ? "1" : "0"); });
   } else {
     std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 2;

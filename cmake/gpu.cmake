@@ -1,0 +1,53 @@
+# GPU path: stand-in driver libraries for CI and the CUDA kernels (nvcc, optional).
+# The addon itself never links CUDA, NCCL or NVML; it dlopens them (native/cuda/dl.cpp).
+
+# --- Stand-ins: libcuda.so.1, libnccl.so.2, libnvidia-ml.so.1 in <build>/standins ---
+# Real sonames and C ABI, export maps like the real libraries'. Tests point
+# NCCL_NODE_LIBCUDA / NCCL_NODE_LIBNCCL / NCCL_NODE_LIBNVML at these files.
+set(NN_STANDIN_DIR ${CMAKE_BINARY_DIR}/standins)
+set(NN_SI ${CMAKE_CURRENT_SOURCE_DIR}/native/standins)
+
+function(nn_standin target name soversion map)
+  add_library(${target} SHARED ${ARGN} ${CMAKE_CURRENT_SOURCE_DIR}/native/core/dtype.cpp)
+  set_target_properties(${target} PROPERTIES OUTPUT_NAME ${name} VERSION ${soversion} SOVERSION ${soversion}
+    LIBRARY_OUTPUT_DIRECTORY ${NN_STANDIN_DIR} BUILD_RPATH "$ORIGIN")
+  target_link_options(${target} PRIVATE "-Wl,--version-script=${NN_SI}/${map}")
+  target_link_libraries(${target} PRIVATE Threads::Threads)
+endfunction()
+
+nn_standin(nccl_node_standin_cuda cuda 1 cuda.map
+  ${NN_SI}/cuda_standin.cpp ${NN_SI}/cuda_standin_kernels.cpp)
+nn_standin(nccl_node_standin_nccl nccl 2 nccl.map
+  ${NN_SI}/nccl_standin.cpp ${NN_SI}/nccl_standin_comm.cpp ${NN_SI}/nccl_standin_net.cpp)
+# Real libnccl needs the driver too: DT_NEEDED libcuda.so.1, found next to it.
+target_link_libraries(nccl_node_standin_nccl PRIVATE nccl_node_standin_cuda)
+if(EXISTS ${NN_SI}/nvml_standin.cpp)
+  nn_standin(nccl_node_standin_nvml nvidia-ml 1 nvml.map ${NN_SI}/nvml_standin.cpp)
+endif()
+add_dependencies(${PROJECT_NAME} nccl_node_standin_cuda nccl_node_standin_nccl)
+
+# --- Kernels: native/kernels/kernels.cu -> <build>/kernels/nccl_node_kernels.fatbin ---
+# Loaded at run time with cuModuleLoadData; without nvcc the addon still builds and
+# the kernel calls report what is missing.
+find_program(NN_NVCC nvcc PATHS /usr/local/cuda/bin ENV CUDA_PATH PATH_SUFFIXES bin)
+if(NN_NVCC)
+  set(NN_KERNELS_OUT ${CMAKE_BINARY_DIR}/kernels/nccl_node_kernels.fatbin)
+  # SASS for Hopper and Blackwell plus PTX so newer GPUs JIT; uncompressed, so the
+  # image carries the kernel names in the clear.
+  set(NN_CUDA_ARCHS "90;100" CACHE STRING "SASS architectures of the kernel fatbin")
+  set(NN_GENCODE "")
+  foreach(a ${NN_CUDA_ARCHS})
+    list(APPEND NN_GENCODE -gencode arch=compute_${a},code=sm_${a})
+  endforeach()
+  list(GET NN_CUDA_ARCHS 0 NN_PTX_ARCH)
+  list(APPEND NN_GENCODE -gencode arch=compute_${NN_PTX_ARCH},code=compute_${NN_PTX_ARCH})
+  add_custom_command(OUTPUT ${NN_KERNELS_OUT}
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/kernels
+    COMMAND ${NN_NVCC} -fatbin -O3 ${NN_GENCODE} --no-compress
+            -o ${NN_KERNELS_OUT} ${CMAKE_CURRENT_SOURCE_DIR}/native/kernels/kernels.cu
+    DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/native/kernels/kernels.cu ${CMAKE_CURRENT_SOURCE_DIR}/native/kernels/kernel_defs.h
+    COMMENT "nvcc: CUDA kernels -> ${NN_KERNELS_OUT}")
+  add_custom_target(nccl_node_kernels ALL DEPENDS ${NN_KERNELS_OUT})
+else()
+  message(STATUS "nvcc not found: the CUDA kernels are not built (kernel calls will say so)")
+endif()

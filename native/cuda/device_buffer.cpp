@@ -1,0 +1,218 @@
+#include "device_buffer.h"
+
+#include "../core/js_errors.h"
+#include "../nccl/nccl_api.h"
+#include "gpu_env.h"
+#include "poller.h"
+#include "stream_wrap.h"
+
+namespace ncclnode {
+
+namespace {
+
+struct HostView {
+  void* data;
+  size_t bytes;
+};
+
+HostView hostView(const Napi::Value& v, const char* call) {
+  if (v.IsTypedArray()) {
+    auto ta = v.As<Napi::TypedArray>();
+    return {static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset(), ta.ByteLength()};
+  }
+  if (v.IsArrayBuffer()) return {v.As<Napi::ArrayBuffer>().Data(), v.As<Napi::ArrayBuffer>().ByteLength()};
+  throw Error(Code::InvalidArgument, std::string(call) + ": expected a TypedArray or ArrayBuffer");
+}
+
+size_t sizeArg(const Napi::Value& v, const char* what) {
+  if (!v.IsNumber()) throw Error(Code::InvalidArgument, std::string(what) + " must be a number");
+  const double d = v.As<Napi::Number>().DoubleValue();
+  if (d < 0 || d > 9007199254740991.0 || d != static_cast<double>(static_cast<size_t>(d))) {
+    throw Error(Code::InvalidArgument, std::string(what) + " must be a non-negative integer");
+  }
+  return static_cast<size_t>(d);
+}
+
+void checkRange(size_t off, size_t n, size_t size, const char* call) {
+  if (off > size || n > size - off) {
+    throw Error(Code::SizeMismatch, std::string(call) + ": " + std::to_string(n) + " bytes at offset " +
+                                        std::to_string(off) + " do not fit in a buffer of " + std::to_string(size) + " bytes");
+  }
+}
+
+}  // namespace
+
+const napi_type_tag kDeviceBufferTag = {0x6e63636c6e6f6465ULL, 0x6465766275660001ULL};
+
+CUstream streamArg(const Napi::Value& v) {
+  if (v.IsUndefined() || v.IsNull()) return nullptr;
+  if (!hasTag(v.Env(), v, kStreamTag)) throw Error(Code::InvalidArgument, "stream: expected a Stream");
+  return StreamWrap::Unwrap(v.As<Napi::Object>())->handle();
+}
+
+bool deviceBufferView(const Napi::Value& value, BufferView* out) {
+  if (!value.IsObject() || !hasTag(value.Env(), value, kDeviceBufferTag)) return false;
+  auto* b = DeviceBufferWrap::Unwrap(value.As<Napi::Object>());
+  if (b->disposed()) throw Error(Code::InvalidArgument, "the DeviceBuffer was disposed");
+  out->data = reinterpret_cast<void*>(b->ptr());
+  out->bytes = b->bytes();
+  out->mem = MemKind::Device;
+  out->device = b->device();
+  return true;
+}
+
+Napi::Function DeviceBufferWrap::Init(Napi::Env env) {
+  return DefineClass(env, "NativeDeviceBuffer",
+                     {InstanceMethod<&DeviceBufferWrap::Dispose>("dispose"),
+                      InstanceMethod<&DeviceBufferWrap::CopyFromHost>("copyFromHost"),
+                      InstanceMethod<&DeviceBufferWrap::CopyToHost>("copyToHost"),
+                      InstanceMethod<&DeviceBufferWrap::CopyFromDevice>("copyFromDevice"),
+                      InstanceMethod<&DeviceBufferWrap::Memset>("memset"),
+                      InstanceMethod<&DeviceBufferWrap::ExportDmabuf>("exportDmabuf"),
+                      InstanceAccessor<&DeviceBufferWrap::GetPtr>("ptr"),
+                      InstanceAccessor<&DeviceBufferWrap::GetBytes>("byteLength"),
+                      InstanceAccessor<&DeviceBufferWrap::GetDevice>("device"),
+                      InstanceAccessor<&DeviceBufferWrap::GetDisposed>("disposed"),
+                      InstanceAccessor<&DeviceBufferWrap::GetAllocator>("allocator")});
+}
+
+DeviceBufferWrap::DeviceBufferWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<DeviceBufferWrap>(info) {
+  Napi::Env env = info.Env();
+  try {
+    bytes_ = sizeArg(info[0], "byteLength");
+    device_ = info[1].IsNumber() ? info[1].As<Napi::Number>().Int32Value() : 0;
+    ncclMem_ = info[2].ToBoolean().Value();
+    if (bytes_ == 0) throw Error(Code::InvalidArgument, "DeviceBuffer: byteLength must be at least 1");
+    useDevice(device_);
+    if (ncclMem_) {
+      const NcclApi& api = nccl();
+      void* p = nullptr;
+      ncclCheck(api, api.need(api.MemAlloc, "ncclMemAlloc", 21900)(&p, bytes_), "ncclMemAlloc", nullptr);
+      ptr_ = reinterpret_cast<CUdeviceptr>(p);
+    } else {
+      cuCheck(cuda().cuMemAlloc(&ptr_, bytes_), "cuMemAlloc");
+    }
+    napi_type_tag_object(env, info.This(), &kDeviceBufferTag);
+  } catch (const Error& e) {
+    makeError(env, e.code(), e.what()).ThrowAsJavaScriptException();
+  }
+}
+
+DeviceBufferWrap::~DeviceBufferWrap() { free(); }
+
+void DeviceBufferWrap::free() {
+  if (!ptr_) return;
+  try {
+    useDevice(device_);
+    if (ncclMem_) nccl().MemFree(reinterpret_cast<void*>(ptr_));
+    else cuda().cuMemFree(ptr_);
+  } catch (...) {
+  }
+  ptr_ = 0;
+}
+
+CUdeviceptr DeviceBufferWrap::checked(const char* call) const {
+  if (!ptr_) throw Error(Code::InvalidArgument, std::string(call) + ": the DeviceBuffer was disposed");
+  return ptr_;
+}
+
+Napi::Value DeviceBufferWrap::Dispose(const Napi::CallbackInfo& info) {
+  free();
+  return info.Env().Undefined();
+}
+
+Napi::Value DeviceBufferWrap::CopyFromHost(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const CUdeviceptr p = checked("copyFromHost");
+    HostView h = hostView(info[0], "copyFromHost");
+    const size_t off = sizeArg(info[1], "offset");
+    checkRange(off, h.bytes, bytes_, "copyFromHost");
+    CUstream s = streamArg(info[2]);
+    useDevice(device_);
+    if (h.bytes) cuCheck(cuda().cuMemcpyHtoDAsync(p + off, h.data, h.bytes, s), "cuMemcpyHtoDAsync");
+    return gpuEnv(env).poller->afterStream(env, device_, s, nullptr, {info[0], Value()});
+  });
+}
+
+Napi::Value DeviceBufferWrap::CopyToHost(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const CUdeviceptr p = checked("copyToHost");
+    HostView h = hostView(info[0], "copyToHost");
+    const size_t off = sizeArg(info[1], "offset");
+    checkRange(off, h.bytes, bytes_, "copyToHost");
+    CUstream s = streamArg(info[2]);
+    useDevice(device_);
+    if (h.bytes) cuCheck(cuda().cuMemcpyDtoHAsync(h.data, p + off, h.bytes, s), "cuMemcpyDtoHAsync");
+    Napi::Reference<Napi::Value> target = Napi::Persistent(info[0]);
+    auto keep = std::make_shared<Napi::Reference<Napi::Value>>(std::move(target));
+    return gpuEnv(env).poller->afterStream(env, device_, s, [keep](Napi::Env) { return keep->Value(); },
+                                           {info[0], Value()});
+  });
+}
+
+Napi::Value DeviceBufferWrap::CopyFromDevice(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const CUdeviceptr p = checked("copyFromDevice");
+    BufferView src;
+    if (!deviceBufferView(info[0], &src)) throw Error(Code::InvalidArgument, "copyFromDevice: expected a DeviceBuffer");
+    const size_t n = sizeArg(info[1], "byteLength");
+    const size_t dstOff = sizeArg(info[2], "dstOffset");
+    const size_t srcOff = sizeArg(info[3], "srcOffset");
+    checkRange(dstOff, n, bytes_, "copyFromDevice");
+    checkRange(srcOff, n, src.bytes, "copyFromDevice");
+    CUstream s = streamArg(info[4]);
+    useDevice(device_);
+    if (n) cuCheck(cuda().cuMemcpyDtoDAsync(p + dstOff, reinterpret_cast<CUdeviceptr>(src.data) + srcOff, n, s),
+                   "cuMemcpyDtoDAsync");
+    return gpuEnv(env).poller->afterStream(env, device_, s, nullptr, {info[0], Value()});
+  });
+}
+
+Napi::Value DeviceBufferWrap::Memset(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const CUdeviceptr p = checked("fill");
+    const unsigned char byte = static_cast<unsigned char>(info[0].As<Napi::Number>().Uint32Value());
+    CUstream s = streamArg(info[1]);
+    useDevice(device_);
+    cuCheck(cuda().cuMemsetD8Async(p, byte, bytes_, s), "cuMemsetD8Async");
+    return gpuEnv(env).poller->afterStream(env, device_, s, nullptr, {Value()});
+  });
+}
+
+// GPUDirect RDMA / storage: the range as a dmabuf file descriptor the caller owns.
+Napi::Value DeviceBufferWrap::ExportDmabuf(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const CUdeviceptr p = checked("exportDmabuf");
+    const size_t off = sizeArg(info[0], "offset");
+    const size_t n = sizeArg(info[1], "byteLength");
+    checkRange(off, n, bytes_, "exportDmabuf");
+    const CudaApi& cu = cuda();
+    if (!cu.cuMemGetHandleForAddressRange) {
+      throw Error(Code::Unavailable, "exportDmabuf needs cuMemGetHandleForAddressRange (CUDA driver >= 11.7)");
+    }
+    useDevice(device_);
+    int fd = -1;
+    cuCheck(cu.cuMemGetHandleForAddressRange(&fd, p + off, n, kMemRangeHandleTypeDmaBufFd, 0),
+            "cuMemGetHandleForAddressRange");
+    return Napi::Number::New(env, fd);
+  });
+}
+
+Napi::Value DeviceBufferWrap::GetPtr(const Napi::CallbackInfo& info) {
+  return Napi::BigInt::New(info.Env(), static_cast<uint64_t>(ptr_));
+}
+Napi::Value DeviceBufferWrap::GetBytes(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<double>(bytes_));
+}
+Napi::Value DeviceBufferWrap::GetDevice(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), device_); }
+Napi::Value DeviceBufferWrap::GetDisposed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), !ptr_); }
+Napi::Value DeviceBufferWrap::GetAllocator(const Napi::CallbackInfo& info) {
+  return Napi::String::New(info.Env(), ncclMem_ ? "ncclMemAlloc" : "cuMemAlloc");
+}
+
+}  // namespace ncclnode

@@ -1,0 +1,174 @@
+// The GPU half of the addon's exports. Nothing here touches a GPU library until a
+// function is called, so the addon loads on machines without CUDA, NCCL or NVML.
+#include <map>
+#include <mutex>
+
+#include "../core/comm_wrap.h"
+#include "../core/js_errors.h"
+#include "../nccl/flight_recorder.h"
+#include "../nccl/nccl_backend.h"
+#include "../nccl/nccl_control_wrap.h"
+#include "device_buffer.h"
+#include "gpu_env.h"
+#include "poller.h"
+#include "stream_wrap.h"
+
+namespace ncclnode {
+
+void registerKernels(Napi::Env env, Napi::Object exports);  // native/kernels/kernels.cpp
+void registerNvml(Napi::Env env, Napi::Object exports);     // native/nvml/health.cpp
+
+namespace {
+
+std::mutex envMu;
+std::map<napi_env, GpuEnv*>& envs() {
+  static auto* m = new std::map<napi_env, GpuEnv*>();
+  return *m;
+}
+
+void cleanup(void* arg) {
+  auto* e = static_cast<std::pair<napi_env, GpuEnv*>*>(arg);
+  {
+    std::lock_guard<std::mutex> l(envMu);
+    envs().erase(e->first);
+  }
+  delete e->second->poller;
+  delete e->second;
+  delete e;
+}
+
+std::string str(const Napi::Object& o, const char* key, const std::string& fallback = "") {
+  Napi::Value v = o.Get(key);
+  return v.IsString() ? v.As<Napi::String>().Utf8Value() : fallback;
+}
+
+int64_t num(const Napi::Object& o, const char* key, int64_t fallback) {
+  Napi::Value v = o.Get(key);
+  return v.IsNumber() ? v.As<Napi::Number>().Int64Value() : fallback;
+}
+
+// createNccl({rank, size, device, storeHost, storePort, token, prefix, timeoutMs})
+//   -> Promise<NativeComm>, with comm.gpuControl = NativeNcclControl
+Napi::Value CreateNccl(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsObject()) throw Error(Code::InvalidArgument, "createNccl: expected an options object");
+    auto o = info[0].As<Napi::Object>();
+    NcclConfig cfg;
+    cfg.rank = static_cast<int>(num(o, "rank", -1));
+    cfg.size = static_cast<int>(num(o, "size", 0));
+    cfg.device = static_cast<int>(num(o, "device", 0));
+    if (cfg.size < 1 || cfg.rank < 0 || cfg.rank >= cfg.size) {
+      throw Error(Code::InvalidArgument, "createNccl: expected 0 <= rank < size");
+    }
+    cfg.prefix = str(o, "prefix", "nccl-node/nccl/world/");
+    cfg.storeHost = str(o, "storeHost", "127.0.0.1");
+    cfg.storePort = static_cast<int>(num(o, "storePort", 0));
+    cfg.token = str(o, "token");
+    cuda();
+    const int n = deviceCount();
+    if (cfg.device < 0 || cfg.device >= n) {
+      throw Error(Code::InvalidArgument, "createNccl: device " + std::to_string(cfg.device) +
+                                             " (LOCAL_RANK) does not exist; this machine has " + std::to_string(n) + " GPUs");
+    }
+    auto ctl = std::make_shared<NcclControl>();
+    Napi::Object comm = CommWrap::Wrap(env, std::make_unique<NcclBackend>(cfg, nullptr, ctl));
+    comm.Set("gpuControl", NcclControlWrap::New(env, ctl));
+    return CommWrap::Unwrap(comm)->Connect(env, num(o, "timeoutMs", 600000));
+  });
+}
+
+// gpuInfo() -> what loads here, without throwing: {cuda, nccl, devices, ...}
+Napi::Value GpuInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object out = Napi::Object::New(env);
+  std::string why;
+  const CudaApi* cu = tryCuda(&why);
+  out.Set("cuda", Napi::Boolean::New(env, cu != nullptr));
+  if (!cu) out.Set("cudaError", why);
+  int devices = 0, driver = 0;
+  if (cu) {
+    cu->cuDeviceGetCount(&devices);
+    cu->cuDriverGetVersion(&driver);
+  }
+  out.Set("devices", devices);
+  out.Set("driverVersion", driver);
+  why.clear();
+  const NcclApi* nc = tryNccl(&why);
+  out.Set("nccl", Napi::Boolean::New(env, nc != nullptr));
+  if (nc) {
+    out.Set("ncclVersion", nc->versionString());
+    out.Set("ncclVersionCode", nc->version);
+  } else {
+    out.Set("ncclError", why);
+  }
+  return out;
+}
+
+// pinHost(arrayBuffer) / unpinHost(arrayBuffer): page-locks memory V8 owns (its
+// backing store never moves), so JS reads and writes pinned memory directly.
+Napi::Value PinHost(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsArrayBuffer()) throw Error(Code::InvalidArgument, "pinHost: expected an ArrayBuffer");
+    auto ab = info[0].As<Napi::ArrayBuffer>();
+    useDevice(info[1].IsNumber() ? info[1].As<Napi::Number>().Int32Value() : 0);
+    cuCheck(cuda().cuMemHostRegister(ab.Data(), ab.ByteLength(), 1 /* PORTABLE */), "cuMemHostRegister");
+    return env.Undefined();
+  });
+}
+
+Napi::Value UnpinHost(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsArrayBuffer()) throw Error(Code::InvalidArgument, "unpinHost: expected an ArrayBuffer");
+    useDevice(info[1].IsNumber() ? info[1].As<Napi::Number>().Int32Value() : 0);
+    cuCheck(cuda().cuMemHostUnregister(info[0].As<Napi::ArrayBuffer>().Data()), "cuMemHostUnregister");
+    return env.Undefined();
+  });
+}
+
+Napi::Value DumpFlightRecords(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const std::string reason = info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "requested";
+    return Napi::String::New(env, FlightRecorder::dumpAll(reason));
+  });
+}
+
+}  // namespace
+
+GpuEnv& gpuEnv(Napi::Env env) {
+  std::lock_guard<std::mutex> l(envMu);
+  return *envs().at(env);
+}
+
+void registerGpu(Napi::Env env, Napi::Object exports) {
+  auto* data = new GpuEnv();
+  {
+    std::lock_guard<std::mutex> l(envMu);
+    envs()[env] = data;
+  }
+  env.AddCleanupHook(cleanup, new std::pair<napi_env, GpuEnv*>(env, data));
+  data->poller = new Poller(env);
+  Napi::Function buf = DeviceBufferWrap::Init(env);
+  Napi::Function stream = StreamWrap::Init(env);
+  Napi::Function event = EventWrap::Init(env);
+  Napi::Function ctl = NcclControlWrap::Init(env);
+  data->deviceBufferCtor = Napi::Persistent(buf);
+  data->streamCtor = Napi::Persistent(stream);
+  data->eventCtor = Napi::Persistent(event);
+  data->ncclControlCtor = Napi::Persistent(ctl);
+  exports.Set("NativeDeviceBuffer", buf);
+  exports.Set("NativeStream", stream);
+  exports.Set("NativeEvent", event);
+  exports.Set("createNccl", Napi::Function::New(env, CreateNccl, "createNccl"));
+  exports.Set("gpuInfo", Napi::Function::New(env, GpuInfo, "gpuInfo"));
+  exports.Set("pinHost", Napi::Function::New(env, PinHost, "pinHost"));
+  exports.Set("unpinHost", Napi::Function::New(env, UnpinHost, "unpinHost"));
+  exports.Set("dumpFlightRecords", Napi::Function::New(env, DumpFlightRecords, "dumpFlightRecords"));
+  registerKernels(env, exports);
+  registerNvml(env, exports);
+}
+
+}  // namespace ncclnode

@@ -1,0 +1,193 @@
+// Runs the kernels of kernels.cu through the driver API: the fatbin nvcc made at
+// build time is loaded per device with cuModuleLoadData and launched with
+// cuLaunchKernel. Without the fatbin (no nvcc at build time) each call says so.
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+#include "../core/js_errors.h"
+#include "../cuda/device_buffer.h"
+#include "../cuda/gpu_env.h"
+#include "../cuda/poller.h"
+
+namespace ncclnode {
+
+namespace {
+
+std::string addonDir() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&addonDir), &info) == 0 || !info.dli_fname) return ".";
+  std::string p = info.dli_fname;
+  return p.substr(0, p.rfind('/'));
+}
+
+// NCCL_NODE_KERNELS, else <build>/kernels/nccl_node_kernels.fatbin next to <build>/Release.
+std::string kernelsPath() {
+  const char* env = std::getenv("NCCL_NODE_KERNELS");
+  if (env && *env) return env;
+  return addonDir() + "/../kernels/nccl_node_kernels.fatbin";
+}
+
+std::mutex mu;
+std::vector<char>& image() {
+  static std::vector<char> bytes;
+  return bytes;
+}
+
+CUfunction function(int device, const char* name) {
+  const CudaApi& cu = cuda();
+  if (!cu.cuModuleLoadData || !cu.cuLaunchKernel || !cu.cuModuleGetFunction) {
+    throw Error(Code::Unavailable, "the CUDA driver lacks cuModuleLoadData / cuLaunchKernel");
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  static std::map<int, CUmodule> modules;
+  if (image().empty()) {
+    const std::string path = kernelsPath();
+    std::ifstream f(path, std::ios::binary);
+    if (!f) {
+      throw Error(Code::Unavailable, "the CUDA kernels are not built: " + path +
+                                         " is missing (build with nvcc on PATH, or set NCCL_NODE_KERNELS)");
+    }
+    image().assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    image().push_back('\0');  // PTX images must be NUL-terminated
+  }
+  useDevice(device);
+  CUmodule& m = modules[device];
+  if (!m) cuCheck(cu.cuModuleLoadData(&m, image().data()), "cuModuleLoadData");
+  CUfunction fn = nullptr;
+  cuCheck(cu.cuModuleGetFunction(&fn, m, name), (std::string("cuModuleGetFunction ") + name).c_str());
+  return fn;
+}
+
+void launch(int device, const char* name, size_t n, CUstream s, std::vector<void*> args) {
+  CUfunction fn = function(device, name);
+  const unsigned threads = 256;
+  const size_t blocks = std::min<size_t>((n + threads - 1) / threads, 4096);
+  cuCheck(cuda().cuLaunchKernel(fn, static_cast<unsigned>(blocks ? blocks : 1), 1, 1, threads, 1, 1, 0, s, args.data(),
+                                nullptr),
+          (std::string("cuLaunchKernel ") + name).c_str());
+}
+
+DeviceBufferWrap* bufferArg(const Napi::Value& v, const char* call) {
+  BufferView view;
+  if (!deviceBufferView(v, &view)) throw Error(Code::InvalidArgument, std::string(call) + ": expected a DeviceBuffer");
+  return DeviceBufferWrap::Unwrap(v.As<Napi::Object>());
+}
+
+int intArg(const Napi::Value& v) { return v.IsNumber() ? v.As<Napi::Number>().Int32Value() : 0; }
+uint64_t u64Arg(const Napi::Value& v) { return v.IsNumber() ? static_cast<uint64_t>(v.As<Napi::Number>().Int64Value()) : 0; }
+
+// A device scratch word: zeroed, written by a kernel, read back when the stream gets there.
+struct Scratch {
+  int device;
+  CUdeviceptr dev = 0;
+  uint64_t host = 0;
+  ~Scratch() {
+    if (!dev) return;
+    try { useDevice(device); cuda().cuMemFree(dev); } catch (...) {}
+  }
+};
+
+// fill(buf, count, dtype, rank, seed, stream?) -> Promise<void>
+Napi::Value Fill(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    auto* b = bufferArg(info[0], "fill");
+    CUdeviceptr p = b->ptr();
+    uint64_t n = u64Arg(info[1]);
+    int dtype = intArg(info[2]), rank = intArg(info[3]);
+    uint64_t seed = u64Arg(info[4]);
+    CUstream s = streamArg(info[5]);
+    launch(b->device(), "nccl_node_fill", n, s, {&p, &n, &dtype, &rank, &seed});
+    return gpuEnv(env).poller->afterStream(env, b->device(), s, nullptr, {info[0]});
+  });
+}
+
+// verify(buf, count, dtype, nranks, seed, stream?) -> Promise<number of wrong elements>
+Napi::Value Verify(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    auto* b = bufferArg(info[0], "verify");
+    CUdeviceptr p = b->ptr();
+    uint64_t n = u64Arg(info[1]);
+    int dtype = intArg(info[2]), nranks = intArg(info[3]);
+    uint64_t seed = u64Arg(info[4]);
+    CUstream s = streamArg(info[5]);
+    auto scratch = std::make_shared<Scratch>();
+    scratch->device = b->device();
+    useDevice(b->device());
+    const CudaApi& cu = cuda();
+    cuCheck(cu.cuMemAlloc(&scratch->dev, 8), "cuMemAlloc");
+    cuCheck(cu.cuMemsetD8Async(scratch->dev, 0, 8, s), "cuMemsetD8Async");
+    CUdeviceptr errors = scratch->dev;
+    launch(b->device(), "nccl_node_verify", n, s, {&p, &n, &dtype, &nranks, &seed, &errors});
+    cuCheck(cu.cuMemcpyDtoHAsync(&scratch->host, scratch->dev, 8, s), "cuMemcpyDtoHAsync");
+    return gpuEnv(env).poller->afterStream(env, b->device(), s,
+        [scratch](Napi::Env e) { return Napi::Number::New(e, static_cast<double>(scratch->host)); }, {info[0]});
+  });
+}
+
+// cast(src, dst, kind, count, stream?): kind 0 f32->bf16, 1 f32->f16, 2 bf16->f32, 3 f16->f32
+Napi::Value Cast(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    static const char* names[] = {"nccl_node_cast_f32_bf16", "nccl_node_cast_f32_f16", "nccl_node_cast_bf16_f32",
+                                  "nccl_node_cast_f16_f32"};
+    auto* src = bufferArg(info[0], "cast");
+    auto* dst = bufferArg(info[1], "cast");
+    const int kind = intArg(info[2]);
+    if (kind < 0 || kind > 3) throw Error(Code::InvalidArgument, "cast: unknown conversion");
+    uint64_t n = u64Arg(info[3]);
+    const size_t inW = kind < 2 ? 4 : 2, outW = kind < 2 ? 2 : 4;
+    if (n * inW > src->bytes() || n * outW > dst->bytes()) throw Error(Code::SizeMismatch, "cast: buffers too small for the count");
+    CUdeviceptr a = src->ptr(), b = dst->ptr();
+    CUstream s = streamArg(info[4]);
+    launch(src->device(), names[kind], n, s, {&a, &b, &n});
+    return gpuEnv(env).poller->afterStream(env, src->device(), s, nullptr, {info[0], info[1]});
+  });
+}
+
+// checksum(buf, bytes, stream?) -> Promise<bigint>
+Napi::Value Checksum(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    auto* b = bufferArg(info[0], "checksum");
+    CUdeviceptr p = b->ptr();
+    uint64_t n = u64Arg(info[1]);
+    if (n > b->bytes()) throw Error(Code::SizeMismatch, "checksum: byte count exceeds the buffer");
+    CUstream s = streamArg(info[2]);
+    auto scratch = std::make_shared<Scratch>();
+    scratch->device = b->device();
+    useDevice(b->device());
+    const CudaApi& cu = cuda();
+    cuCheck(cu.cuMemAlloc(&scratch->dev, 8), "cuMemAlloc");
+    cuCheck(cu.cuMemsetD8Async(scratch->dev, 0, 8, s), "cuMemsetD8Async");
+    CUdeviceptr out = scratch->dev;
+    launch(b->device(), "nccl_node_checksum", n, s, {&p, &n, &out});
+    cuCheck(cu.cuMemcpyDtoHAsync(&scratch->host, scratch->dev, 8, s), "cuMemcpyDtoHAsync");
+    return gpuEnv(env).poller->afterStream(env, b->device(), s,
+        [scratch](Napi::Env e) { return Napi::BigInt::New(e, scratch->host); }, {info[0]});
+  });
+}
+
+Napi::Value KernelsPath(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), kernelsPath()); }
+
+}  // namespace
+
+void registerKernels(Napi::Env env, Napi::Object exports) {
+  Napi::Object k = Napi::Object::New(env);
+  k.Set("fill", Napi::Function::New(env, Fill, "fill"));
+  k.Set("verify", Napi::Function::New(env, Verify, "verify"));
+  k.Set("cast", Napi::Function::New(env, Cast, "cast"));
+  k.Set("checksum", Napi::Function::New(env, Checksum, "checksum"));
+  k.Set("path", Napi::Function::New(env, KernelsPath, "path"));
+  exports.Set("kernels", k);
+}
+
+}  // namespace ncclnode

@@ -1,0 +1,366 @@
+#include "nccl_backend.h"
+
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "../core/dtype.h"
+#include "../cuda/dl.h"
+
+namespace ncclnode {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* ncclOpName(OpKind k) { return opKindName(k); }
+
+void* dptr(const BufferView& v) { return reinterpret_cast<void*>(v.data); }
+
+// The pre-multiplied-sum scalar in the op's dtype, as ncclRedOpCreatePreMulSum reads it.
+std::vector<char> scalarBytes(double s, DType t) {
+  std::vector<char> out(8, 0);
+  auto put = [&](auto v) { std::memcpy(out.data(), &v, sizeof v); };
+  switch (t) {
+    case DType::Int8: put(static_cast<int8_t>(s)); break;
+    case DType::Uint8: put(static_cast<uint8_t>(s)); break;
+    case DType::Int32: put(static_cast<int32_t>(s)); break;
+    case DType::Uint32: put(static_cast<uint32_t>(s)); break;
+    case DType::Int64: put(static_cast<int64_t>(s)); break;
+    case DType::Uint64: put(static_cast<uint64_t>(s)); break;
+    case DType::Float16: put(floatToHalf(static_cast<float>(s))); break;
+    case DType::Bfloat16: put(floatToBf16(static_cast<float>(s))); break;
+    case DType::Float32: put(static_cast<float>(s)); break;
+    case DType::Float64: put(s); break;
+  }
+  return out;
+}
+
+}  // namespace
+
+void NcclControl::withBackend(const std::function<void(NcclBackend&)>& f) {
+  std::lock_guard<std::mutex> l(backendMu_);
+  if (!backend_) throw Error(Code::CommDestroyed, "the communicator was destroyed");
+  f(*backend_);
+}
+
+NcclBackend::NcclBackend(NcclConfig cfg, std::shared_ptr<StoreClient> store, std::shared_ptr<NcclControl> ctl)
+    : cfg_(std::move(cfg)), api_(nccl()), store_(std::move(store)), ctl_(std::move(ctl)),
+      fr_(cfg_.prefix, cfg_.rank, cfg_.size) {
+  ctl_->attach(this);
+}
+
+NcclBackend::~NcclBackend() {
+  ctl_->attach(nullptr);
+  try {
+    useDevice(cfg_.device);
+    {
+      std::lock_guard<std::mutex> lock(commMu_);
+      if (comm_ && !commAborted_) {
+        // A broken group may never quiesce: abort rather than destroy.
+        if (broken_) api_.CommAbort(comm_); else api_.CommDestroy(comm_);
+      }
+      comm_ = nullptr;
+    }
+    const CudaApi& cu = cuda();
+    if (barrierBuf_) cu.cuMemFree(barrierBuf_);
+    if (event_) cu.cuEventDestroy(event_);
+    if (stream_) cu.cuStreamDestroy(stream_);
+  } catch (...) {
+  }
+}
+
+std::string NcclBackend::version() const { return "nccl " + api_.versionString(); }
+
+ncclResult NcclBackend::call(ncclResult r, const char* what) {
+  ncclCheck(api_, r, what, comm_);
+  return r;
+}
+
+void NcclBackend::withComm(const std::function<void(const NcclApi&, ncclComm)>& f) {
+  std::lock_guard<std::mutex> lock(commMu_);
+  if (!comm_ || commAborted_) throw Error(Code::CommAborted, "the communicator is not usable");
+  useDevice(cfg_.device);
+  f(api_, comm_);
+}
+
+void NcclBackend::waitReady(ncclComm comm, Clock::time_point deadline, const char* what) {
+  for (;;) {
+    ncclResult state = kNcclInProgress;
+    {
+      std::lock_guard<std::mutex> lock(commMu_);
+      if (aborted_) throw Error(Code::CommAborted, std::string(what) + ": the communicator was aborted");
+      api_.CommGetAsyncError(comm, &state);
+    }
+    if (state == kNcclSuccess) return;
+    if (state != kNcclInProgress) {
+      broken_ = true;
+      throw Error(Code::Nccl, std::string(what) + ": " + ncclErrorText(api_, state, comm));
+    }
+    if (Clock::now() > deadline) {
+      broken_ = true;
+      std::lock_guard<std::mutex> lock(commMu_);
+      api_.CommAbort(comm);
+      if (comm == comm_) commAborted_ = true;
+      throw Error(Code::Timeout, std::string(what) + ": timed out waiting for the other ranks to join");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void NcclBackend::connect(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  try {
+    useDevice(cfg_.device);
+    const CudaApi& cu = cuda();
+    if (!store_) {
+      store_ = std::make_shared<StoreClient>(cfg_.storeHost, cfg_.storePort, cfg_.token,
+                                             "rank " + std::to_string(cfg_.rank), timeout);
+    }
+    // The unique id travels over the job's rendezvous store, never a side channel.
+    ncclUniqueIdBytes id;
+    const std::string key = cfg_.prefix + "ncclUniqueId";
+    if (cfg_.rank == 0) {
+      call(api_.GetUniqueId(&id), "ncclGetUniqueId");
+      store_->set(key, std::vector<char>(id.internal, id.internal + sizeof id.internal));
+    } else {
+      auto bytes = store_->get(key, timeout);
+      if (bytes.size() != sizeof id.internal) throw Error(Code::Store, "the stored NCCL unique id has the wrong size");
+      std::memcpy(id.internal, bytes.data(), sizeof id.internal);
+    }
+    cuCheck(cu.cuStreamCreate(&stream_, kStreamNonBlocking), "cuStreamCreate");
+    cuCheck(cu.cuEventCreate(&event_, kEventDisableTiming), "cuEventCreate");
+    cuCheck(cu.cuMemAlloc(&barrierBuf_, 4), "cuMemAlloc");
+    ncclConfigV23007 config = ncclConfigInit();
+    config.blocking = 0;  // nonblocking, so abort is safe (NCCL docs)
+    config.commName = cfg_.prefix.c_str();
+    {
+      std::lock_guard<std::mutex> lock(commMu_);
+      if (aborted_) throw Error(Code::CommAborted, "init: the communicator was aborted");
+      call(api_.CommInitRankConfig(&comm_, cfg_.size, id, cfg_.rank, &config), "ncclCommInitRankConfig");
+    }
+    waitReady(comm_, deadline, "ncclCommInitRankConfig");
+  } catch (...) {
+    broken_ = true;
+    throw;
+  }
+}
+
+void NcclBackend::abort() {
+  aborted_ = true;
+  abortComm();
+}
+
+void NcclBackend::abortComm() {
+  broken_ = true;
+  std::lock_guard<std::mutex> lock(commMu_);
+  if (comm_ && !commAborted_) {
+    api_.CommAbort(comm_);
+    commAborted_ = true;
+  }
+}
+
+void NcclBackend::fatal(Code code, const std::string& message, uint64_t frId, const char* state) {
+  abortComm();
+  fr_.setState(frId, state);
+  std::string where;
+  try {
+    where = "; flight record: " + FlightRecorder::dumpAll(message);
+  } catch (const Error& e) {
+    where = std::string("; ") + e.what();
+  }
+  throw Error(code, message + " (the watchdog aborted the communicator" + where + ")");
+}
+
+void NcclBackend::run(Op& op) {
+  useDevice(cfg_.device);
+  const OpTag tag = ctl_->take(ordinal_++);
+  const bool groupEnd = tag.kind == OpTag::GroupEnd;
+  const uint64_t frId = fr_.begin(op, groupEnd ? "groupEnd" : ncclOpName(op.kind));
+  {
+    std::lock_guard<std::mutex> lock(commMu_);
+    if (!comm_ || commAborted_) throw Error(Code::CommAborted, "the communicator was aborted");
+    try {
+      if (tag.kind == OpTag::InGroup && !inGroup_) {
+        call(api_.GroupStart(), "ncclGroupStart");
+        inGroup_ = true;
+      }
+      if (groupEnd) {
+        if (inGroup_) {
+          inGroup_ = false;
+          call(api_.GroupEnd(), "ncclGroupEnd");
+        }
+      } else {
+        launch(op, tag);
+      }
+      if (tag.kind == OpTag::InGroup) {
+        fr_.setState(frId, "enqueued");  // completes with the group's end
+        return;
+      }
+      cuCheck(cuda().cuEventRecord(event_, stream_), "cuEventRecord");
+    } catch (const Error& e) {
+      fr_.setState(frId, "failed");
+      if (e.code() != Code::InvalidArgument && e.code() != Code::Unavailable) broken_ = true;
+      throw;
+    }
+  }
+  fr_.setState(frId, "started");
+  waitDone(op, frId);
+  fr_.setState(frId, "completed");
+}
+
+void NcclBackend::waitDone(Op& op, uint64_t frId) {
+  const CudaApi& cu = cuda();
+  const auto deadline = Clock::now() + op.timeout;
+  auto nap = std::chrono::microseconds(20);
+  for (;;) {
+    const CUresult done = cu.cuEventQuery(event_);
+    ncclResult async = kNcclSuccess;
+    std::string lastError;
+    {
+      std::lock_guard<std::mutex> lock(commMu_);
+      if (commAborted_ || aborted_) {
+        fr_.setState(frId, "aborted");
+        throw Error(Code::CommAborted, "the communicator was aborted");
+      }
+      api_.CommGetAsyncError(comm_, &async);
+      if (async != kNcclSuccess && async != kNcclInProgress) lastError = ncclErrorText(api_, async, comm_);
+    }
+    if (!lastError.empty()) fatal(Code::Nccl, "NCCL reported an asynchronous error: " + lastError, frId, "failed");
+    if (done == kCudaSuccess) return;
+    if (done != kCudaNotReady) fatal(Code::Cuda, "cuEventQuery: " + cuErrorText(done), frId, "failed");
+    if (Clock::now() > deadline) {
+      std::ostringstream s;
+      s << "timed out after " << op.timeout.count() << " ms: the operation did not complete on the GPU"
+        << " (a peer may be stalled; compare the ranks' flight records)";
+      fatal(Code::Timeout, s.str(), frId, "timeout");
+    }
+    std::this_thread::sleep_for(nap);
+    if (nap < std::chrono::milliseconds(1)) nap *= 2;
+  }
+}
+
+void NcclBackend::launch(Op& op, const OpTag& tag) {
+  const int dt = static_cast<int>(op.dtype);
+  int redop = static_cast<int>(op.redop);
+  if (op.kind != OpKind::Barrier && ((op.send.data && op.send.mem != MemKind::Device) ||
+                                     (op.recv.data && op.recv.mem != MemKind::Device))) {
+    throw Error(Code::InvalidArgument, "the nccl backend works on DeviceBuffers; received host memory "
+                                       "(copy it with DeviceBuffer.from(typedArray))");
+  }
+  bool premul = false;
+  if (tag.preMulSum) {
+    auto scalar = scalarBytes(tag.scalar, op.dtype);
+    call(api_.RedOpCreatePreMulSum(&redop, scalar.data(), dt, kNcclScalarHostImmediate, comm_),
+         "ncclRedOpCreatePreMulSum");
+    premul = true;
+  }
+  const size_t n = static_cast<size_t>(cfg_.size);
+  void* s = dptr(op.send);
+  void* r = dptr(op.recv);
+  switch (op.kind) {
+    case OpKind::AllReduce: call(api_.AllReduce(s, r, op.count, dt, redop, comm_, stream_), "ncclAllReduce"); break;
+    case OpKind::Broadcast: call(api_.Broadcast(s, r, op.count, dt, op.root, comm_, stream_), "ncclBroadcast"); break;
+    case OpKind::Reduce: call(api_.Reduce(s, r, op.count, dt, redop, op.root, comm_, stream_), "ncclReduce"); break;
+    case OpKind::AllGather: call(api_.AllGather(s, r, op.count, dt, comm_, stream_), "ncclAllGather"); break;
+    case OpKind::ReduceScatter:
+      call(api_.ReduceScatter(s, r, op.count, dt, redop, comm_, stream_), "ncclReduceScatter");
+      break;
+    case OpKind::AllToAll:
+      if (api_.AlltoAll) call(api_.AlltoAll(s, r, op.count / n, dt, comm_, stream_), "ncclAlltoAll");
+      else p2pFallback(op);
+      break;
+    case OpKind::Gather:
+      if (api_.Gather) call(api_.Gather(s, r, op.count, dt, op.root, comm_, stream_), "ncclGather");
+      else p2pFallback(op);
+      break;
+    case OpKind::Scatter:
+      if (api_.Scatter) call(api_.Scatter(s, r, op.count, dt, op.root, comm_, stream_), "ncclScatter");
+      else p2pFallback(op);
+      break;
+    case OpKind::Send: call(api_.Send(s, op.count, dt, op.root, comm_, stream_), "ncclSend"); break;
+    case OpKind::Recv: call(api_.Recv(r, op.count, dt, op.root, comm_, stream_), "ncclRecv"); break;
+    case OpKind::Barrier:
+      // As ProcessGroupNCCL does: a one-element all-reduce on the communicator's stream.
+      call(api_.AllReduce(reinterpret_cast<void*>(barrierBuf_), reinterpret_cast<void*>(barrierBuf_), 1, 7, 0, comm_,
+                          stream_), "ncclAllReduce (barrier)");
+      break;
+    case OpKind::Split: throw Error(Code::InvalidArgument, "split is not a data operation");
+  }
+  if (premul) api_.RedOpDestroy(redop, comm_);  // allowed once the last call using it returned
+}
+
+// AllToAll / Gather / Scatter before NCCL 2.28: grouped sends and receives, as
+// PyTorch does; the local block is a device-to-device copy.
+void NcclBackend::p2pFallback(Op& op) {
+  const CudaApi& cu = cuda();
+  const int dt = static_cast<int>(op.dtype);
+  const int me = cfg_.rank;
+  const size_t n = static_cast<size_t>(cfg_.size);
+  const size_t count = op.kind == OpKind::AllToAll ? op.count / n : op.count;
+  const size_t bytes = count * elementSize(op.dtype);
+  auto at = [](const BufferView& v, size_t off) { return reinterpret_cast<CUdeviceptr>(v.data) + off; };
+  call(api_.GroupStart(), "ncclGroupStart");
+  for (int p = 0; p < cfg_.size; ++p) {
+    const bool self = p == me;
+    if (op.kind == OpKind::AllToAll) {
+      if (self) { cuCheck(cu.cuMemcpyDtoDAsync(at(op.recv, p * bytes), at(op.send, p * bytes), bytes, stream_), "cuMemcpyDtoDAsync"); continue; }
+      call(api_.Send(reinterpret_cast<void*>(at(op.send, p * bytes)), count, dt, p, comm_, stream_), "ncclSend");
+      call(api_.Recv(reinterpret_cast<void*>(at(op.recv, p * bytes)), count, dt, p, comm_, stream_), "ncclRecv");
+    } else if (op.kind == OpKind::Gather) {
+      if (me != op.root) { if (p == op.root) call(api_.Send(dptr(op.send), count, dt, p, comm_, stream_), "ncclSend"); continue; }
+      if (self) { cuCheck(cu.cuMemcpyDtoDAsync(at(op.recv, p * bytes), at(op.send, 0), bytes, stream_), "cuMemcpyDtoDAsync"); continue; }
+      call(api_.Recv(reinterpret_cast<void*>(at(op.recv, p * bytes)), count, dt, p, comm_, stream_), "ncclRecv");
+    } else {
+      if (me != op.root) { if (p == op.root) call(api_.Recv(dptr(op.recv), count, dt, p, comm_, stream_), "ncclRecv"); continue; }
+      if (self) { cuCheck(cu.cuMemcpyDtoDAsync(at(op.recv, 0), at(op.send, p * bytes), bytes, stream_), "cuMemcpyDtoDAsync"); continue; }
+      call(api_.Send(reinterpret_cast<void*>(at(op.send, p * bytes)), count, dt, p, comm_, stream_), "ncclSend");
+    }
+  }
+  call(api_.GroupEnd(), "ncclGroupEnd");
+}
+
+std::unique_ptr<Backend> NcclBackend::split(int color, int key, std::chrono::milliseconds timeout) {
+  useDevice(cfg_.device);
+  ctl_->take(ordinal_++);
+  const auto deadline = Clock::now() + timeout;
+  ncclComm child = nullptr;
+  ncclConfigV23007 config = ncclConfigInit();
+  config.blocking = 0;
+  {
+    std::lock_guard<std::mutex> lock(commMu_);
+    if (!comm_ || commAborted_) throw Error(Code::CommAborted, "the communicator was aborted");
+    call(api_.CommSplit(comm_, color < 0 ? -1 : color, key, &child, &config), "ncclCommSplit");
+  }
+  const int id = splits_++;
+  if (color < 0) {
+    waitReady(comm_, deadline, "ncclCommSplit");
+    return nullptr;
+  }
+  if (!child) throw Error(Code::Nccl, "ncclCommSplit returned no communicator for color " + std::to_string(color));
+  waitReady(child, deadline, "ncclCommSplit");
+  NcclConfig cc = cfg_;
+  // The child's rank and size come from NCCL (ordered by key, then parent rank).
+  auto* commCount = reinterpret_cast<ncclResult (*)(ncclComm, int*)>(symbol(api_.lib, "ncclCommCount"));
+  auto* userRank = reinterpret_cast<ncclResult (*)(ncclComm, int*)>(symbol(api_.lib, "ncclCommUserRank"));
+  if (!commCount || !userRank) throw Error(Code::Unavailable, "libnccl lacks ncclCommCount / ncclCommUserRank");
+  commCount(child, &cc.size);
+  userRank(child, &cc.rank);
+  cc.prefix = cfg_.prefix + "split" + std::to_string(id) + "/c" + std::to_string(color) + "/";
+  auto ctl = std::make_shared<NcclControl>();
+  auto backend = std::make_unique<NcclBackend>(cc, store_, ctl);
+  backend->comm_ = child;
+  try {
+    const CudaApi& cu = cuda();
+    cuCheck(cu.cuStreamCreate(&backend->stream_, kStreamNonBlocking), "cuStreamCreate");
+    cuCheck(cu.cuEventCreate(&backend->event_, kEventDisableTiming), "cuEventCreate");
+    cuCheck(cu.cuMemAlloc(&backend->barrierBuf_, 4), "cuMemAlloc");
+  } catch (...) {
+    backend->broken_ = true;
+    throw;
+  }
+  ctl_->pushChild(ctl);
+  return backend;
+}
+
+}  // namespace ncclnode

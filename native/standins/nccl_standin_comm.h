@@ -1,0 +1,76 @@
+// The stand-in libnccl's communicator and its operations (see nccl_standin.cpp).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nccl_standin_net.h"
+#include "standin_cuda_ext.h"
+
+extern "C" int cuMemAlloc_v2(CUdeviceptr*, size_t);
+extern "C" int cuMemFree_v2(CUdeviceptr);
+
+namespace standin {
+
+enum : int {
+  kSuccess = 0, kUnhandledCuda = 1, kSystemError = 2, kInternalError = 3, kInvalidArgument = 4,
+  kInvalidUsage = 5, kRemoteError = 6, kInProgress = 7,
+};
+
+struct Config {  // the prefix of ncclConfig_t every version shares
+  size_t size;
+  unsigned magic, version;
+  int blocking;
+};
+
+enum class Kind { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Gather, Scatter, Send, Recv };
+const char* kindName(Kind k);
+
+struct Call {
+  Kind kind;
+  const void* send;  // device pointers as the caller passed them
+  void* recv;
+  size_t count;
+  int dtype, op, root;  // root: the peer for Send/Recv
+};
+
+struct Comm {
+  int rank = 0, nranks = 1;
+  bool blocking = true;
+  std::vector<int> fds;
+  std::atomic<int> asyncError{kInProgress};
+  std::atomic<bool> aborted{false};
+  std::atomic<int> pending{0};  // enqueued operations not finished yet
+  std::thread init;
+  std::mutex mu;  // guards the members below
+  std::string lastError;
+  std::map<int, double> premul;  // ncclRedOpCreatePreMulSum operators
+  int nextOp = 5;                // ncclNumOps: user operators start here
+  std::set<void*> registered;
+  std::map<int, int> calls;      // per collective kind, for fault injection
+  int splits = 0;
+};
+
+}  // namespace standin
+
+typedef standin::Comm* ncclComm_t;
+typedef struct { char internal[128]; } ncclUniqueId;
+
+namespace standin {
+
+void setError(Comm* comm, const std::string& msg);
+Comm* startComm(const UniqueId& id, int nranks, int rank, bool blocking);
+void freeComm(Comm* comm, bool abort);
+int splitComm(Comm* comm, int color, int key, Comm** out, bool blocking);
+int enqueue(Comm* comm, CUstream stream, const Call& call);
+int& groupDepth();
+int flushGroup();
+double scalarToDouble(const void* p, int dtype);
+
+}  // namespace standin

@@ -1,0 +1,150 @@
+/**
+ * One rank of `nccl-node bench`: joins the job found in the environment (nccl-node
+ * run, --nproc-per-node, torchrun, Slurm, mpirun, or a single process), runs the
+ * collective's sweep and, on rank 0, prints the nccl-tests report and writes -J/--csv.
+ * Resolves to the exit code: 0, 7 (wrong results or NCCL_TESTS_MIN_BW missed),
+ * 3 (backend error), 4 (timeout), 6 (invalid usage).
+ */
+import { readFileSync } from 'node:fs';
+import os from 'node:os';
+import type { Communicator } from '../comm/communicator.js';
+import { init } from '../comm/init.js';
+import { isNcclNodeError } from '../errors.js';
+import type { Collective } from './collective.js';
+import { resolveConfig, UsageError } from './config.js';
+import { runCollective, type BenchEnv, type Control, type RunTotals } from './driver.js';
+import type { BenchFlags } from './flags.js';
+import { footerLines, headerLines, NCCL_TESTS_VERSION, tableHeader, type RankLine } from './format.js';
+import { hostDevice } from './host-device.js';
+import { buildCsv, buildJson, openExclusive, writeCsv, writeJson, type ReportMeta } from './report.js';
+
+export const EXIT = { ok: 0, internal: 1, backend: 3, timeout: 4, notImplemented: 5, usage: 6, results: 7 } as const;
+
+/** Set to a rank number to flip one element of that rank's results before checking (tests). */
+export const CORRUPT_ENV = 'NCCL_NODE_BENCH_CORRUPT';
+
+function packageVersion(): string {
+  try {
+    return (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+  } catch {
+    return 'unknown';
+  }
+}
+
+/** Host-side exchanges over the communicator itself (Gloo); the NCCL path would use its Gloo side channel. */
+function commControl(comm: Communicator): Control {
+  return {
+    async allReduce(values, op) {
+      const buf = Float64Array.from(values);
+      await comm.allReduce(buf, { op });
+      return [...buf];
+    },
+    async fromRank0(values) {
+      const buf = Float64Array.from(values);
+      await comm.broadcast(buf, { root: 0 });
+      return [...buf];
+    },
+    barrier: async () => void (await comm.barrier()),
+  };
+}
+
+function myRankLine(comm: Communicator): RankLine {
+  const cpu = os.cpus()[0]?.model.trim().replace(/\s+/g, ' ') ?? 'unknown CPU';
+  // Gloo ranks have no GPU: device -1, no PCI address.
+  return { rank: comm.rank, group: 0, pid: process.pid, host: os.hostname(), device: -1, pci: [0, 0, 0], name: `CPU ${cpu}` };
+}
+
+/** Every rank's line, in rank order (MPI_Gather of the device lines in nccl-tests). */
+async function gatherRankLines(comm: Communicator, mine: RankLine): Promise<RankLine[]> {
+  const SLOT = 1024;
+  const send = new Uint8Array(SLOT);
+  send.set(new TextEncoder().encode(JSON.stringify(mine)).subarray(0, SLOT));
+  const all = new Uint8Array(SLOT * comm.size);
+  await comm.allGather(send, all);
+  const dec = new TextDecoder();
+  return [...Array(comm.size).keys()].map((r) => JSON.parse(dec.decode(all.subarray(r * SLOT, (r + 1) * SLOT)).replace(/\0+$/, '')) as RankLine);
+}
+
+function versionLine(comm: Communicator): string {
+  const v = comm.backendVersion.replace(/^\S+\s+/, '');
+  const lib = comm.backend === 'nccl' ? `nccl-library=${v}` : `gloo-library=${v}`;
+  return `# nccl-node version ${packageVersion()} nccl-tests-format ${NCCL_TESTS_VERSION} backend=${comm.backend} ${lib}`;
+}
+
+export async function benchRank(coll: Collective, flags: BenchFlags, args: string[]): Promise<number> {
+  const startTime = new Date();
+  const out = (line: string) => process.stdout.write(`${line}\n`);
+  let comm: Communicator | undefined;
+  try {
+    comm = await init({
+      backend: flags.backend,
+      checkCollectives: flags.checkCollectives,
+      ...(flags.timeout > 0 ? { timeoutMs: flags.timeout * 1000 } : {}),
+    });
+  } catch (err) {
+    process.stderr.write(`nccl-node bench: ${err instanceof Error ? err.message : String(err)}\n`);
+    return isNcclNodeError(err, 'ERR_INVALID_ARGUMENT') ? EXIT.usage : EXIT.backend;
+  }
+  const main = comm.rank === 0;
+  const print = main ? out : () => {};
+  const program = `${coll.name}_perf`;
+  try {
+    const cfg = resolveConfig(flags, comm.backend);
+    if (main) for (const w of cfg.warnings) process.stderr.write(`nccl-node bench: ${w}\n`);
+    if (coll.rooted && cfg.flags.root >= comm.size) throw new UsageError(`-r ${cfg.flags.root}: root must be -1 or a rank below ${comm.size}`);
+    if (comm.backend !== 'gloo') throw new UsageError(`the ${comm.backend} backend has no bench device yet (GPU buffers and kernels pending)`);
+    const json = main && cfg.flags.output_file ? openExclusive(cfg.flags.output_file) : undefined;
+    if (main && cfg.flags.output_file) print(json ? `# Writing JSON output to ${json.path}` : `# skipping json output; ${cfg.flags.output_file} not accessible`);
+    const ranks = await gatherRankLines(comm, myRankLine(comm));
+    print(versionLine(comm));
+    for (const n of cfg.notices) print(n);
+    for (const l of headerLines(program, { ...paramsOf(cfg.flags) }, ranks)) print(l);
+    for (const l of tableHeader(!!cfg.flags.report_cputime, !!cfg.flags.report_timestamps, !!cfg.flags.per_iter_timing)) print(l);
+
+    const env: BenchEnv = {
+      comm, dev: hostDevice, control: commControl(comm), rank: comm.rank, nranks: comm.size,
+      corrupt: process.env[CORRUPT_ENV] !== undefined && Number(process.env[CORRUPT_ENV]) === comm.rank, print,
+    };
+    const totals: RunTotals = await runCollective(env, cfg, coll);
+    const [outOfBounds] = (await env.control.allReduce([totals.errors], 'sum')) as [number];
+    const avgBusBw = totals.busBwSum / totals.busBwCount;
+    const minRaw = process.env.NCCL_TESTS_MIN_BW;
+    const minBw = minRaw !== undefined ? Number.parseFloat(minRaw) || 0 : undefined;
+    for (const l of footerLines(program, outOfBounds, avgBusBw, minBw)) print(l);
+    if (main) {
+      const meta: ReportMeta = {
+        program, args, startTime, backend: comm.backend, backendVersion: comm.backendVersion, ncclVersion: 0,
+        nodeVersion: process.version, packageVersion: packageVersion(), worldSize: comm.size, ranks, checkCollectives: flags.checkCollectives,
+      };
+      const summary = { rows: totals.rows, outOfBounds, avgBusBw, minBw, errors: [] };
+      if (json) writeJson(json.fd, buildJson(meta, cfg, summary));
+      if (cfg.flags.csv) writeCsv(cfg.flags.csv, buildCsv(meta, summary));
+    }
+    // Rank 0 has printed everything before any rank exits (a launcher stops the gang on a non-zero exit).
+    await env.control.barrier();
+    await comm.destroy();
+    return outOfBounds || (minBw !== undefined && avgBusBw < minBw * 0.9) ? EXIT.results : EXIT.ok;
+  } catch (err) {
+    if (err instanceof UsageError) {
+      if (main) process.stderr.write(`nccl-node bench: ${err.message}\n`);
+      await comm.destroy().catch(() => {});
+      return EXIT.usage;
+    }
+    if (isNcclNodeError(err, 'ERR_TIMEOUT')) {
+      print(`${os.hostname()}: Test timeout (${flags.timeout}s)`);
+      comm.abort();
+      return EXIT.timeout;
+    }
+    process.stderr.write(`nccl-node bench: rank ${comm.rank}: ${err instanceof Error ? err.message : String(err)}\n`);
+    comm.abort();
+    return EXIT.backend;
+  }
+}
+
+function paramsOf(f: BenchFlags) {
+  return {
+    nThreads: f.nthreads, nGpus: f.ngpus, minBytes: f.minbytes, maxBytes: f.maxbytes, stepBytes: f.stepbytes, stepFactor: f.stepfactor,
+    warmupIters: f.warmup_iters, iters: f.iters, aggIters: f.agg_iters, check: f.check, graph: f.cudagraph, unalign: f.unalign,
+    blocking: f.blocking, perIterTiming: f.per_iter_timing, perIterSkip: f.per_iter_skip,
+  };
+}

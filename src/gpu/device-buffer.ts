@@ -1,0 +1,209 @@
+/**
+ * GPU memory from TypeScript. A DeviceBuffer is one device allocation with a dtype;
+ * collectives on the NCCL backend take it where the Gloo backend takes TypedArrays.
+ *
+ *   using buf = DeviceBuffer.from(new Float32Array([1, 2, 3]));
+ *   await comm.allReduce(buf);
+ *   const sums = await buf.toHost();   // a new Float32Array
+ */
+import { DTYPE_BYTES, DTYPE_CODE, arrayTypeOf, type DType, type HostArray } from '../dtypes.js';
+import { NcclNodeError, fromNative } from '../errors.js';
+import { nativeHandle } from '../comm/communicator.js';
+import { binding } from '../native.js';
+import type { NativeDeviceBuffer } from './native-types.js';
+import { currentDevice } from './device.js';
+import type { Stream } from './stream.js';
+
+export interface AllocOptions {
+  dtype: DType;
+  length: number;
+  /** CUDA device ordinal; default LOCAL_RANK (or 0). */
+  device?: number;
+  /** Allocate with ncclMemAlloc (NCCL >= 2.19), as NVLS / symmetric kernels want. */
+  ncclMemAlloc?: boolean;
+}
+
+function inferDType(a: ArrayBufferView): DType | undefined {
+  if (a instanceof Float32Array) return 'float32';
+  if (a instanceof Float64Array) return 'float64';
+  if (a instanceof Int8Array) return 'int8';
+  if (a instanceof Uint8Array) return 'uint8';
+  if (a instanceof Int32Array) return 'int32';
+  if (a instanceof Uint32Array) return 'uint32';
+  if (a instanceof BigInt64Array) return 'int64';
+  if (a instanceof BigUint64Array) return 'uint64';
+  return undefined;
+}
+
+async function settle<T>(p: Promise<T>): Promise<T> {
+  try {
+    return await p;
+  } catch (err) {
+    throw fromNative(err);
+  }
+}
+
+function call<T>(f: () => T): T {
+  try {
+    return f();
+  } catch (err) {
+    throw fromNative(err);
+  }
+}
+
+export class DeviceBuffer {
+  readonly dtype: DType;
+  readonly length: number;
+  readonly #native: NativeDeviceBuffer;
+
+  private constructor(native: NativeDeviceBuffer, dtype: DType, length: number) {
+    this.#native = native;
+    this.dtype = dtype;
+    this.length = length;
+  }
+
+  /** Uninitialised device memory for `length` elements of `dtype`. */
+  static alloc(options: AllocOptions): DeviceBuffer {
+    const { dtype, length } = options;
+    if (!(dtype in DTYPE_BYTES)) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `DeviceBuffer.alloc: unknown dtype ${String(dtype)}`);
+    if (!Number.isSafeInteger(length) || length < 1) {
+      throw new NcclNodeError('ERR_INVALID_ARGUMENT', `DeviceBuffer.alloc: length must be a positive integer, received ${length}`);
+    }
+    const device = options.device ?? currentDevice();
+    const native = call(() => new (binding().NativeDeviceBuffer)(length * DTYPE_BYTES[dtype], device, options.ncclMemAlloc ?? false));
+    return new DeviceBuffer(native, dtype, length);
+  }
+
+  /**
+   * A device copy of a TypedArray. Uint16Array data needs {dtype: 'float16' | 'bfloat16'}.
+   * The copy is asynchronous; use `await DeviceBuffer.fromAsync(...)`, or this and
+   * rely on stream order (collectives run after the copy on the same device).
+   */
+  static async from(array: HostArray, options: { dtype?: DType; device?: number; stream?: Stream } = {}): Promise<DeviceBuffer> {
+    const dtype = options.dtype ?? inferDType(array);
+    if (dtype === undefined) {
+      throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'DeviceBuffer.from: a Uint16Array needs {dtype: "float16"} or {dtype: "bfloat16"}');
+    }
+    if (!(array instanceof arrayTypeOf(dtype))) {
+      throw new NcclNodeError('ERR_INVALID_ARGUMENT', `DeviceBuffer.from: dtype ${dtype} is held in a ${arrayTypeOf(dtype).name}`);
+    }
+    const buf = DeviceBuffer.alloc({ dtype, length: array.length, ...(options.device !== undefined ? { device: options.device } : {}) });
+    await buf.copyFrom(array, options.stream);
+    return buf;
+  }
+
+  get device(): number {
+    return this.#native.device;
+  }
+  get byteLength(): number {
+    return this.length * DTYPE_BYTES[this.dtype];
+  }
+  /** The device address (CUdeviceptr). */
+  get ptr(): bigint {
+    return this.#native.ptr;
+  }
+  get disposed(): boolean {
+    return this.#native.disposed;
+  }
+  get allocator(): 'cuMemAlloc' | 'ncclMemAlloc' {
+    return this.#native.allocator;
+  }
+  /** What collectives hand to native code. */
+  get [nativeHandle](): NativeDeviceBuffer {
+    return this.#native;
+  }
+
+  /** Copies host data in (async, on `stream` or the null stream). */
+  copyFrom(src: HostArray, stream?: Stream): Promise<void> {
+    if (src.byteLength !== this.byteLength) {
+      throw new NcclNodeError('ERR_SIZE_MISMATCH', `copyFrom: source holds ${src.byteLength} bytes, the DeviceBuffer ${this.byteLength}`);
+    }
+    return settle(call(() => this.#native.copyFromHost(src, 0, stream?.native)));
+  }
+
+  /** Copies the contents into `dst` (a TypedArray of the same byte length) once the GPU is done. */
+  async copyTo<T extends HostArray>(dst: T, stream?: Stream): Promise<T> {
+    if (dst.byteLength !== this.byteLength) {
+      throw new NcclNodeError('ERR_SIZE_MISMATCH', `copyTo: destination holds ${dst.byteLength} bytes, the DeviceBuffer ${this.byteLength}`);
+    }
+    await settle(call(() => this.#native.copyToHost(dst, 0, stream?.native)));
+    return dst;
+  }
+
+  /** A new TypedArray with the contents (Uint16Array for float16 / bfloat16). */
+  toHost(stream?: Stream): Promise<HostArray> {
+    const Ctor = arrayTypeOf(this.dtype);
+    return this.copyTo(new Ctor(this.length) as HostArray, stream);
+  }
+
+  /** Device-to-device copy of all of `src` (same byte length). */
+  copyFromDevice(src: DeviceBuffer, stream?: Stream): Promise<void> {
+    if (src.byteLength !== this.byteLength) {
+      throw new NcclNodeError('ERR_SIZE_MISMATCH', `copyFromDevice: source holds ${src.byteLength} bytes, this buffer ${this.byteLength}`);
+    }
+    return settle(call(() => this.#native.copyFromDevice(src.#native, this.byteLength, 0, 0, stream?.native)));
+  }
+
+  /** Sets every byte to `byte`. */
+  fillBytes(byte: number, stream?: Stream): Promise<void> {
+    return settle(call(() => this.#native.memset(byte & 0xff, stream?.native)));
+  }
+
+  /**
+   * GPUDirect: exports [offset, offset + byteLength) as a dmabuf file descriptor for
+   * RDMA NICs and storage (cuMemGetHandleForAddressRange). Page-aligned ranges only;
+   * the caller closes the fd.
+   */
+  exportDmabuf(offset = 0, byteLength = this.byteLength): number {
+    return call(() => this.#native.exportDmabuf(offset, byteLength));
+  }
+
+  /** Frees the device memory now (the GC would later). Work using it must be done. */
+  dispose(): void {
+    this.#native.dispose();
+  }
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+
+  /** ncclDataType_t of the buffer. */
+  get dtypeCode(): number {
+    return DTYPE_CODE[this.dtype];
+  }
+}
+
+/**
+ * Page-locked host memory that JS reads and writes directly: an ordinary
+ * ArrayBuffer registered with cuMemHostRegister, so copies to and from the GPU are
+ * DMA and truly asynchronous, and NICs can reach it.
+ */
+export class PinnedHostBuffer {
+  readonly buffer: ArrayBuffer;
+  readonly device: number;
+  #pinned = true;
+
+  constructor(byteLength: number, options: { device?: number } = {}) {
+    this.buffer = new ArrayBuffer(byteLength);
+    this.device = options.device ?? currentDevice();
+    call(() => binding().pinHost(this.buffer, this.device));
+  }
+
+  /** A view of the pinned bytes as `dtype` elements. */
+  view(dtype: DType): HostArray {
+    const Ctor = arrayTypeOf(dtype);
+    return new Ctor(this.buffer) as HostArray;
+  }
+
+  get pinned(): boolean {
+    return this.#pinned;
+  }
+
+  dispose(): void {
+    if (!this.#pinned) return;
+    this.#pinned = false;
+    call(() => binding().unpinHost(this.buffer, this.device));
+  }
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}

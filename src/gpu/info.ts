@@ -1,0 +1,22 @@
+/** What the GPU libraries report here, and on-demand flight-record dumps. */
+import { fromNative } from '../errors.js';
+import { binding } from '../native.js';
+import type { GpuInfo } from './native-types.js';
+
+/** Which GPU libraries load, their versions and the device count; never throws for a missing library. */
+export function gpuInfo(): GpuInfo {
+  return binding().gpuInfo();
+}
+
+/**
+ * Writes every NCCL communicator's flight record in this process to
+ * $NCCL_NODE_FLIGHT_RECORDER_DIR (default: the temp dir) as
+ * nccl-node-fr-rank<R>-<pid>.json; returns the path.
+ */
+export function dumpFlightRecords(reason = 'requested'): string {
+  try {
+    return binding().dumpFlightRecords(reason);
+  } catch (err) {
+    throw fromNative(err);
+  }
+}

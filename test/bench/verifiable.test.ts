@@ -1,0 +1,67 @@
+/** The generators' promise: any reduction order gives exactly the expected bits. */
+import { describe, expect, it } from 'vitest';
+import { arrayTypeOf, DTYPES, type DType, type ReduceOp } from '../../src/dtypes.js';
+import { countWrong, prepareExpected, prepareInput } from '../../src/bench/verifiable.js';
+import { bf16ToFloat, floatToBf16, floatToHalf, halfToFloat } from '../../src/util/half.js';
+
+/** Reduces like a backend would, in the element type, in the given rank order. */
+function reduceHost(dtype: DType, op: ReduceOp, inputs: ArrayLike<number | bigint>[], order: number[]) {
+  const n = inputs.length;
+  const Ctor = arrayTypeOf(dtype);
+  const out = new Ctor(inputs[0]!.length) as unknown as { [i: number]: number | bigint; length: number };
+  const toNum = (v: number | bigint) => (dtype === 'float16' ? halfToFloat(Number(v)) : dtype === 'bfloat16' ? bf16ToFloat(Number(v)) : Number(v));
+  const fromNum = (v: number) => (dtype === 'float16' ? floatToHalf(v) : dtype === 'bfloat16' ? floatToBf16(v) : dtype.endsWith('64') && dtype !== 'float64' ? BigInt(v) : v);
+  const round = (v: number) => toNum(fromNum(dtype === 'float32' ? Math.fround(v) : v) as number);
+  for (let i = 0; i < out.length; i++) {
+    let acc = toNum(inputs[order[0]!]![i]!);
+    for (const r of order.slice(1)) {
+      const v = toNum(inputs[r]![i]!);
+      acc = op === 'sum' || op === 'avg' ? acc + v : op === 'prod' ? acc * v : op === 'min' ? Math.min(acc, v) : Math.max(acc, v);
+      if (dtype.startsWith('float') || dtype === 'bfloat16') acc = round(acc);
+    }
+    if (op === 'avg') acc = dtype.startsWith('float') || dtype === 'bfloat16' ? acc / n : Math.trunc(acc / n);
+    out[i] = fromNum(acc);
+  }
+  return out as unknown as ArrayBufferView;
+}
+
+describe('verifiable data', () => {
+  for (const dtype of DTYPES) {
+    it(`${dtype}: exact results for every op, any order, 2..5 ranks`, () => {
+      for (const op of ['sum', 'prod', 'min', 'max', 'avg'] as const) {
+        for (const n of [2, 3, 5]) {
+          const Ctor = arrayTypeOf(dtype);
+          const inputs = [...Array(n).keys()].map((r) => {
+            const a = new Ctor(64);
+            prepareInput(a, dtype, op, n, r, 7, 100);
+            return a as unknown as ArrayLike<number | bigint>;
+          });
+          const expected = new Ctor(64);
+          prepareExpected(expected, dtype, op, n, 7, 100);
+          for (const order of [[...Array(n).keys()], [...Array(n).keys()].reverse()]) {
+            expect(countWrong(reduceHost(dtype, op, inputs, order), expected, dtype, op), `${op} n=${n}`).toBe(0);
+          }
+        }
+      }
+    });
+  }
+  it('copies: the expected block is the owner-seeded input, and a flipped bit counts', () => {
+    const a = new Float32Array(32);
+    const e = new Float32Array(32);
+    prepareInput(a, 'float32', 'nil', 1, 0, 33 * 3 + 1, 0);
+    prepareExpected(e, 'float32', 'nil', 1, 33 * 3 + 1, 0);
+    expect(countWrong(a, e, 'float32', 'nil')).toBe(0);
+    a[5] = -a[5]!;
+    expect(countWrong(a, e, 'float32', 'nil')).toBe(1);
+    expect(a.every((v) => Number.isFinite(v))).toBe(true);
+  });
+  it('float avg allows 2 ULP, not 3', () => {
+    const e = new Float32Array([1.5]);
+    const a = new Float32Array(1);
+    new Uint32Array(a.buffer)[0] = new Uint32Array(e.buffer)[0]! + 2;
+    expect(countWrong(a, e, 'float32', 'avg')).toBe(0);
+    new Uint32Array(a.buffer)[0] = new Uint32Array(e.buffer)[0]! + 3;
+    expect(countWrong(a, e, 'float32', 'avg')).toBe(1);
+    expect(countWrong(a, e, 'float32', 'sum')).toBe(1);
+  });
+});

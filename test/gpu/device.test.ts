@@ -1,0 +1,135 @@
+// Loading with and without the GPU libraries, DeviceBuffer / Stream / Event /
+// PinnedHostBuffer, dmabuf export and the kernels, in child processes so each
+// case gets its own library environment.
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { addon, haveBuild, root, standinEnv } from './helpers.js';
+
+const suite = haveBuild ? describe : describe.skip;
+
+/** Runs a TS snippet against src/index.ts with `env`; returns its JSON output. */
+function run(code: string, env: Record<string, string>): any {
+  const script = `import * as nn from ${JSON.stringify(join(root, 'src/index.ts'))};\n` +
+    `const out = await (async () => { ${code} })();\nconsole.log(JSON.stringify(out, (k, v) => typeof v === 'bigint' ? v.toString() : v));`;
+  const r = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+    env: { ...process.env, ...env }, encoding: 'utf8', timeout: 60000,
+  });
+  if (r.status !== 0) throw new Error(`child failed (${r.status}): ${r.stderr}`);
+  return JSON.parse(r.stdout.trim().split('\n').pop()!);
+}
+
+suite('GPU libraries and device memory on the stand-ins', () => {
+  it('without the libraries: the addon loads, and the errors name the library and the variable', () => {
+    const out = run(`
+      const info = nn.gpuInfo();
+      let alloc; try { nn.DeviceBuffer.alloc({ dtype: 'float32', length: 4 }); } catch (e) { alloc = { code: e.code, message: e.message }; }
+      let init; try { await nn.init({ backend: 'nccl', rank: 0, worldSize: 1, token: 't' }); } catch (e) { init = { code: e.code, message: e.message }; }
+      return { info, alloc, init, auto: nn.detectBackend().backend };`,
+    { NCCL_NODE_ADDON: addon, NCCL_NODE_LIBCUDA: '/nonexistent/libcuda.so.1', NCCL_NODE_LIBNCCL: '/nonexistent/libnccl.so.2' });
+    expect(out.info.cuda).toBe(false);
+    expect(out.info.cudaError).toMatch(/libcuda\.so\.1.*NCCL_NODE_LIBCUDA/);
+    expect(out.info.ncclError).toMatch(/NCCL_NODE_LIBNCCL/);
+    expect(out.alloc.code).toBe('ERR_UNAVAILABLE');
+    expect(out.alloc.message).toMatch(/NCCL_NODE_LIBCUDA/);
+    expect(out.init.code).toBe('ERR_UNAVAILABLE');
+    expect(out.auto).toBe('gloo');
+  });
+
+  it('with the stand-ins: versions, device count, and auto picks nccl', () => {
+    const out = run(`return { info: nn.gpuInfo(), auto: nn.detectBackend().backend };`, standinEnv());
+    expect(out.info).toMatchObject({ cuda: true, nccl: true, devices: 8, ncclVersion: '2.30.7' });
+    expect(out.auto).toBe('nccl');
+  });
+
+  it('DeviceBuffer round trips, device copies, streams, events, pinned memory, dmabuf', () => {
+    const out = run(`
+      const a = await nn.DeviceBuffer.from(new Float32Array([1.5, -2, 3, 4]));
+      const back = Array.from(await a.toHost());
+      const h = await nn.DeviceBuffer.from(Uint16Array.of(nn.floatToHalf(0.5), nn.floatToHalf(-1)), { dtype: 'float16' });
+      const half = Array.from(await h.toHost(), nn.halfToFloat);
+      const s = new nn.Stream();
+      const b = nn.DeviceBuffer.alloc({ dtype: 'float32', length: 4 });
+      await b.copyFromDevice(a, s);
+      const start = new nn.Event({ timing: true }), end = new nn.Event({ timing: true });
+      start.record(s); await b.fillBytes(0, s); end.record(s);
+      await s.synchronize(); await end.synchronize();
+      const zeros = Array.from(await b.toHost());
+      const pinned = new nn.PinnedHostBuffer(16);
+      const view = pinned.view('float32'); view.set([9, 8, 7, 6]);
+      await b.copyFrom(view); const fromPinned = Array.from(await b.copyTo(new Float32Array(4)));
+      pinned.dispose();
+      const big = nn.DeviceBuffer.alloc({ dtype: 'uint8', length: 8192 });
+      const fd = big.exportDmabuf(0, 4096);
+      let bad; try { big.exportDmabuf(1, 4096); } catch (e) { bad = e.code; }
+      let disposed; a.dispose(); try { await a.toHost(); } catch (e) { disposed = e.code; }
+      let mismatch; try { await b.copyTo(new Float32Array(3)); } catch (e) { mismatch = e.code; }
+      return { back, half, zeros, fromPinned, fd, bad, disposed, mismatch, elapsed: start.elapsedMs(end), ptr: typeof b.ptr, allocator: b.allocator };`,
+    standinEnv());
+    expect(out.back).toEqual([1.5, -2, 3, 4]);
+    expect(out.half).toEqual([0.5, -1]);
+    expect(out.zeros).toEqual([0, 0, 0, 0]);
+    expect(out.fromPinned).toEqual([9, 8, 7, 6]);
+    expect(out.fd).toBeGreaterThan(2);
+    expect(out.bad).toBe('ERR_CUDA');
+    expect(out.disposed).toBe('ERR_INVALID_ARGUMENT');
+    expect(out.mismatch).toBe('ERR_SIZE_MISMATCH');
+    expect(out.elapsed).toBeGreaterThanOrEqual(0);
+    expect(out.ptr).toBe('bigint');
+    expect(out.allocator).toBe('cuMemAlloc');
+  });
+
+  it('a DeviceBuffer given to a Gloo-less host path is rejected, never dereferenced', () => {
+    const out = run(`
+      const b = await nn.DeviceBuffer.from(new Float32Array(4));
+      try { nn.DeviceBuffer.alloc({ dtype: 'float32', length: 0 }); } catch (e) { return { zero: e.code }; }`, standinEnv());
+    expect(out.zero).toBe('ERR_INVALID_ARGUMENT');
+  });
+});
+
+suite('CUDA kernels', () => {
+  const nvcc = spawnSync('nvcc', ['--version']).status === 0 || existsSync('/usr/local/cuda/bin/nvcc');
+  const fatbin = join(root, 'build-gpu', 'kernels', 'nccl_node_kernels.fatbin');
+
+  it.skipIf(!nvcc)('nvcc compiled them into a fatbin that names every kernel', () => {
+    expect(existsSync(fatbin), 'build with nvcc on PATH: npx cmake-js compile --out build-gpu').toBe(true);
+    const text = execFileSync('strings', [fatbin], { encoding: 'utf8' });
+    for (const k of ['fill', 'verify', 'cast_f32_bf16', 'cast_f32_f16', 'cast_bf16_f32', 'cast_f16_f32', 'checksum']) {
+      expect(text).toContain(`nccl_node_${k}`);
+    }
+  });
+
+  it.skipIf(!existsSync(fatbin))('fill / verify / casts / checksum give what the kernels define', () => {
+    const out = run(`
+      const { kernels } = nn;
+      const b = nn.DeviceBuffer.alloc({ dtype: 'float32', length: 64 });
+      await kernels.fill(b, 1, 3);
+      const filled = Array.from(await b.toHost());
+      const expectFill = Array.from({ length: 64 }, (_, i) => kernels.fillValue(i, 1, 3, 'float32'));
+      const sum = await nn.DeviceBuffer.from(Float32Array.from({ length: 64 }, (_, i) => [0, 1, 2].reduce((s, r) => s + kernels.fillValue(i, r, 3, 'float32'), 0)));
+      const ok = await kernels.verify(sum, 3, 3);
+      const wrong = await kernels.verify(b, 3, 3);
+      const src = await nn.DeviceBuffer.from(new Float32Array([1, 1.00390625, 65520, -0.1, 3.4e38]));
+      const bf = nn.DeviceBuffer.alloc({ dtype: 'bfloat16', length: 5 });
+      const hf = nn.DeviceBuffer.alloc({ dtype: 'float16', length: 5 });
+      await kernels.cast(src, bf); await kernels.cast(src, hf);
+      const bfBits = Array.from(await bf.toHost()), hfBits = Array.from(await hf.toHost());
+      const jsBf = [1, 1.00390625, 65520, -0.1, 3.4e38].map(nn.floatToBf16), jsHf = [1, 1.00390625, 65520, -0.1, 3.4e38].map(nn.floatToHalf);
+      const f32 = nn.DeviceBuffer.alloc({ dtype: 'float32', length: 5 });
+      await kernels.cast(hf, f32); const hfBack = Array.from(await f32.toHost());
+      const bytes = new Uint8Array([5, 0, 255, 7, 9]);
+      const cb = await nn.DeviceBuffer.from(bytes);
+      const cks = await kernels.checksum(cb);
+      let js = 0n; bytes.forEach((v, i) => { js += BigInt(v + 1) * BigInt(i + 1); });
+      return { same: JSON.stringify(filled) === JSON.stringify(expectFill), ok, wrong, bfBits, jsBf, hfBits, jsHf, hfBack, jsHfBack: jsHf.map(nn.halfToFloat), cks, js };`,
+    standinEnv());
+    expect(out.same).toBe(true);
+    expect(out.ok).toBe(0);
+    expect(out.wrong).toBeGreaterThan(0);
+    expect(out.bfBits).toEqual(out.jsBf);
+    expect(out.hfBits).toEqual(out.jsHf);
+    expect(out.hfBack).toEqual(out.jsHfBack);
+    expect(out.cks).toBe(out.js.toString());
+  });
+});
