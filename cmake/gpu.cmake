@@ -21,10 +21,8 @@ nn_standin(nccl_node_standin_nccl nccl 2 nccl.map
   ${NN_SI}/nccl_standin.cpp ${NN_SI}/nccl_standin_comm.cpp ${NN_SI}/nccl_standin_net.cpp)
 # Real libnccl needs the driver too: DT_NEEDED libcuda.so.1, found next to it.
 target_link_libraries(nccl_node_standin_nccl PRIVATE nccl_node_standin_cuda)
-if(EXISTS ${NN_SI}/nvml_standin.cpp)
-  nn_standin(nccl_node_standin_nvml nvidia-ml 1 nvml.map ${NN_SI}/nvml_standin.cpp)
-endif()
-add_dependencies(${PROJECT_NAME} nccl_node_standin_cuda nccl_node_standin_nccl)
+nn_standin(nccl_node_standin_nvml nvidia-ml 1 nvml.map ${NN_SI}/nvml_standin.cpp)
+add_dependencies(${PROJECT_NAME} nccl_node_standin_cuda nccl_node_standin_nccl nccl_node_standin_nvml)
 
 # --- Kernels: native/kernels/kernels.cu -> <build>/kernels/nccl_node_kernels.fatbin ---
 # Loaded at run time with cuModuleLoadData; without nvcc the addon still builds and

@@ -100,8 +100,8 @@ async function main(): Promise<void> {
       'micro-batches': { type: 'string', default: '1' },
       'param-dtype': { type: 'string', default: 'float32' },
       compression: { type: 'string', default: 'none' },
-      lr: { type: 'string', default: '3e-3' },
-      'clip-norm': { type: 'string' },
+      lr: { type: 'string', default: '3e-4' },
+      'clip-norm': { type: 'string', default: '1' },
     },
   });
   const comm = await init();

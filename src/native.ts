@@ -8,6 +8,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { NcclNodeError } from './errors.js';
 import type { GpuBinding } from './gpu/native-types.js';
+import type { IoBinding } from './checkpoint/native-types.js';
 
 /** Matches native/core/op.h OpKind. */
 export const OpKind = {
@@ -65,8 +66,8 @@ export interface GlooOptions {
   checkAgreement: boolean;
 }
 
-/** GpuBinding: DeviceBuffer, Stream, Event, createNccl, health (src/gpu/native-types.ts). */
-export interface Binding extends GpuBinding {
+/** GpuBinding: DeviceBuffer, Stream, Event, createNccl, health (src/gpu/native-types.ts); IoBinding: checkpoint I/O. */
+export interface Binding extends GpuBinding, IoBinding {
   createGloo(options: GlooOptions): Promise<NativeComm>;
   /** float -> float16 (false) or bfloat16 (true) bits, with the native rounding. */
   floatTo16(value: number, bf16: boolean): number;

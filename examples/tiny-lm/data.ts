@@ -1,6 +1,6 @@
 /**
  * A deterministic synthetic corpus with learnable structure: each token depends
- * on the two before it (plus some noise). Global batch `step` is the same on
+ * on the one or two before it (plus noise). Global batch `step` is the same on
  * every rank and in the single-process reference; ranks take contiguous rows.
  */
 import { rng } from './kernels.js';
@@ -13,7 +13,9 @@ export function globalBatch(step: number, rows: number, seqLen: number, vocab: n
     let a = Math.floor(rand() * vocab);
     let b = Math.floor(rand() * vocab);
     for (let t = 0; t <= seqLen; t++) {
-      const next = rand() < 0.2 ? Math.floor(rand() * vocab) : (a * 3 + b * 5 + 1) % vocab;
+      // Mostly a function of the previous token, sometimes of the one before: learnable in a few steps.
+      const u = rand();
+      const next = u < 0.15 ? Math.floor(rand() * vocab) : u < 0.3 ? (a * 5 + 2) % vocab : (b * 7 + 3) % vocab;
       out[r * (seqLen + 1) + t] = next;
       a = b;
       b = next;

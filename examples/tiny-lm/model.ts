@@ -70,7 +70,8 @@ export class TinyLM {
       });
     }
     const head = cfg.layers + 1;
-    this.wOut = this.#add(head, new Param('head.w', [D, V], uniform(Math.sqrt(3 / D))));
+    // Small output init: logits start near 0, so the loss starts near ln(vocab).
+    this.wOut = this.#add(head, new Param('head.w', [D, V], uniform(0.1 * Math.sqrt(3 / D))));
     this.bOut = this.#add(head, new Param('head.b', [V], zero));
   }
 

@@ -8,6 +8,7 @@
 #include "js_errors.h"
 #include "../gloo/gloo_backend.h"
 #include "../cuda/gpu_env.h"
+#include "../io/io_addon.h"
 
 namespace ncclnode {
 
@@ -79,6 +80,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("floatTo16", Napi::Function::New(env, HalfRoundTrip, "floatTo16"));
   exports.Set("napiVersion", Napi::Number::New(env, NAPI_VERSION));
   registerGpu(env, exports);  // DeviceBuffer, Stream, Event, createNccl, health (native/cuda/gpu_addon.cpp)
+  registerIo(env, exports);   // checkpoint writer/reader, crc32c (native/io/io_addon.cpp)
   return exports;
 }
 

@@ -77,7 +77,7 @@ CommWrap::~CommWrap() {
   if (engine_->leaked()) {
     engine_.release();  // its detached worker may still run; the process is exiting
   } else {
-    engine_->abort();
+    engine_->abort(Env());
     engine_.reset();
   }
 }
@@ -163,7 +163,7 @@ Napi::Value CommWrap::Submit(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value CommWrap::Abort(const Napi::CallbackInfo& info) {
-  if (!engine_->destroyed()) engine_->abort();
+  if (!engine_->destroyed()) engine_->abort(info.Env());
   return info.Env().Undefined();
 }
 

@@ -29,7 +29,7 @@ Engine::~Engine() {
 Napi::Promise Engine::submit(Napi::Env env, std::unique_ptr<Pending> p) {
   auto promise = p->deferred->Promise();
   p->op->enqueued = std::chrono::steady_clock::now();
-  if (inFlight_++ == 0) tsfn_.Ref(env);
+  if (inFlight_++ == 0 && !aborted_) tsfn_.Ref(env);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (p->destroy) destroyed_ = true;
@@ -45,8 +45,11 @@ uint64_t Engine::nextP2P(bool send, int peer) {
   return v[peer]++;
 }
 
-void Engine::abort() {
+void Engine::abort(Napi::Env env) {
   aborted_ = true;
+  // The JS side has already rejected everything pending; an operation the backend
+  // cannot interrupt must not keep the process alive until its deadline.
+  if (!released_) tsfn_.Unref(env);
   if (backend_) backend_->abort();
   cv_.notify_all();
 }
@@ -173,7 +176,7 @@ void Engine::settleOnJs(Napi::Env env, Pending* raw) {
   } else {
     p->deferred->Resolve(env.Undefined());
   }
-  if (--inFlight_ == 0) tsfn_.Unref(env);
+  if (--inFlight_ == 0 && !released_) tsfn_.Unref(env);
   if (p->destroy) {
     if (worker_.joinable()) worker_.join();
     backend_.reset();  // closes connections now rather than at garbage collection

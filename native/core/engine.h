@@ -41,7 +41,7 @@ class Engine {
 
   // JS thread only.
   Napi::Promise submit(Napi::Env env, std::unique_ptr<Pending> p);
-  void abort();
+  void abort(Napi::Env env);
   bool destroyed() const { return destroyed_; }
   bool aborted() const { return aborted_.load(); }
   // Cached at construction: the backend object goes away at destroy().

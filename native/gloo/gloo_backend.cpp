@@ -150,6 +150,11 @@ void GlooBackend::agree(const Op& op) {
 
 void GlooBackend::run(Op& op) {
   if (!ctx_) throw Error(Code::CommAborted, "communicator is not connected");
+  if (op.send.mem == MemKind::Device || op.recv.mem == MemKind::Device) {
+    throw Error(Code::InvalidArgument,
+                "the gloo backend works on host memory, received a DeviceBuffer; use a communicator made with "
+                "init({backend: 'nccl'}) or copy the data to the host first");
+  }
   try {
     if (op.kind != OpKind::Send && op.kind != OpKind::Recv) agree(op);
     if (op.count == 0 && op.kind != OpKind::Barrier && op.kind != OpKind::Send && op.kind != OpKind::Recv) return;

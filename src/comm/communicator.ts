@@ -83,6 +83,8 @@ export class Communicator {
   readonly #onClose: (() => Promise<void> | void) | undefined;
   #closed: 'destroyed' | 'aborted' | undefined;
   #children = new Set<Communicator>();
+  /** Unsettled works, so abort() can fail them at once. */
+  #pending = new Set<Work<unknown>>();
 
   constructor(init: CommunicatorInit) {
     this.#native = init.native;
@@ -232,7 +234,7 @@ export class Communicator {
       this.#children.add(comm);
       return comm;
     });
-    return new Work(child, `split on rank ${this.rank} of ${this.size}`, new Error('split'));
+    return this.#track(new Work(child, `split on rank ${this.rank} of ${this.size}`, new Error('split')));
   }
 
   /**
@@ -256,6 +258,9 @@ export class Communicator {
     this.#closed = 'aborted';
     for (const c of this.#children) c.abort();
     this.#native.abort();
+    const err = new NcclNodeError('ERR_COMM_ABORTED', `${this.#where('abort')}: the communicator was aborted`);
+    for (const w of this.#pending) w._fail(err);
+    this.#pending.clear();
     void Promise.resolve(this.#onClose?.()).catch(() => {});
   }
 
@@ -336,6 +341,14 @@ export class Communicator {
     // Captured before the work leaves the JS thread, so failures point at the caller.
     const callSite = new Error(call);
     const native = this.#start(call, s);
-    return new Work(native as Promise<void>, this.#where(call), callSite);
+    return this.#track(new Work(native as Promise<void>, this.#where(call), callSite));
+  }
+
+  #track<T>(work: Work<T>): Work<T> {
+    const w = work as Work<unknown>;
+    this.#pending.add(w);
+    const done = () => this.#pending.delete(w);
+    work.then(done, done);
+    return work;
   }
 }

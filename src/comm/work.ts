@@ -8,6 +8,7 @@ export class Work<T = void> implements PromiseLike<T> {
   readonly #promise: Promise<T>;
   #done = false;
   #failed = false;
+  #rejectEarly: ((err: unknown) => void) | undefined;
 
   /** @param describe names the operation in errors, e.g. "allReduce #12 on rank 1 of 4". */
   constructor(
@@ -15,7 +16,10 @@ export class Work<T = void> implements PromiseLike<T> {
     private readonly describe: string,
     callSite?: Error,
   ) {
-    this.#promise = native.then(
+    this.#promise = new Promise<T>((resolve, reject) => {
+      this.#rejectEarly = reject;
+      native.then(resolve, (err: unknown) => reject(fromNative(err, callSite)));
+    }).then(
       (value) => {
         this.#done = true;
         return value;
@@ -23,11 +27,16 @@ export class Work<T = void> implements PromiseLike<T> {
       (err: unknown) => {
         this.#done = true;
         this.#failed = true;
-        throw fromNative(err, callSite);
+        throw err;
       },
     );
     // An unobserved failure must not crash the process before the caller awaits.
     this.#promise.catch(() => {});
+  }
+
+  /** @internal Fails the work now (abort), whatever the native operation still does. */
+  _fail(err: unknown): void {
+    this.#rejectEarly?.(err);
   }
 
   /** A Work that has already failed (argument errors found before submission). */

@@ -80,6 +80,6 @@ export interface GpuBinding {
     checksum(buf: NativeDeviceBuffer, byteLength: number, stream?: NativeStream): Promise<bigint>;
     path(): string;
   };
-  health(): unknown;
-  onXid?(callback: (event: unknown) => void): { stop(): void };
+  health(): Promise<unknown>;
+  onXid(callback: (event: Record<string, unknown>) => void): { devices: number; stop(): void };
 }

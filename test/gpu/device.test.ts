@@ -80,9 +80,8 @@ suite('GPU libraries and device memory on the stand-ins', () => {
     expect(out.allocator).toBe('cuMemAlloc');
   });
 
-  it('a DeviceBuffer given to a Gloo-less host path is rejected, never dereferenced', () => {
+  it('DeviceBuffer.alloc rejects an empty buffer', () => {
     const out = run(`
-      const b = await nn.DeviceBuffer.from(new Float32Array(4));
       try { nn.DeviceBuffer.alloc({ dtype: 'float32', length: 0 }); } catch (e) { return { zero: e.code }; }`, standinEnv());
     expect(out.zero).toBe('ERR_INVALID_ARGUMENT');
   });

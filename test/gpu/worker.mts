@@ -23,7 +23,7 @@ function decode(dtype: DType, a: HostArray): number[] {
 }
 /** Rank r's element i: small integers, exact in every dtype. */
 const val = (r: number, i: number) => ((r * 5 + i * 3) % 7) + 1;
-const range = (len: number, f: (i: number) => number) => Array.from({ length: len }, (_, i) => f(i));
+const range = <T,>(len: number, f: (i: number) => T): T[] => Array.from({ length: len }, (_, i) => f(i));
 const dev = (dtype: DType, values: number[]) => DeviceBuffer.from(encode(dtype, values), { dtype });
 async function expectEq(what: string, buf: DeviceBuffer, expected: number[]) {
   const got = decode(buf.dtype, await buf.toHost());

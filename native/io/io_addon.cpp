@@ -1,0 +1,163 @@
+#include "io_addon.h"
+
+#include <memory>
+#include <string>
+
+#include "../core/buffers.h"
+#include "../core/errors.h"
+#include "../core/js_errors.h"
+#include "crc32c.h"
+#include "file_io.h"
+#include "io_queue.h"
+
+namespace ncclnode {
+
+namespace {
+
+// Two threads: one process usually writes one shard at a time (the writer pipelines
+// inside itself); the second lets a load or a CLI verify run beside a save.
+constexpr size_t kIoThreads = 2;
+
+IoQueue& queueOf(const Napi::CallbackInfo& info) { return *static_cast<IoQueue*>(info.Data()); }
+
+BufferView hostView(const Napi::Value& v, const char* what) {
+  BufferView b = viewOf(v, what);
+  if (b.mem != MemKind::Host) throw Error(Code::InvalidArgument, std::string(what) + ": expected host memory");
+  return b;
+}
+
+std::string pathArg(const Napi::CallbackInfo& info, const char* fn) {
+  if (!info[0].IsString()) throw Error(Code::InvalidArgument, std::string(fn) + ": expected a path string");
+  return info[0].As<Napi::String>().Utf8Value();
+}
+
+double numOr(const Napi::Object& o, const char* k, double d) {
+  Napi::Value v = o.Get(k);
+  return v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : d;
+}
+bool boolOr(const Napi::Object& o, const char* k, bool d) {
+  Napi::Value v = o.Get(k);
+  return v.IsBoolean() ? v.As<Napi::Boolean>().Value() : d;
+}
+
+// ioWriteFile(path, segments: ArrayBufferView[], checksum: boolean[], options)
+//   -> Promise<{bytes, direct, seconds, crcs: number[], chunks: Uint32Array[]}>
+Napi::Value WriteFile(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const std::string path = pathArg(info, "ioWriteFile");
+    if (!info[1].IsArray() || !info[2].IsArray()) throw Error(Code::InvalidArgument, "ioWriteFile: expected segment and checksum arrays");
+    auto arr = info[1].As<Napi::Array>();
+    auto sums = info[2].As<Napi::Array>();
+    std::vector<Segment> segs;
+    std::vector<Napi::Value> keep;
+    for (uint32_t i = 0; i < arr.Length(); i++) {
+      Napi::Value v = arr.Get(i);
+      BufferView b = hostView(v, "ioWriteFile segment");
+      segs.push_back({static_cast<const uint8_t*>(b.data), b.bytes, sums.Get(i).ToBoolean().Value()});
+      keep.push_back(v);
+    }
+    WriteOptions o;
+    if (info[3].IsObject()) {
+      auto opt = info[3].As<Napi::Object>();
+      o.direct = boolOr(opt, "direct", o.direct);
+      o.sync = boolOr(opt, "sync", o.sync);
+      o.dropCache = boolOr(opt, "dropCache", o.dropCache);
+      o.blockBytes = static_cast<size_t>(numOr(opt, "blockBytes", static_cast<double>(o.blockBytes)));
+      o.chunkBytes = static_cast<size_t>(numOr(opt, "chunkBytes", static_cast<double>(o.chunkBytes)));
+    }
+    auto result = std::make_shared<WriteResult>();
+    return queueOf(info).submit(
+        env, [=] { *result = writeFile(path, segs, o); },
+        [result](Napi::Env env) -> Napi::Value {
+          auto out = Napi::Object::New(env);
+          out.Set("bytes", Napi::Number::New(env, static_cast<double>(result->bytes)));
+          out.Set("direct", Napi::Boolean::New(env, result->direct));
+          out.Set("seconds", Napi::Number::New(env, result->seconds));
+          auto crcs = Napi::Array::New(env, result->sums.size());
+          auto chunks = Napi::Array::New(env, result->sums.size());
+          for (size_t i = 0; i < result->sums.size(); i++) {
+            crcs.Set(i, Napi::Number::New(env, result->sums[i].crc));
+            const auto& c = result->sums[i].chunks;
+            auto ta = Napi::Uint32Array::New(env, c.size());
+            std::copy(c.begin(), c.end(), ta.Data());
+            chunks.Set(i, ta);
+          }
+          out.Set("crcs", crcs);
+          out.Set("chunks", chunks);
+          return out;
+        },
+        keep);
+  });
+}
+
+// ioReadFile(path, offsets: number[], lengths: number[], dsts: ArrayBufferView[])
+//   -> Promise<{crcs: Uint32Array, seconds}>; each range lands at the start of its dst.
+Napi::Value ReadFile(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const std::string path = pathArg(info, "ioReadFile");
+    if (!info[1].IsArray() || !info[2].IsArray() || !info[3].IsArray()) throw Error(Code::InvalidArgument, "ioReadFile: expected offset, length and destination arrays");
+    auto offs = info[1].As<Napi::Array>();
+    auto lens = info[2].As<Napi::Array>();
+    auto dsts = info[3].As<Napi::Array>();
+    std::vector<ReadItem> items;
+    std::vector<Napi::Value> keep;
+    for (uint32_t i = 0; i < offs.Length(); i++) {
+      Napi::Value d = dsts.Get(i);
+      BufferView b = hostView(d, "ioReadFile destination");
+      const double len = lens.Get(i).As<Napi::Number>().DoubleValue();
+      if (len > static_cast<double>(b.bytes)) throw Error(Code::SizeMismatch, "ioReadFile: destination " + std::to_string(i) + " is smaller than its range");
+      items.push_back({static_cast<uint64_t>(offs.Get(i).As<Napi::Number>().DoubleValue()), static_cast<size_t>(len), static_cast<uint8_t*>(b.data)});
+      keep.push_back(d);
+    }
+    auto crcs = std::make_shared<std::vector<uint32_t>>();
+    auto secs = std::make_shared<double>(0);
+    return queueOf(info).submit(
+        env, [=] { *crcs = readFile(path, items, secs.get()); },
+        [crcs, secs](Napi::Env env) -> Napi::Value {
+          auto out = Napi::Object::New(env);
+          auto ta = Napi::Uint32Array::New(env, crcs->size());
+          std::copy(crcs->begin(), crcs->end(), ta.Data());
+          out.Set("crcs", ta);
+          out.Set("seconds", Napi::Number::New(env, *secs));
+          return out;
+        },
+        keep);
+  });
+}
+
+// ioFsyncDir(path) -> Promise<void>
+Napi::Value FsyncDir(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const std::string path = pathArg(info, "ioFsyncDir");
+    return queueOf(info).submit(env, [=] { fsyncDir(path); }, [](Napi::Env env) { return env.Undefined(); }, {});
+  });
+}
+
+// crc32c(view, seed = 0) -> number; synchronous, for headers and tests.
+Napi::Value Crc32c(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    BufferView b = hostView(info[0], "crc32c");
+    const uint32_t seed = info[1].IsNumber() ? info[1].As<Napi::Number>().Uint32Value() : 0;
+    return Napi::Number::New(env, crc32c(seed, b.data, b.bytes));
+  });
+}
+
+void DeleteQueue(void* arg) { delete static_cast<IoQueue*>(arg); }
+
+}  // namespace
+
+void registerIo(Napi::Env env, Napi::Object exports) {
+  auto* q = new IoQueue(env, kIoThreads);
+  env.AddCleanupHook(DeleteQueue, static_cast<void*>(q));
+  exports.Set("ioWriteFile", Napi::Function::New(env, WriteFile, "ioWriteFile", q));
+  exports.Set("ioReadFile", Napi::Function::New(env, ReadFile, "ioReadFile", q));
+  exports.Set("ioFsyncDir", Napi::Function::New(env, FsyncDir, "ioFsyncDir", q));
+  exports.Set("crc32c", Napi::Function::New(env, Crc32c, "crc32c"));
+  exports.Set("crc32cHardware", Napi::Boolean::New(env, crc32cHardware()));
+}
+
+}  // namespace ncclnode

@@ -1,0 +1,11 @@
+// Registers the checkpoint I/O surface (src/checkpoint/native.ts types it):
+// ioWriteFile, ioReadFile, ioFsyncDir, crc32c, crc32cHardware.
+#pragma once
+
+#include <napi.h>
+
+namespace ncclnode {
+
+void registerIo(Napi::Env env, Napi::Object exports);
+
+}  // namespace ncclnode

@@ -1,0 +1,8 @@
+/** Sharded asynchronous checkpoints: save, load (resharding), latest, tools, interval. */
+export { Checkpointer, save, type CheckpointerOptions, type SaveHandle, type CommitInfo } from './save.js';
+export { load, type LoadTarget, type LoadOptions, type LoadResult } from './load.js';
+export { latest, listCheckpoints, prune, stepDirName, shardFileName } from './layout.js';
+export { readManifest, manifestSchema, type Manifest } from './manifest.js';
+export { flatShard, snapshot, type CheckpointState, type TensorShard, type TrainState, type RunMetadata } from './state.js';
+export { verify, consolidate, resolveCheckpoint } from './tools.js';
+export { youngInterval, dalyInterval, checkpointEverySteps } from './interval.js';

@@ -1,0 +1,17 @@
+/** The addon's checkpoint I/O functions, with native errors turned into NcclNodeErrors. */
+import { fromNative } from '../errors.js';
+import { binding } from '../native.js';
+import type { IoBinding } from './native-types.js';
+
+export function io(): IoBinding {
+  return binding();
+}
+
+export async function settle<T>(p: () => Promise<T>): Promise<T> {
+  const site = new Error('checkpoint I/O');
+  try {
+    return await p();
+  } catch (err) {
+    throw fromNative(err, site);
+  }
+}

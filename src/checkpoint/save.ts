@@ -1,0 +1,196 @@
+/**
+ * Sharded, asynchronous, atomic saves. save() copies the state (the only part
+ * the training step waits for) and returns a handle; the shard write, the
+ * cross-rank gather and rank 0's manifest commit run in the background, one save
+ * at a time. A second save while one is writing is queued (its snapshot taken
+ * now), refused, or made to wait, as configured.
+ */
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Communicator } from '../comm/communicator.js';
+import { NcclNodeError } from '../errors.js';
+import { buildManifest, exchange, uncommit, writeManifest, type RankRecord } from './commit.js';
+import { encodeHeader } from './format.js';
+import { io, settle } from './io.js';
+import { prune, shardFileName, stepDirName } from './layout.js';
+import type { IoWriteOptions } from './native-types.js';
+import { snapshot, type CheckpointState, type SnapshotOptions, type Staged } from './state.js';
+
+export interface CheckpointerOptions {
+  /** The job's communicator; a sub-communicator is split off it for checkpoint traffic. */
+  comm?: Communicator;
+  /** Committed checkpoints to keep (default 3; 0 keeps all). */
+  keep?: number;
+  /** A save while another is being written: 'queue' (default), 'refuse' (ERR_UNAVAILABLE) or 'wait'. */
+  whenBusy?: 'queue' | 'refuse' | 'wait';
+  /** At most this many saves snapshotted but not committed (default 2: one writing, one queued). */
+  maxPending?: number;
+  write?: IoWriteOptions;
+  /** Device snapshots: side stream and pinned allocator (see SnapshotOptions). */
+  device?: Pick<SnapshotOptions, 'stream' | 'pinned'>;
+}
+
+export interface CommitInfo {
+  dir: string;
+  step: number;
+  bytes: number;
+  direct: boolean;
+  /** Background time from snapshot to durable commit. */
+  seconds: number;
+  pruned: string[];
+}
+
+export interface SaveHandle {
+  step: number;
+  dir: string;
+  /** What the caller waited for: the snapshot. */
+  stallMs: number;
+  /** Resolves when the checkpoint is durable and committed on every rank. */
+  committed: Promise<CommitInfo>;
+}
+
+const DEFAULT_CHUNK = 1 << 20;
+
+export class Checkpointer {
+  readonly #root: string;
+  readonly #comm: Communicator | null;
+  readonly #o: CheckpointerOptions;
+  readonly #rank: number;
+  readonly #world: number;
+  #tail: Promise<unknown> = Promise.resolve();
+  #pending = 0;
+  /** Staging buffers of committed saves, reused so a snapshot is a memcpy, not an allocation. */
+  #free = new Map<string, Uint8Array[]>();
+
+  private constructor(root: string, comm: Communicator | null, o: CheckpointerOptions) {
+    this.#root = root;
+    this.#comm = comm;
+    this.#o = o;
+    this.#rank = comm?.rank ?? 0;
+    this.#world = comm?.size ?? 1;
+  }
+
+  /** Collective when a communicator is given: every rank must call it. */
+  static async create(root: string, options: CheckpointerOptions = {}): Promise<Checkpointer> {
+    let sub: Communicator | null = null;
+    if (options.comm && options.comm.size > 1) sub = await options.comm.split({ color: 0 });
+    return new Checkpointer(root, sub, options);
+  }
+
+  get inFlight(): number {
+    return this.#pending;
+  }
+
+  /** Snapshots now; `async: false` also waits for the commit. Every rank must call it, in the same order. */
+  async save(state: CheckpointState, options: { async?: boolean } = {}): Promise<SaveHandle> {
+    const policy = this.#o.whenBusy ?? 'queue';
+    if (this.#pending > 0 && policy === 'refuse') {
+      throw new NcclNodeError('ERR_UNAVAILABLE', `checkpoint: a save is already in flight (step ${state.train.step} refused; whenBusy: 'refuse')`, { busy: true });
+    }
+    if (this.#pending > 0 && policy === 'wait') await this.wait();
+    if (this.#pending >= (this.#o.maxPending ?? 2)) {
+      throw new NcclNodeError('ERR_UNAVAILABLE', `checkpoint: ${this.#pending} saves already pending (maxPending)`, { busy: true });
+    }
+    const step = state.train.step;
+    if (!Number.isInteger(step) || step < 0) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `checkpoint: train.step must be a non-negative integer, received ${step}`);
+    const t0 = performance.now();
+    this.#pending++;
+    let staged: Staged[];
+    try {
+      staged = await snapshot(state, { ...this.#o.device, alloc: (name, n) => this.#take(name, n) });
+    } catch (err) {
+      this.#pending--;
+      throw err;
+    }
+    const train = structuredClone(state.train) as Record<string, unknown>;
+    const metadata = structuredClone(state.metadata ?? {}) as Record<string, unknown>;
+    const stallMs = performance.now() - t0;
+    const dir = join(this.#root, stepDirName(step));
+    const run = this.#tail.catch(() => undefined).then(() => this.#write(dir, step, staged, train, metadata));
+    const committed = run.finally(() => {
+      this.#pending--;
+      for (const s of staged) this.#give(s.name, s.bytes);
+    });
+    this.#tail = committed;
+    committed.catch(() => undefined); // the caller may never look; failures stay on the handle
+    const handle: SaveHandle = { step, dir, stallMs, committed };
+    if (options.async === false) await committed;
+    return handle;
+  }
+
+  /** Resolves when every save issued so far has committed (or failed). */
+  async wait(): Promise<void> {
+    await this.#tail.catch(() => undefined);
+  }
+
+  async #write(dir: string, step: number, staged: Staged[], train: Record<string, unknown>, metadata: Record<string, unknown>): Promise<CommitInfo> {
+    const t0 = performance.now();
+    const chunkBytes = this.#o.write?.chunkBytes ?? DEFAULT_CHUNK;
+    await mkdir(dir, { recursive: true });
+    if (this.#rank === 0) await uncommit(dir);
+    if (this.#comm) await this.#comm.barrier();
+    const file = shardFileName(this.#rank, this.#world);
+    let mine: RankRecord;
+    try {
+      const header = encodeHeader(
+        staged.map((s) => ({ name: s.name, dtype: s.dtype, shape: [s.length], byteLength: s.bytes.byteLength })),
+        { format: 'nccl-node', rank: String(this.#rank), world: String(this.#world), step: String(step) },
+      );
+      const res = await settle(() => io().ioWriteFile(join(dir, file), [header.bytes, ...staged.map((s) => s.bytes)], [false, ...staged.map(() => true)], { ...this.#o.write, chunkBytes }));
+      mine = {
+        rank: this.#rank, file, bytes: res.bytes, direct: res.direct,
+        pieces: staged.map((s, i) => ({ name: s.name, dtype: s.dtype, globalShape: s.globalShape, offset: s.offset, length: s.length, dataOffset: header.dataOffsets[i]!, crc32c: res.crcs[i]!, chunks: [...res.chunks[i]!] })),
+      };
+    } catch (err) {
+      mine = { rank: this.#rank, error: (err as Error).message };
+    }
+    // Every rank reaches the exchange, failed or not, so no rank hangs in it.
+    const all = await exchange(this.#comm, mine);
+    const failed = all.filter((r) => r.error);
+    let error = failed.length ? `checkpoint step ${step} not committed: ${failed.map((r) => `rank ${r.rank}: ${r.error}`).join('; ')}` : '';
+    let pruned: string[] = [];
+    if (this.#rank === 0 && !error) {
+      try {
+        await writeManifest(dir, buildManifest(step, chunkBytes, all, train, metadata));
+        const keep = this.#o.keep ?? 3;
+        if (keep > 0) pruned = await prune(this.#root, keep);
+      } catch (err) {
+        error = `checkpoint step ${step} not committed: rank 0: ${(err as Error).message}`;
+      }
+    }
+    if (this.#comm) {
+      const status = new Int32Array([error ? 0 : 1]);
+      await this.#comm.broadcast(status, { root: 0 });
+      if (!status[0] && !error) error = `checkpoint step ${step} not committed: rank 0 failed to write the manifest`;
+    }
+    if (error) throw new NcclNodeError('ERR_IO', error, { step, dir });
+    const bytes = all.reduce((a, r) => a + (r.bytes ?? 0), 0);
+    return { dir, step, bytes, direct: all.every((r) => r.direct), seconds: (performance.now() - t0) / 1000, pruned };
+  }
+
+  #take(name: string, n: number): Uint8Array {
+    const list = this.#free.get(name);
+    const i = list?.findIndex((b) => b.byteLength === n) ?? -1;
+    if (list && i >= 0) return list.splice(i, 1)[0]!;
+    return new Uint8Array(n);
+  }
+
+  #give(name: string, bytes: Uint8Array): void {
+    if (bytes.byteOffset !== 0) return; // device staging views: owned elsewhere
+    const list = this.#free.get(name) ?? [];
+    if (list.length < 1) list.push(bytes);
+    this.#free.set(name, list);
+  }
+
+  /** Waits for pending saves and drops the staging buffers. */
+  async close(): Promise<void> {
+    await this.wait();
+    this.#free.clear();
+  }
+}
+
+/** One-shot save (no retention, no staging reuse); every rank calls it. */
+export async function save(state: CheckpointState, root: string, options: CheckpointerOptions & { async?: boolean } = {}): Promise<SaveHandle> {
+  const c = await Checkpointer.create(root, { keep: 0, ...options });
+  return c.save(state, { async: options.async });
+}
