@@ -30,6 +30,8 @@ export { group, allReducePreMulSum, reduceScatterPreMulSum } from './gpu/group.j
 export { probeLibrary, detectBackend, LIBRARY_ENV, type GpuLibrary } from './gpu/detect.js';
 export * as kernels from './gpu/kernels.js';
 export { gpuInfo, dumpFlightRecords } from './gpu/info.js';
+export { Registration, type RegisterOptions } from './gpu/register.js';
+export { health, onXid, assess, type HealthReport, type GpuHealth, type XidEvent, type XidWatch } from './gpu/health.js';
 // Training runtime (docs/runtime.md): DDP bucketing, FSDP/ZeRO sharding, optimizers, device mesh.
 export * as runtime from './runtime/index.js';
 export { DistributedDataParallel, FullyShardedDataParallel, DeviceMesh, createOptimizer } from './runtime/index.js';

@@ -79,6 +79,21 @@ Napi::Function DeviceBufferWrap::Init(Napi::Env env) {
 DeviceBufferWrap::DeviceBufferWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<DeviceBufferWrap>(info) {
   Napi::Env env = info.Env();
   try {
+    if (info[0].IsObject() && hasTag(env, info[0], kDeviceBufferTag)) {
+      auto* parent = DeviceBufferWrap::Unwrap(info[0].As<Napi::Object>());
+      if (parent->disposed()) throw Error(Code::InvalidArgument, "DeviceBuffer view: the parent was disposed");
+      const size_t off = sizeArg(info[1], "byteOffset");
+      bytes_ = sizeArg(info[2], "byteLength");
+      checkRange(off, bytes_, parent->bytes_, "DeviceBuffer view");
+      if (bytes_ == 0) throw Error(Code::InvalidArgument, "DeviceBuffer view: byteLength must be at least 1");
+      ptr_ = parent->ptr_ + off;
+      device_ = parent->device_;
+      ncclMem_ = parent->ncclMem_;
+      parentWrap_ = parent->parentWrap_ ? parent->parentWrap_ : parent;  // views of views share the owner
+      parent_ = Napi::Persistent(parent->parentWrap_ ? parent->parent_.Value() : info[0].As<Napi::Object>());
+      napi_type_tag_object(env, info.This(), &kDeviceBufferTag);
+      return;
+    }
     bytes_ = sizeArg(info[0], "byteLength");
     device_ = info[1].IsNumber() ? info[1].As<Napi::Number>().Int32Value() : 0;
     ncclMem_ = info[2].ToBoolean().Value();
@@ -102,6 +117,10 @@ DeviceBufferWrap::~DeviceBufferWrap() { free(); }
 
 void DeviceBufferWrap::free() {
   if (!ptr_) return;
+  if (parentWrap_) {  // a view: the owner frees
+    ptr_ = 0;
+    return;
+  }
   try {
     useDevice(device_);
     if (ncclMem_) nccl().MemFree(reinterpret_cast<void*>(ptr_));
@@ -112,7 +131,7 @@ void DeviceBufferWrap::free() {
 }
 
 CUdeviceptr DeviceBufferWrap::checked(const char* call) const {
-  if (!ptr_) throw Error(Code::InvalidArgument, std::string(call) + ": the DeviceBuffer was disposed");
+  if (disposed()) throw Error(Code::InvalidArgument, std::string(call) + ": the DeviceBuffer was disposed");
   return ptr_;
 }
 
@@ -210,7 +229,7 @@ Napi::Value DeviceBufferWrap::GetBytes(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(bytes_));
 }
 Napi::Value DeviceBufferWrap::GetDevice(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), device_); }
-Napi::Value DeviceBufferWrap::GetDisposed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), !ptr_); }
+Napi::Value DeviceBufferWrap::GetDisposed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), disposed()); }
 Napi::Value DeviceBufferWrap::GetAllocator(const Napi::CallbackInfo& info) {
   return Napi::String::New(info.Env(), ncclMem_ ? "ncclMemAlloc" : "cuMemAlloc");
 }

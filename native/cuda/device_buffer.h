@@ -12,13 +12,15 @@ namespace ncclnode {
 class DeviceBufferWrap : public Napi::ObjectWrap<DeviceBufferWrap> {
  public:
   static Napi::Function Init(Napi::Env env);
-  explicit DeviceBufferWrap(const Napi::CallbackInfo& info);  // (byteLength, device, useNcclMemAlloc)
+  // (byteLength, device, useNcclMemAlloc), or (parent, byteOffset, byteLength): a view
+  // into the parent's memory that keeps the parent alive and never frees.
+  explicit DeviceBufferWrap(const Napi::CallbackInfo& info);
   ~DeviceBufferWrap() override;
 
   CUdeviceptr ptr() const { return ptr_; }
   size_t bytes() const { return bytes_; }
   int device() const { return device_; }
-  bool disposed() const { return ptr_ == 0; }
+  bool disposed() const { return ptr_ == 0 || (parentWrap_ && parentWrap_->disposed()); }
 
  private:
   void free();
@@ -39,6 +41,8 @@ class DeviceBufferWrap : public Napi::ObjectWrap<DeviceBufferWrap> {
   size_t bytes_ = 0;
   int device_ = 0;
   bool ncclMem_ = false;
+  DeviceBufferWrap* parentWrap_ = nullptr;  // views only; parent_ keeps it alive
+  Napi::ObjectReference parent_;
 };
 
 // The stream argument of an async call: a NativeStream, or undefined for the null stream.

@@ -140,9 +140,30 @@ void GlooBackend::allGatherBytes(const void* in, size_t bytes, void* out, std::c
   gloo::allgather(o);
 }
 
+// Agreement in one small all-reduce whose reduction keeps a word only where both
+// sides hold the same value; the all-gather that names the odd rank out runs only
+// after a disagreement, on every rank alike (all see the same reduced words).
 void GlooBackend::agree(const Op& op) {
   if (!cfg_.checkAgreement || cfg_.size == 1) return;
-  Fingerprint mine = fingerprintOf(op);
+  static_assert(sizeof(Fingerprint) % sizeof(uint64_t) == 0, "fingerprint is reduced as 64-bit words");
+  constexpr size_t kWords = sizeof(Fingerprint) / sizeof(uint64_t);
+  const Fingerprint mine = fingerprintOf(op);
+  uint64_t words[kWords];
+  std::memcpy(words, &mine, sizeof mine);
+  uint64_t reduced[kWords];
+  gloo::AllreduceOptions o(ctx_);
+  o.setInput(words, kWords);
+  o.setOutput(reduced, kWords);
+  o.setReduceFunction([](void* out, const void* a, const void* b, size_t n) {
+    constexpr uint64_t kDiffer = ~0ULL;
+    auto* r = static_cast<uint64_t*>(out);
+    auto* x = static_cast<const uint64_t*>(a);
+    auto* y = static_cast<const uint64_t*>(b);
+    for (size_t i = 0; i < n; ++i) r[i] = x[i] == y[i] ? x[i] : kDiffer;
+  });
+  o.setTimeout(op.timeout);
+  gloo::allreduce(o);
+  if (std::memcmp(reduced, words, sizeof words) == 0) return;
   std::vector<Fingerprint> all(cfg_.size);
   allGatherBytes(&mine, sizeof mine, all.data(), op.timeout);
   checkAgreement(op, all, cfg_.rank);

@@ -33,6 +33,7 @@ Napi::Function NcclControlWrap::Init(Napi::Env env) {
                       InstanceMethod<&NcclControlWrap::TakeChild>("takeChild"),
                       InstanceMethod<&NcclControlWrap::Register>("register"),
                       InstanceMethod<&NcclControlWrap::Deregister>("deregister"),
+                      InstanceMethod<&NcclControlWrap::RegisterHost>("registerHost"),
                       InstanceMethod<&NcclControlWrap::WindowRegister>("windowRegister"),
                       InstanceMethod<&NcclControlWrap::WindowDeregister>("windowDeregister"),
                       InstanceMethod<&NcclControlWrap::FlightRecord>("flightRecord")});
@@ -89,6 +90,25 @@ Napi::Value NcclControlWrap::Register(const Napi::CallbackInfo& info) {
     ctl_->withBackend([&](NcclBackend& b) {
       b.withComm([&](const NcclApi& api, ncclComm comm) {
         ncclCheck(api, api.need(api.CommRegister, "ncclCommRegister", 21900)(comm, v.data, v.bytes, &handle),
+                  "ncclCommRegister", comm);
+      });
+    });
+    return Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle)));
+  });
+}
+
+// Host memory the caller page-locked (PinnedHostBuffer): ncclCommRegister accepts
+// it for network transports; deregistered with Deregister like a device buffer.
+Napi::Value NcclControlWrap::RegisterHost(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsArrayBuffer()) throw Error(Code::InvalidArgument, "registerHost: expected a pinned ArrayBuffer");
+    auto ab = info[0].As<Napi::ArrayBuffer>();
+    if (ab.ByteLength() == 0) throw Error(Code::InvalidArgument, "registerHost: the buffer is empty");
+    void* handle = nullptr;
+    ctl_->withBackend([&](NcclBackend& b) {
+      b.withComm([&](const NcclApi& api, ncclComm comm) {
+        ncclCheck(api, api.need(api.CommRegister, "ncclCommRegister", 21900)(comm, ab.Data(), ab.ByteLength(), &handle),
                   "ncclCommRegister", comm);
       });
     });

@@ -22,6 +22,7 @@ class NcclControlWrap : public Napi::ObjectWrap<NcclControlWrap> {
   Napi::Value TakeChild(const Napi::CallbackInfo& info); // () -> NativeNcclControl | null
   Napi::Value Register(const Napi::CallbackInfo& info);  // (deviceBuffer) -> bigint handle
   Napi::Value Deregister(const Napi::CallbackInfo& info);
+  Napi::Value RegisterHost(const Napi::CallbackInfo& info);  // (pinned ArrayBuffer) -> bigint handle
   Napi::Value WindowRegister(const Napi::CallbackInfo& info);  // (deviceBuffer, flags) -> bigint
   Napi::Value WindowDeregister(const Napi::CallbackInfo& info);
   Napi::Value FlightRecord(const Napi::CallbackInfo& info);    // () -> JSON text of this communicator

@@ -229,8 +229,11 @@ int ncclMemFree(void* ptr) {
 int ncclCommRegister(ncclComm_t comm, void* buf, size_t bytes, void** handle) {
   if (hidden(comm, "ncclCommRegister", 21900)) return kInvalidUsage;
   if (!comm || !handle) return kInvalidArgument;
-  if (!cuStandinHostPtr(reinterpret_cast<CUdeviceptr>(buf), bytes)) {
-    setError(comm, "ncclCommRegister: buffer is not device memory");
+  // Device memory must be a live allocation; a canonical (host) address is taken
+  // as page-locked host memory, which the stand-in cannot check further.
+  const bool host = (reinterpret_cast<uintptr_t>(buf) >> 47) == 0;
+  if (!buf || (!host && !cuStandinHostPtr(reinterpret_cast<CUdeviceptr>(buf), bytes))) {
+    setError(comm, "ncclCommRegister: buffer is neither device memory nor host memory");
     return kInvalidArgument;
   }
   std::lock_guard<std::mutex> lock(comm->mu);

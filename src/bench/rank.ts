@@ -15,6 +15,7 @@ import { resolveConfig, UsageError } from './config.js';
 import { runCollective, type BenchEnv, type Control, type RunTotals } from './driver.js';
 import type { BenchFlags } from './flags.js';
 import { footerLines, headerLines, NCCL_TESTS_VERSION, tableHeader, type RankLine } from './format.js';
+import { allGatherBytes, createGpuDevice, gpuControl } from './gpu-device.js';
 import { hostDevice } from './host-device.js';
 import { buildCsv, buildJson, openExclusive, writeCsv, writeJson, type ReportMeta } from './report.js';
 
@@ -50,7 +51,8 @@ function commControl(comm: Communicator): Control {
 
 function myRankLine(comm: Communicator): RankLine {
   const cpu = os.cpus()[0]?.model.trim().replace(/\s+/g, ' ') ?? 'unknown CPU';
-  // Gloo ranks have no GPU: device -1, no PCI address.
+  // Gloo ranks have no GPU: device -1, no PCI address. NCCL ranks use device LOCAL_RANK.
+  if (comm.backend === 'nccl') return { rank: comm.rank, group: 0, pid: process.pid, host: os.hostname(), device: comm.localRank, pci: [0, 0, 0], name: `CUDA device ${comm.localRank}` };
   return { rank: comm.rank, group: 0, pid: process.pid, host: os.hostname(), device: -1, pci: [0, 0, 0], name: `CPU ${cpu}` };
 }
 
@@ -59,8 +61,9 @@ async function gatherRankLines(comm: Communicator, mine: RankLine): Promise<Rank
   const SLOT = 1024;
   const send = new Uint8Array(SLOT);
   send.set(new TextEncoder().encode(JSON.stringify(mine)).subarray(0, SLOT));
-  const all = new Uint8Array(SLOT * comm.size);
-  await comm.allGather(send, all);
+  let all: Uint8Array = new Uint8Array(SLOT * comm.size);
+  if (comm.backend === 'nccl') all = await allGatherBytes(comm, send);  // NCCL moves device memory only
+  else await comm.allGather(send, all);
   const dec = new TextDecoder();
   return [...Array(comm.size).keys()].map((r) => JSON.parse(dec.decode(all.subarray(r * SLOT, (r + 1) * SLOT)).replace(/\0+$/, '')) as RankLine);
 }
@@ -92,7 +95,6 @@ export async function benchRank(coll: Collective, flags: BenchFlags, args: strin
     const cfg = resolveConfig(flags, comm.backend);
     if (main) for (const w of cfg.warnings) process.stderr.write(`nccl-node bench: ${w}\n`);
     if (coll.rooted && cfg.flags.root >= comm.size) throw new UsageError(`-r ${cfg.flags.root}: root must be -1 or a rank below ${comm.size}`);
-    if (comm.backend !== 'gloo') throw new UsageError(`the ${comm.backend} backend has no bench device yet (GPU buffers and kernels pending)`);
     const json = main && cfg.flags.output_file ? openExclusive(cfg.flags.output_file) : undefined;
     if (main && cfg.flags.output_file) print(json ? `# Writing JSON output to ${json.path}` : `# skipping json output; ${cfg.flags.output_file} not accessible`);
     const ranks = await gatherRankLines(comm, myRankLine(comm));
@@ -101,8 +103,9 @@ export async function benchRank(coll: Collective, flags: BenchFlags, args: strin
     for (const l of headerLines(program, { ...paramsOf(cfg.flags) }, ranks)) print(l);
     for (const l of tableHeader(!!cfg.flags.report_cputime, !!cfg.flags.report_timestamps, !!cfg.flags.per_iter_timing)) print(l);
 
+    const gpu = comm.backend === 'nccl';
     const env: BenchEnv = {
-      comm, dev: hostDevice, control: commControl(comm), rank: comm.rank, nranks: comm.size,
+      comm, dev: gpu ? createGpuDevice() : hostDevice, control: gpu ? gpuControl(comm) : commControl(comm), rank: comm.rank, nranks: comm.size,
       corrupt: process.env[CORRUPT_ENV] !== undefined && Number(process.env[CORRUPT_ENV]) === comm.rank, print,
     };
     const totals: RunTotals = await runCollective(env, cfg, coll);
@@ -113,7 +116,7 @@ export async function benchRank(coll: Collective, flags: BenchFlags, args: strin
     for (const l of footerLines(program, outOfBounds, avgBusBw, minBw)) print(l);
     if (main) {
       const meta: ReportMeta = {
-        program, args, startTime, backend: comm.backend, backendVersion: comm.backendVersion, ncclVersion: 0,
+        program, args, startTime, backend: comm.backend, backendVersion: comm.backendVersion, ncclVersion: gpu ? ncclVersionCode(comm.backendVersion) : 0,
         nodeVersion: process.version, packageVersion: packageVersion(), worldSize: comm.size, ranks, checkCollectives: flags.checkCollectives,
       };
       const summary = { rows: totals.rows, outOfBounds, avgBusBw, minBw, errors: [] };
@@ -139,6 +142,12 @@ export async function benchRank(coll: Collective, flags: BenchFlags, args: strin
     comm.abort();
     return EXIT.backend;
   }
+}
+
+/** "nccl 2.30.7" -> 23007 (NCCL_VERSION_CODE), as nccl-tests reports it. */
+function ncclVersionCode(v: string): number {
+  const m = /(\d+)\.(\d+)\.(\d+)/.exec(v);
+  return m ? Number(m[1]) * 10000 + Number(m[2]) * 100 + Number(m[3]) : 0;
 }
 
 function paramsOf(f: BenchFlags) {

@@ -11,11 +11,13 @@ import { fileURLToPath } from 'node:url';
 import { Command, CommanderError } from 'commander';
 
 import { registerBenchCommand } from './commands/bench.js';
+import { registerDoctorCommand } from './commands/doctor.js';
 import { registerRunCommand } from './commands/run.js';
+import { registerCkptCommand } from './commands/ckpt.js';
 
 export type RegisterCommand = (program: Command) => void;
 
-export const SUBCOMMANDS: readonly RegisterCommand[] = [registerRunCommand, registerBenchCommand];
+export const SUBCOMMANDS: readonly RegisterCommand[] = [registerRunCommand, registerBenchCommand, registerCkptCommand, registerDoctorCommand];
 
 export const USAGE_EXIT_CODE = 2;
 

@@ -34,6 +34,8 @@ import {
   type SplitOptions,
 } from './options.js';
 import { Work } from './work.js';
+import { registerBuffer, registerPinned, type Registration, type RegisterOptions } from '../gpu/register.js';
+import type { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
 
 /** What a collective reads or writes: host TypedArrays, or device buffers on the GPU path. */
 export type Buffer = HostArray | DeviceLike;
@@ -266,6 +268,19 @@ export class Communicator {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.destroy();
+  }
+
+  /**
+   * Registers `buf` with NCCL for zero-copy (GPUDirect) transfers, or as a symmetric
+   * window with {symmetric: true}; see src/gpu/register.ts. Gloo: ERR_UNAVAILABLE.
+   */
+  register(buf: DeviceBuffer, options?: RegisterOptions): Registration {
+    return registerBuffer(this.#native, this.#where('register'), buf, options);
+  }
+
+  /** Registers page-locked host memory with NCCL (NCCL >= 2.19). Gloo: ERR_UNAVAILABLE. */
+  registerHost(pinned: PinnedHostBuffer): Registration {
+    return registerPinned(this.#native, this.#where('registerHost'), pinned);
   }
 
   #where(call: string): string {

@@ -108,6 +108,20 @@ export class DeviceBuffer {
   get allocator(): 'cuMemAlloc' | 'ncclMemAlloc' {
     return this.#native.allocator;
   }
+  /**
+   * `length` elements of `dtype` (default: this buffer's) starting `byteOffset` bytes
+   * in, sharing this buffer's memory (no copy; keeps this buffer alive; disposing it
+   * invalidates the view). The GPU bench carves its send/recv slabs this way.
+   */
+  view(byteOffset: number, length: number, dtype: DType = this.dtype): DeviceBuffer {
+    const bytes = length * DTYPE_BYTES[dtype];
+    if (!Number.isSafeInteger(byteOffset) || !Number.isSafeInteger(length) || byteOffset < 0 || length < 1 || byteOffset + bytes > this.byteLength) {
+      throw new NcclNodeError('ERR_SIZE_MISMATCH', `view: ${bytes} bytes at offset ${byteOffset} do not fit in a buffer of ${this.byteLength} bytes`);
+    }
+    const View = binding().NativeDeviceBuffer as unknown as new (p: NativeDeviceBuffer, o: number, n: number) => NativeDeviceBuffer;
+    return new DeviceBuffer(call(() => new View(this.#native, byteOffset, bytes)), dtype, length);
+  }
+
   /** What collectives hand to native code. */
   get [nativeHandle](): NativeDeviceBuffer {
     return this.#native;

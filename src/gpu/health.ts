@@ -89,7 +89,7 @@ function tri(mask: number, shift: number): boolean | null {
 type Raw = Record<string, any>;
 
 function decodeDevice(raw: Raw): GpuHealth {
-  const d = { ...raw, errors: raw.errors ?? {}, problems: [] } as GpuHealth;
+  const d = { ...raw, errors: raw.errors ?? {}, problems: [] } as unknown as GpuHealth;
   if (typeof raw.clockEventReasons === 'number') {
     const mask = raw.clockEventReasons;
     const reasons = (Object.keys(CLOCK_EVENT_REASONS) as ClockEventReason[]).filter((k) => (mask & CLOCK_EVENT_REASONS[k]) !== 0);

@@ -37,6 +37,7 @@ export interface NativeNcclControl {
   takeChild(): NativeNcclControl | null;
   register(buf: NativeDeviceBuffer): bigint;
   deregister(handle: bigint): void;
+  registerHost(buffer: ArrayBuffer): bigint;
   windowRegister(buf: NativeDeviceBuffer, flags: number): bigint;
   windowDeregister(handle: bigint): void;
   flightRecord(): string;

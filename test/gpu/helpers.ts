@@ -39,11 +39,12 @@ export interface RankResult {
 }
 
 /** Runs `scenario` on `n` ranks (each its own process) and collects each rank's RESULT line. */
-export async function runRanks(n: number, scenario: string, env: Record<string, string> = {}, timeoutMs = 60000): Promise<RankResult[]> {
+export async function runRanks(n: number, scenario: string, env: Record<string, string> = {}, timeoutMs = 60000,
+  script = 'test/gpu/worker.mts'): Promise<RankResult[]> {
   const port = await freePort();
   const frDir = mkdtempSync(join(tmpdir(), 'nccl-node-fr-'));
   const procs = Array.from({ length: n }, (_, rank) => new Promise<RankResult>((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', join(root, 'test/gpu/worker.mts')], {
+    const child = spawn(process.execPath, ['--import', 'tsx', join(root, script)], {
       env: {
         ...process.env,
         ...standinEnv(),
