@@ -1,15 +1,16 @@
 #!/usr/bin/env node
-// Entry point of the `nccl-node` command: the compiled CLI when built, else the
-// TypeScript sources through tsx (a development checkout).
+// Entry point of the `nccl-node` command: in a source checkout the TypeScript
+// sources through tsx (so a stale dist/ never shadows them), in an installed
+// package the compiled CLI.
 import { existsSync } from 'node:fs';
 
-const dist = new URL('../dist/cli/main.js', import.meta.url);
+const source = new URL('../src/cli/main.ts', import.meta.url);
 let cli;
-if (existsSync(dist)) {
-  cli = await import(dist.href);
-} else {
+if (existsSync(source)) {
   const { register } = await import('tsx/esm/api');
   register();
-  cli = await import(new URL('../src/cli/main.ts', import.meta.url).href);
+  cli = await import(source.href);
+} else {
+  cli = await import(new URL('../dist/cli/main.js', import.meta.url).href);
 }
 await cli.main(process.argv);

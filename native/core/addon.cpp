@@ -6,6 +6,7 @@
 #include "dtype.h"
 #include "engine.h"
 #include "js_errors.h"
+#include "js_options.h"
 #include "../gloo/gloo_backend.h"
 #include "../cuda/gpu_env.h"
 #include "../io/io_addon.h"
@@ -15,16 +16,6 @@ namespace ncclnode {
 AddonData& addonData(Napi::Env env) { return *env.GetInstanceData<AddonData>(); }
 
 namespace {
-
-std::string str(const Napi::Object& o, const char* key, const std::string& fallback = "") {
-  Napi::Value v = o.Get(key);
-  return v.IsString() ? v.As<Napi::String>().Utf8Value() : fallback;
-}
-
-int64_t num(const Napi::Object& o, const char* key, int64_t fallback) {
-  Napi::Value v = o.Get(key);
-  return v.IsNumber() ? v.As<Napi::Number>().Int64Value() : fallback;
-}
 
 // createGloo({rank, size, storeHost, storePort, token, prefix, hostname, iface,
 //             timeoutMs, checkAgreement}) -> Promise<NativeComm>

@@ -5,6 +5,7 @@
 
 #include "../core/comm_wrap.h"
 #include "../core/js_errors.h"
+#include "../core/js_options.h"
 #include "../nccl/flight_recorder.h"
 #include "../nccl/nccl_backend.h"
 #include "../nccl/nccl_control_wrap.h"
@@ -35,16 +36,6 @@ void cleanup(void* arg) {
   delete e->second->poller;
   delete e->second;
   delete e;
-}
-
-std::string str(const Napi::Object& o, const char* key, const std::string& fallback = "") {
-  Napi::Value v = o.Get(key);
-  return v.IsString() ? v.As<Napi::String>().Utf8Value() : fallback;
-}
-
-int64_t num(const Napi::Object& o, const char* key, int64_t fallback) {
-  Napi::Value v = o.Get(key);
-  return v.IsNumber() ? v.As<Napi::Number>().Int64Value() : fallback;
 }
 
 // createNccl({rank, size, device, storeHost, storePort, token, prefix, timeoutMs})

@@ -2,11 +2,11 @@
  * GPU memory from TypeScript. A DeviceBuffer is one device allocation with a dtype;
  * collectives on the NCCL backend take it where the Gloo backend takes TypedArrays.
  *
- *   using buf = DeviceBuffer.from(new Float32Array([1, 2, 3]));
+ *   using buf = await DeviceBuffer.from(new Float32Array([1, 2, 3]));
  *   await comm.allReduce(buf);
  *   const sums = await buf.toHost();   // a new Float32Array
  */
-import { DTYPE_BYTES, DTYPE_CODE, arrayTypeOf, type DType, type HostArray } from '../dtypes.js';
+import { DTYPE_BYTES, DTYPE_CODE, arrayTypeOf, dtypeOf, type DType, type HostArray } from '../dtypes.js';
 import { NcclNodeError, fromNative } from '../errors.js';
 import { nativeHandle } from '../comm/communicator.js';
 import { binding } from '../native.js';
@@ -21,18 +21,6 @@ export interface AllocOptions {
   device?: number;
   /** Allocate with ncclMemAlloc (NCCL >= 2.19), as NVLS / symmetric kernels want. */
   ncclMemAlloc?: boolean;
-}
-
-function inferDType(a: ArrayBufferView): DType | undefined {
-  if (a instanceof Float32Array) return 'float32';
-  if (a instanceof Float64Array) return 'float64';
-  if (a instanceof Int8Array) return 'int8';
-  if (a instanceof Uint8Array) return 'uint8';
-  if (a instanceof Int32Array) return 'int32';
-  if (a instanceof Uint32Array) return 'uint32';
-  if (a instanceof BigInt64Array) return 'int64';
-  if (a instanceof BigUint64Array) return 'uint64';
-  return undefined;
 }
 
 async function settle<T>(p: Promise<T>): Promise<T> {
@@ -80,13 +68,7 @@ export class DeviceBuffer {
    * rely on stream order (collectives run after the copy on the same device).
    */
   static async from(array: HostArray, options: { dtype?: DType; device?: number; stream?: Stream } = {}): Promise<DeviceBuffer> {
-    const dtype = options.dtype ?? inferDType(array);
-    if (dtype === undefined) {
-      throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'DeviceBuffer.from: a Uint16Array needs {dtype: "float16"} or {dtype: "bfloat16"}');
-    }
-    if (!(array instanceof arrayTypeOf(dtype))) {
-      throw new NcclNodeError('ERR_INVALID_ARGUMENT', `DeviceBuffer.from: dtype ${dtype} is held in a ${arrayTypeOf(dtype).name}`);
-    }
+    const dtype = dtypeOf(array, options.dtype, 'DeviceBuffer.from');
     const buf = DeviceBuffer.alloc({ dtype, length: array.length, ...(options.device !== undefined ? { device: options.device } : {}) });
     await buf.copyFrom(array, options.stream);
     return buf;

@@ -5,9 +5,8 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { addon, haveBuild, root, standinEnv } from './helpers.js';
+import { addon, root, standinEnv } from './helpers.js';
 
-const suite = haveBuild ? describe : describe.skip;
 
 /** Runs a TS snippet against src/index.ts with `env`; returns its JSON output. */
 function run(code: string, env: Record<string, string>): any {
@@ -20,7 +19,7 @@ function run(code: string, env: Record<string, string>): any {
   return JSON.parse(r.stdout.trim().split('\n').pop()!);
 }
 
-suite('GPU libraries and device memory on the stand-ins', () => {
+describe('GPU libraries and device memory on the stand-ins', () => {
   it('without the libraries: the addon loads, and the errors name the library and the variable', () => {
     const out = run(`
       const info = nn.gpuInfo();
@@ -87,7 +86,7 @@ suite('GPU libraries and device memory on the stand-ins', () => {
   });
 });
 
-suite('CUDA kernels', () => {
+describe('CUDA kernels', () => {
   const nvcc = spawnSync('nvcc', ['--version']).status === 0 || existsSync('/usr/local/cuda/bin/nvcc');
   const fatbin = join(root, 'build-gpu', 'kernels', 'nccl_node_kernels.fatbin');
 

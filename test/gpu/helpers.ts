@@ -2,15 +2,18 @@
 // build-gpu, and a launcher for N rank processes running test/gpu/worker.mts.
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync } from 'node:fs';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 export const root = join(import.meta.dirname, '..', '..');
-const build = process.env.NCCL_NODE_GPU_BUILD ?? join(root, 'build-gpu');
+// The build scripts/setup.sh makes (stand-ins in build/standins); another with NCCL_NODE_GPU_BUILD.
+const build = process.env.NCCL_NODE_GPU_BUILD ?? join(root, 'build');
 export const addon = join(build, 'Release', 'nccl_node.node');
 export const standins = join(build, 'standins');
-export const haveBuild = existsSync(addon) && existsSync(join(standins, 'libnccl.so.2'));
+// Never skipped: CI builds the stand-ins, and a GPU path whose tests do not run is not done.
+if (!existsSync(addon) || !existsSync(join(standins, 'libnccl.so.2'))) {
+  throw new Error(`the GPU tests need the addon and the stand-in libraries in ${build}: run bash scripts/setup.sh`);
+}
 
 /** Environment that loads the stand-ins instead of the real libraries. */
 export function standinEnv(extra: Record<string, string> = {}): Record<string, string> {
@@ -23,13 +26,8 @@ export function standinEnv(extra: Record<string, string> = {}): Record<string, s
   };
 }
 
-export async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
-  const { port } = srv.address() as net.AddressInfo;
-  await new Promise((resolve) => srv.close(resolve));
-  return port;
-}
+import { freePort } from '../helpers/ranks.js';
+export { freePort };
 
 export interface RankResult {
   rank: number;

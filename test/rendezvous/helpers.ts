@@ -3,14 +3,7 @@ import net from 'node:net';
 
 import { FrameParser, MAX_BODY_BYTES } from '../../src/rendezvous/protocol.js';
 
-/** A port that was free a moment ago (for "server appears later" tests). */
-export async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
-  const { port } = srv.address() as net.AddressInfo;
-  await new Promise((resolve) => srv.close(resolve));
-  return port;
-}
+export { freePort } from '../helpers/ranks.js';
 
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
