@@ -96,7 +96,7 @@ export async function init(options?: InitOptions): Promise<Communicator> {
       return new Communicator({ native: comm, timeoutMs, localRank: job.localRank, localSize: job.localWorldSize, onClose: close });
     }
     const iface = o.iface ?? process.env.NCCL_NODE_SOCKET_IFNAME ?? process.env.GLOO_SOCKET_IFNAME;
-    const localAddress = (store.client as { localAddress?: string }).localAddress;
+    const localAddress = store.client.localAddress;
     const comm = await native.createGloo({
       rank: job.rank,
       size: job.worldSize,

@@ -87,6 +87,14 @@ export class StoreClient {
     return this.target.port;
   }
 
+  /**
+   * This host's address on the connection to the store: an address the store's
+   * host, and so most likely every peer, can reach (used for Gloo's listeners).
+   */
+  get localAddress(): string | undefined {
+    return this.main.localAddress;
+  }
+
   /** Connects (retrying with backoff until connectTimeoutMs) and authenticates. */
   static async connect(options: StoreClientOptions): Promise<StoreClient> {
     const { host, port, token } = options;
@@ -252,6 +260,12 @@ class Connection {
   /** Set once the connection is unusable; every later request rejects with it. */
   dead: NcclNodeError | undefined;
   onClose: ((c: Connection) => void) | undefined;
+
+  get localAddress(): string | undefined {
+    const addr = this.socket.localAddress;
+    // An IPv4 peer reached through a dual-stack socket shows as ::ffff:a.b.c.d.
+    return addr?.startsWith('::ffff:') ? addr.slice(7) : addr;
+  }
 
   private constructor(private readonly socket: net.Socket, private readonly target: Target) {
     socket.on('data', (chunk: Buffer) => {

@@ -61,6 +61,12 @@ async function rejection(p: Promise<unknown>): Promise<NcclNodeError> {
 const authFrame = (token = TOKEN): Buffer => encodeRequest({ op: Op.Auth, token: Buffer.from(token), clientName: 'raw' });
 
 describe('StoreServer + StoreClient', () => {
+  it('reports the local address it reaches the store from (what Gloo listens on)', async () => {
+    const { server } = await startServer();
+    const c = await connect(server);
+    expect(c.localAddress).toBe('127.0.0.1');
+  });
+
   it('sets, gets, checks, adds and deletes', async () => {
     const { server } = await startServer();
     const c = await connect(server);
