@@ -66,6 +66,8 @@ export interface CommunicatorInit {
   timeoutMs: number;
   localRank?: number;
   localSize?: number;
+  /** Capture the caller's stack at each call (default: NCCL_NODE_CALLER_STACKS=1). */
+  callerStacks?: boolean;
   /** Called once after destroy() or abort() (closes the store the world communicator owns). */
   onClose?: () => Promise<void> | void;
 }
@@ -83,6 +85,7 @@ export class Communicator {
   readonly timeoutMs: number;
   readonly #native: NativeComm;
   readonly #onClose: (() => Promise<void> | void) | undefined;
+  readonly #callerStacks: boolean;
   #closed: 'destroyed' | 'aborted' | undefined;
   #children = new Set<Communicator>();
   /** Unsettled works, so abort() can fail them at once. */
@@ -98,6 +101,7 @@ export class Communicator {
     this.localSize = init.localSize ?? this.size;
     this.timeoutMs = init.timeoutMs;
     this.#onClose = init.onClose;
+    this.#callerStacks = init.callerStacks ?? process.env.NCCL_NODE_CALLER_STACKS === '1';
   }
 
   /** Operations queued or running. */
@@ -232,11 +236,11 @@ export class Communicator {
     });
     const child = native.then((n) => {
       if (!n) return null;
-      const comm = new Communicator({ native: n as NativeComm, timeoutMs: this.timeoutMs });
+      const comm = new Communicator({ native: n as NativeComm, timeoutMs: this.timeoutMs, callerStacks: this.#callerStacks });
       this.#children.add(comm);
       return comm;
     });
-    return this.#track(new Work(child, `split on rank ${this.rank} of ${this.size}`, new Error('split')));
+    return this.#track(new Work(child, 'split', this, this.#callerStacks ? new Error('split') : undefined));
   }
 
   /**
@@ -353,17 +357,20 @@ export class Communicator {
   }
 
   #submit(call: OpName, s: Submission): Work {
-    // Captured before the work leaves the JS thread, so failures point at the caller.
-    const callSite = new Error(call);
+    // Captured before the work leaves the JS thread, so failures point at the
+    // caller; opt-in, since a stack capture costs more than the rest of the call.
+    const callSite = this.#callerStacks ? new Error(call) : undefined;
     const native = this.#start(call, s);
-    return this.#track(new Work(native as Promise<void>, this.#where(call), callSite));
+    return this.#track(new Work(native as Promise<void>, call, this, callSite));
   }
 
   #track<T>(work: Work<T>): Work<T> {
-    const w = work as Work<unknown>;
-    this.#pending.add(w);
-    const done = () => this.#pending.delete(w);
-    work.then(done, done);
+    this.#pending.add(work as Work<unknown>);
     return work;
+  }
+
+  /** @internal A Work of this communicator settled. */
+  _settled(work: Work<unknown>): void {
+    this.#pending.delete(work);
   }
 }

@@ -93,7 +93,7 @@ export async function init(options?: InitOptions): Promise<Communicator> {
     await announceJoin(store.client, { rank: job.rank, pid: process.pid, host: hostname(), localRank: job.localRank });
     if (backend === 'nccl') {
       const comm = await createNcclComm(native, { ...job, storeHost: store.host, storePort: store.port, token, timeoutMs });
-      return new Communicator({ native: comm, timeoutMs, localRank: job.localRank, localSize: job.localWorldSize, onClose: close });
+      return new Communicator({ native: comm, timeoutMs, localRank: job.localRank, localSize: job.localWorldSize, onClose: close, callerStacks: o.callerStacks });
     }
     const iface = o.iface ?? process.env.NCCL_NODE_SOCKET_IFNAME ?? process.env.GLOO_SOCKET_IFNAME;
     const localAddress = store.client.localAddress;
@@ -115,6 +115,7 @@ export async function init(options?: InitOptions): Promise<Communicator> {
       localRank: job.localRank,
       localSize: job.localWorldSize,
       onClose: close,
+      callerStacks: o.callerStacks,
     });
   } catch (err) {
     await close();

@@ -22,6 +22,11 @@ export const initSchema = z.strictObject({
   timeoutMs: timeoutMs.optional(),
   /** Check on every collective that all ranks made the same call (on by default). */
   checkCollectives: z.boolean().optional(),
+  /**
+   * Capture the JS stack at every call so a failure points at its caller (default:
+   * NCCL_NODE_CALLER_STACKS=1). Off by default: a capture costs ~10 µs a call.
+   */
+  callerStacks: z.boolean().optional(),
   /** Network interface for Gloo's connections (else NCCL_NODE_SOCKET_IFNAME / GLOO_SOCKET_IFNAME). */
   iface: z.string().min(1).optional(),
 });

@@ -4,44 +4,65 @@
  */
 import { NcclNodeError, fromNative } from '../errors.js';
 
+/** Who issued a Work: named in its errors, told when it settles. */
+export interface WorkOwner {
+  readonly rank: number;
+  readonly size: number;
+  /** @internal */
+  _settled?(work: Work<unknown>): void;
+}
+
+const ignore = (): void => {};
+
 export class Work<T = void> implements PromiseLike<T> {
   readonly #promise: Promise<T>;
+  readonly #call: string;
+  readonly #owner: WorkOwner | undefined;
   #done = false;
   #failed = false;
-  #rejectEarly: ((err: unknown) => void) | undefined;
+  #reject!: (err: unknown) => void;
 
-  /** @param describe names the operation in errors, e.g. "allReduce #12 on rank 1 of 4". */
-  constructor(
-    native: Promise<T>,
-    private readonly describe: string,
-    callSite?: Error,
-  ) {
+  /**
+   * @param call the operation, e.g. "allReduce"; errors name it with the owner's rank.
+   * @param callSite an Error made at the call, whose stack failures then carry.
+   */
+  constructor(native: Promise<T>, call: string, owner?: WorkOwner, callSite?: Error) {
+    this.#call = call;
+    this.#owner = owner;
+    // One promise per Work on the hot path; the flags are set where it settles.
     this.#promise = new Promise<T>((resolve, reject) => {
-      this.#rejectEarly = reject;
-      native.then(resolve, (err: unknown) => reject(fromNative(err, callSite)));
-    }).then(
-      (value) => {
-        this.#done = true;
-        return value;
-      },
-      (err: unknown) => {
-        this.#done = true;
-        this.#failed = true;
-        throw err;
-      },
-    );
+      this.#reject = reject;
+      native.then(
+        (value) => {
+          this.#settle(false);
+          resolve(value);
+        },
+        (err: unknown) => {
+          this.#settle(true);
+          reject(fromNative(err, callSite));
+        },
+      );
+    });
     // An unobserved failure must not crash the process before the caller awaits.
-    this.#promise.catch(() => {});
+    this.#promise.catch(ignore);
+  }
+
+  #settle(failed: boolean): void {
+    if (this.#done) return;
+    this.#done = true;
+    this.#failed = failed;
+    this.#owner?._settled?.(this as Work<unknown>);
   }
 
   /** @internal Fails the work now (abort), whatever the native operation still does. */
   _fail(err: unknown): void {
-    this.#rejectEarly?.(err);
+    this.#settle(true);
+    this.#reject(err);
   }
 
   /** A Work that has already failed (argument errors found before submission). */
-  static rejected<T = void>(err: unknown, describe: string): Work<T> {
-    return new Work<T>(Promise.reject(err), describe);
+  static rejected<T = void>(err: unknown, call: string): Work<T> {
+    return new Work<T>(Promise.reject(err), call);
   }
 
   then<R1 = T, R2 = never>(
@@ -80,7 +101,7 @@ export class Work<T = void> implements PromiseLike<T> {
     return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(() => {
         reject(
-          new NcclNodeError('ERR_TIMEOUT', `${this.describe} did not complete within ${timeoutMs} ms`, {
+          new NcclNodeError('ERR_TIMEOUT', `${this.#describe()} did not complete within ${timeoutMs} ms`, {
             timeoutMs,
           }),
         );
@@ -96,5 +117,9 @@ export class Work<T = void> implements PromiseLike<T> {
         },
       );
     });
+  }
+
+  #describe(): string {
+    return this.#owner ? `${this.#call} on rank ${this.#owner.rank} of ${this.#owner.size}` : this.#call;
   }
 }

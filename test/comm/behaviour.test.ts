@@ -164,6 +164,19 @@ describe.each([2, 4])('at %i ranks', (size) => {
   });
 });
 
+describe('caller stacks', () => {
+  it('a failure carries the caller\'s stack when NCCL_NODE_CALLER_STACKS=1, and not by default', async () => {
+    const on = await scenario('mismatch', 2, { NCCL_NODE_CALLER_STACKS: '1' });
+    expectAllExited(on);
+    for (const s of steps(on, 'count')) {
+      expect(s.code).toBe('ERR_SIZE_MISMATCH');
+      expect(String(s.stack)).toMatch(/fixtures\/scenario\.ts/);
+    }
+    const off = await scenario('mismatch', 2);
+    for (const s of steps(off, 'count')) expect(String(s.stack)).not.toMatch(/fixtures\/scenario\.ts/);
+  });
+});
+
 describe('split', () => {
   it('groups ranks by color, orders them by key, and leaves out color -1', async () => {
     const results = await scenario('split', 4);
