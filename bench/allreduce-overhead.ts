@@ -8,7 +8,7 @@
  *   node --import tsx bench/allreduce-overhead.ts [--iters 200] [--max 64M] [--json out.json]
  *
  * Needs the addon (NCCL_NODE_ADDON or build/) and the gloo_direct binary
- * (GLOO_DIRECT, else build-bench/ or build/: `npx cmake-js compile --out build-bench`).
+ * (GLOO_DIRECT, else build/gloo_direct, which scripts/setup.sh builds).
  * Each call is awaited before the next, like the C++ loop: latency, not throughput.
  * Runs twice through the addon: checkCollectives on (the default) and off.
  */
@@ -80,9 +80,9 @@ async function addonSweep(check: boolean): Promise<Point[]> {
 }
 
 function glooSweep(): Promise<Point[]> {
-  const bin = [process.env.GLOO_DIRECT, join(ROOT, 'build-bench/Release/gloo_direct'), join(ROOT, 'build-bench/gloo_direct'), join(ROOT, 'build/Release/gloo_direct')]
+  const bin = [process.env.GLOO_DIRECT, join(ROOT, 'build/gloo_direct'), join(ROOT, 'build/Release/gloo_direct')]
     .find((p) => p && existsSync(p));
-  if (!bin) throw new Error('gloo_direct not found: build it with `npx cmake-js compile --out build-bench` or set GLOO_DIRECT');
+  if (!bin) throw new Error('gloo_direct not found: build it with `bash scripts/setup.sh` or set GLOO_DIRECT');
   const dir = mkdtempSync(join(tmpdir(), 'gloo-direct-'));
   return gang((rank) => [bin, [String(rank), '2', dir, String(ITERS), '8', MAX], process.env]);
 }

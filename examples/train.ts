@@ -6,9 +6,20 @@
  * Read train() top to bottom: build the model, wrap it (the only place DDP and
  * FSDP differ), then per step: accumulate micro-batches, wait for the
  * reductions, clip, step. Tests and benchmarks import train() directly.
+ *
+ * Checkpoints: --ckpt-dir DIR saves asynchronously (the step waits only for the
+ * snapshot) every N steps, N from Daly's formula given the measured save stall
+ * and --mtbf-hours (or --ckpt-every N), and at the end; --resume continues from
+ * the newest committed checkpoint. The data of step s depends only on s, so a
+ * resumed run is bit-identical to an uninterrupted one.
  */
+import { createHash } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { pathToFileURL } from 'node:url';
+import { checkpointEverySteps } from '../src/checkpoint/interval.js';
+import { latest } from '../src/checkpoint/layout.js';
+import { loadTraining, trainingState } from '../src/checkpoint/runtime.js';
+import { Checkpointer, type SaveHandle } from '../src/checkpoint/save.js';
 import type { Communicator } from '../src/comm/communicator.js';
 import { init } from '../src/comm/init.js';
 import { DistributedDataParallel } from '../src/runtime/ddp.js';
@@ -18,7 +29,21 @@ import { createOptimizer } from '../src/runtime/optim.js';
 import type { DDPOptions, FSDPOptions, OptimizerOptions } from '../src/runtime/options.js';
 import type { DataParallel } from '../src/runtime/types.js';
 import { globalBatch, rowsOf } from './tiny-lm/data.js';
-import { DEFAULT_CONFIG, TinyLM, type TinyLMConfig } from './tiny-lm/model.js';
+import { DEFAULT_CONFIG, TEST_CONFIG, TinyLM, type TinyLMConfig } from './tiny-lm/model.js';
+
+/** A few thousand parameters: what the checkpoint example test trains. */
+const TINY_CONFIG: TinyLMConfig = { vocab: 61, dim: 16, hidden: 37, layers: 2, seqLen: 8, seed: 5 };
+const MODELS: Record<string, TinyLMConfig> = { default: DEFAULT_CONFIG, test: TEST_CONFIG, tiny: TINY_CONFIG };
+
+export interface CheckpointConfig {
+  dir: string;
+  /** Continue from the newest committed checkpoint in dir (a fresh start if there is none). */
+  resume?: boolean;
+  /** Steps between saves; default: Daly's interval from the first save's stall and mtbfHours. */
+  every?: number;
+  mtbfHours?: number;
+  keep?: number;
+}
 
 export interface TrainConfig {
   model: TinyLMConfig;
@@ -33,6 +58,7 @@ export interface TrainConfig {
   /** Hybrid sharding (FSDP only): shard over `dp` ranks, replicate across `replicate` groups. */
   mesh?: { replicate: number; dp: number };
   dataSeed: number;
+  ckpt?: CheckpointConfig;
   log?: (line: string) => void;
 }
 
@@ -64,8 +90,22 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
   // own tokens here, and the reduction averages over ranks.
   const gradScale = 1 / (microRows * T * cfg.microBatches);
 
+  const ck = cfg.ckpt ? await Checkpointer.create(cfg.ckpt.dir, { comm, keep: cfg.ckpt.keep ?? 3 }) : null;
+  let first = 0;
+  if (cfg.ckpt?.resume) {
+    // Rank 0 resolves the checkpoint and every rank loads that one, so all ranks agree.
+    const found = comm.rank === 0 ? (await latest(cfg.ckpt.dir)) ?? '' : '';
+    const dir = await broadcastString(comm, found);
+    if (dir) {
+      first = (await loadTraining(dir, dp)).step;
+      cfg.log?.(`resumed from ${dir} at step ${first}`);
+    } else cfg.log?.(`no checkpoint in ${cfg.ckpt.dir}: starting at step 0`);
+  }
+  let every = cfg.ckpt?.every ?? 0; // 0: measured after the first save
+  let lastSave: SaveHandle | null = null;
+
   const losses: number[] = [], gradNorms: number[] = [], stepMs: number[] = [];
-  for (let step = 0; step < cfg.steps; step++) {
+  for (let step = first; step < cfg.steps; step++) {
     const t0 = performance.now();
     const batch = globalBatch(step, cfg.globalBatch, T, cfg.model.vocab, cfg.dataSeed);
     dp.zeroGrad();
@@ -85,9 +125,40 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
     losses.push(global[0]!);
     gradNorms.push(norm);
     cfg.log?.(`step ${step} loss ${global[0]!.toFixed(4)}${cfg.clipNorm ? ` grad_norm ${norm.toFixed(4)}` : ''} ${stepMs.at(-1)!.toFixed(0)} ms`);
+
+    const done = step + 1; // steps completed: what train.step records
+    if (ck && (every ? done % every === 0 : done === first + 1) || (ck && done === cfg.steps)) {
+      lastSave = await ck!.save(trainingState(dp, { step: done, dataSeed: cfg.dataSeed }, { config: { model: cfg.model, parallel: { ...cfg.parallel, replicate: undefined } }, codeVersion: 'examples/train.ts' }), { async: true });
+      lastSave.committed.catch((err: Error) => cfg.log?.(`checkpoint step ${done} failed: ${err.message}`));
+      if (!every) every = await measuredInterval(comm, lastSave.stallMs / 1000, stepMs.at(-1)! / 1000, cfg.ckpt!.mtbfHours ?? 24, cfg.log);
+    }
   }
+  if (lastSave) await lastSave.committed; // a failed final save fails the run
+  await ck?.close();
   const params = dp instanceof FullyShardedDataParallel ? await dp.gatherParams() : model.params.map((p) => p.data.slice());
   return { losses, gradNorms, params, dp, stepMs };
+}
+
+/**
+ * Daly's interval in steps. Every rank must save at the same steps, so the
+ * measured costs are the maximum over ranks (one all-reduce).
+ */
+async function measuredInterval(comm: Communicator, stallSeconds: number, stepSeconds: number, mtbfHours: number, log?: (l: string) => void): Promise<number> {
+  const t = new Float64Array([stallSeconds, stepSeconds]);
+  if (comm.size > 1) await comm.allReduce(t, { op: 'max' });
+  const every = checkpointEverySteps({ saveSeconds: t[0]!, mtbfSeconds: mtbfHours * 3600, stepSeconds: t[1]! });
+  log?.(`checkpoint every ${every} steps (save stall ${(t[0]! * 1000).toFixed(1)} ms, step ${(t[1]! * 1000).toFixed(0)} ms, MTBF ${mtbfHours} h)`);
+  return every;
+}
+
+async function broadcastString(comm: Communicator, s: string): Promise<string> {
+  if (comm.size === 1) return s;
+  const len = new Int32Array([Buffer.byteLength(s)]);
+  await comm.broadcast(len, { root: 0 });
+  const bytes = new Uint8Array(len[0]!);
+  if (comm.rank === 0) bytes.set(Buffer.from(s));
+  if (bytes.length) await comm.broadcast(bytes, { root: 0 });
+  return Buffer.from(bytes).toString();
 }
 
 async function main(): Promise<void> {
@@ -102,16 +173,25 @@ async function main(): Promise<void> {
       compression: { type: 'string', default: 'none' },
       lr: { type: 'string', default: '3e-4' },
       'clip-norm': { type: 'string', default: '1' },
+      model: { type: 'string', default: 'default' },
+      'ckpt-dir': { type: 'string' },
+      'ckpt-every': { type: 'string' },
+      'mtbf-hours': { type: 'string', default: '24' },
+      keep: { type: 'string', default: '3' },
+      resume: { type: 'boolean', default: false },
     },
   });
+  const model = MODELS[a.model];
+  if (!model) throw new Error(`--model must be one of ${Object.keys(MODELS).join(', ')}, received ${a.model}`);
+  if (a.resume && !a['ckpt-dir']) throw new Error('--resume needs --ckpt-dir');
   const comm = await init();
   const parallel = a.parallel === 'fsdp'
     ? { kind: 'fsdp' as const, stage: Number(a.stage) as 1 | 2 | 3, paramDtype: a['param-dtype'] as 'float32' | 'bfloat16' }
     : { kind: 'ddp' as const, compression: a.compression as 'none' | 'bfloat16' | 'float16' };
   const log = comm.rank === 0 ? (l: string) => console.log(l) : undefined;
-  log?.(`TinyLM ${new TinyLM(DEFAULT_CONFIG).numParams} parameters, ${comm.size} ranks, ${JSON.stringify(parallel)}`);
-  await train(comm, {
-    model: DEFAULT_CONFIG,
+  log?.(`TinyLM ${new TinyLM(model).numParams} parameters, ${comm.size} ranks, ${JSON.stringify(parallel)}`);
+  const r = await train(comm, {
+    model,
     steps: Number(a.steps),
     globalBatch: Number(a['global-batch']),
     microBatches: Number(a['micro-batches']),
@@ -119,8 +199,13 @@ async function main(): Promise<void> {
     optimizer: { kind: 'adamw', lr: Number(a.lr), weightDecay: 0.01 },
     ...(a['clip-norm'] ? { clipNorm: Number(a['clip-norm']) } : {}),
     dataSeed: 1,
+    ...(a['ckpt-dir'] ? { ckpt: { dir: a['ckpt-dir'], resume: a.resume, mtbfHours: Number(a['mtbf-hours']), keep: Number(a.keep), ...(a['ckpt-every'] ? { every: Number(a['ckpt-every']) } : {}) } } : {}),
     ...(log ? { log } : {}),
   });
+  // A fingerprint of the final parameters: equal across runs iff they are bit-identical.
+  const h = createHash('sha256');
+  for (const p of r.params) h.update(new Uint8Array(p.buffer, p.byteOffset, p.byteLength));
+  log?.(`final params sha256 ${h.digest('hex')}`);
   await comm.destroy();
 }
 

@@ -6,3 +6,4 @@ export { readManifest, manifestSchema, type Manifest } from './manifest.js';
 export { flatShard, snapshot, type CheckpointState, type TensorShard, type TrainState, type RunMetadata } from './state.js';
 export { verify, consolidate, resolveCheckpoint } from './tools.js';
 export { youngInterval, dalyInterval, checkpointEverySteps } from './interval.js';
+export { trainingState, loadTraining } from './runtime.js';

@@ -12,7 +12,8 @@ import { NcclNodeError } from '../errors.js';
 import { fromHalf, toHalf } from './cast.js';
 import { clipCoefficient, sumSquares, type Optimizer } from './optim.js';
 import { ddpSchema, parse, type DDPOptions } from './options.js';
-import type { DataParallel, MemoryReport, ModelHooks, ParamLike } from './types.js';
+import { rangePieces, slotState } from './state-dict.js';
+import type { DataParallel, DataParallelState, FlatPiece, MemoryReport, ModelHooks, ParamLike } from './types.js';
 
 /**
  * Bucket assignment: fill buckets in registration order, the first capped at
@@ -152,6 +153,31 @@ export class DistributedDataParallel implements DataParallel {
 
   async step(): Promise<void> {
     this.optimizer.step(this.params.map((p) => ({ key: p.name, param: p.data, grad: p.grad })));
+  }
+
+  /**
+   * Parameters and optimizer state are replicated, so each rank saves only its
+   * 1/world flat slice of every tensor: all ranks write in parallel, nothing twice.
+   */
+  stateDict(): DataParallelState {
+    const { rank, size } = this.comm;
+    const tensors: Record<string, FlatPiece> = {};
+    for (const p of this.params) {
+      const slice = Math.ceil(p.size / size);
+      const lo = Math.min(rank * slice, p.size);
+      const arrays: Record<string, Float32Array> = { '': p.data, ...slotState(this.optimizer, p.name, p.size) };
+      for (const k of Object.keys(arrays)) arrays[k] = arrays[k]!.subarray(lo);
+      Object.assign(tensors, rangePieces([p], [0], lo, lo + slice, arrays));
+    }
+    return { tensors, optimizerStep: this.optimizer.state([]).step };
+  }
+
+  /** Every rank reads every tensor whole (from whichever ranks' slices hold it). */
+  async loadStateDict(fill: (targets: Record<string, FlatPiece>) => Promise<{ optimizerStep: number }>): Promise<void> {
+    const targets: Record<string, FlatPiece> = {};
+    for (const p of this.params) Object.assign(targets, rangePieces([p], [0], 0, p.size, { '': p.data, ...slotState(this.optimizer, p.name, p.size) }));
+    const { optimizerStep } = await fill(targets);
+    this.optimizer.loadState({ step: optimizerStep });
   }
 
   memory(): MemoryReport {

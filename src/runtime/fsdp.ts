@@ -11,7 +11,8 @@ import type { Communicator } from '../comm/communicator.js';
 import { fromHalf, toHalf, type HalfDType } from './cast.js';
 import { clipCoefficient, sumSquares, type Optimizer } from './optim.js';
 import { fsdpSchema, parse, type FSDPOptions } from './options.js';
-import type { DataParallel, MemoryReport, ModelHooks, ParamLike } from './types.js';
+import { rangePieces, slotState } from './state-dict.js';
+import type { DataParallel, DataParallelState, FlatPiece, MemoryReport, ModelHooks, ParamLike } from './types.js';
 
 const EMPTY = new Float32Array(0);
 
@@ -219,6 +220,28 @@ export class FullyShardedDataParallel implements DataParallel {
 
   async step(): Promise<void> {
     this.optimizer.step(this.units.map((u, i) => ({ key: `unit${i}`, param: u.master, grad: u.gradShard })));
+    await this.#publish();
+  }
+
+  /** Per-parameter pieces of this rank's master shards and optimizer state (padding dropped). */
+  stateDict(): DataParallelState {
+    const tensors: Record<string, FlatPiece> = {};
+    this.units.forEach((u, i) => {
+      const lo = this.comm.rank * u.shard;
+      Object.assign(tensors, rangePieces(u.params, u.offsets, lo, lo + u.shard, { '': u.master, ...slotState(this.optimizer, `unit${i}`, u.shard) }));
+    });
+    return { tensors, optimizerStep: this.optimizer.state([]).step };
+  }
+
+  /** Fills the masters and optimizer state in place, then rebuilds the unsharded parameters. */
+  async loadStateDict(fill: (targets: Record<string, FlatPiece>) => Promise<{ optimizerStep: number }>): Promise<void> {
+    const { optimizerStep } = await fill(this.stateDict().tensors);
+    this.optimizer.loadState({ step: optimizerStep });
+    await this.#publish();
+  }
+
+  /** Brings the unsharded parameters of stages 1-2 up to date with the masters. */
+  async #publish(): Promise<void> {
     if (this.#o.stage === 3) return; // gathered from the masters before the next forward
     await Promise.all(this.units.map((u) => {
       if (!this.#half) return this.comm.allGather(u.master, u.full!);

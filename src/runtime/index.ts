@@ -1,8 +1,12 @@
 /** The training runtime: DDP bucketing, FSDP/ZeRO sharding, optimizers, device mesh. */
-export type { ParamLike, ModelHooks, DataParallel, MemoryReport } from './types.js';
+export type { ParamLike, ModelHooks, DataParallel, MemoryReport, FlatPiece, DataParallelState } from './types.js';
 export { DistributedDataParallel, assignBuckets } from './ddp.js';
 export { FullyShardedDataParallel, shardLayout } from './fsdp.js';
-export { AdamW, SGD, createOptimizer, type Optimizer, type Slot } from './optim.js';
+export { AdamW, SGD, createOptimizer, type Optimizer, type OptimizerState, type Slot } from './optim.js';
 export { DeviceMesh, meshCoords, meshGroup, MESH_DIMS, type MeshDim } from './mesh.js';
 export type { DDPOptions, FSDPOptions, OptimizerOptions, MeshOptions } from './options.js';
 export { toHalf, fromHalf, roundTo, type HalfDType } from './cast.js';
+// GPU path: the same runtime on DeviceBuffers over an NCCL communicator (docs/runtime.md, "GPU path").
+export { DeviceDistributedDataParallel, type DeviceDataParallel } from './ddp-device.js';
+export { DeviceFullyShardedDataParallel } from './fsdp-device.js';
+export type { DeviceParam } from './device.js';

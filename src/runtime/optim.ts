@@ -3,6 +3,7 @@
  * parameter (DDP) or one rank's shard of a unit (ZeRO): state is allocated per
  * slot key at the slot's size, so a sharded optimizer holds 1/N of the state.
  */
+import { NcclNodeError } from '../errors.js';
 import { optimizerSchema, parse, type OptimizerOptions } from './options.js';
 
 export interface Slot {
@@ -12,10 +13,24 @@ export interface Slot {
   grad: Float32Array;
 }
 
+/**
+ * Optimizer state for checkpoints: the step count and, per slot key, live
+ * Float32Arrays named `${key}.${stateName}` (e.g. `unit0.exp_avg`). Live, so a
+ * loader can fill them in place and a snapshot copies them.
+ */
+export interface OptimizerState {
+  step: number;
+  tensors: Record<string, Float32Array>;
+}
+
 export interface Optimizer {
   step(slots: Slot[]): void;
   /** Bytes of optimizer state held. */
   stateBytes(): number;
+  /** State of these slots; state not yet created is allocated as zeros (what the first step would start from). */
+  state(slots: readonly { key: string; size: number }[]): OptimizerState;
+  /** Sets the step count and copies any given tensors (named as state() names them) into the state. */
+  loadState(s: { step: number; tensors?: Record<string, Float32Array> }): void;
 }
 
 export function createOptimizer(options: OptimizerOptions): Optimizer {
@@ -50,14 +65,25 @@ export class AdamW implements Optimizer {
   stateBytes(): number {
     return bytesOf(this.#m) + bytesOf(this.#v);
   }
+
+  state(slots: readonly { key: string; size: number }[]): OptimizerState {
+    return { step: this.#t, tensors: named(slots, { exp_avg: this.#m, exp_avg_sq: this.#v }) };
+  }
+
+  loadState(s: { step: number; tensors?: Record<string, Float32Array> }): void {
+    this.#t = checkStep(s.step);
+    restore(s.tensors, { exp_avg: this.#m, exp_avg_sq: this.#v });
+  }
 }
 
 export class SGD implements Optimizer {
   #buf = new Map<string, Float32Array>();
+  #steps = 0;
   constructor(readonly o: { lr: number; momentum: number; weightDecay: number }) {}
 
   step(slots: Slot[]): void {
     const { lr, momentum, weightDecay } = this.o;
+    this.#steps += 1;
     for (const { key, param, grad } of slots) {
       const buf = momentum > 0 ? state(this.#buf, key, param.length) : null;
       for (let i = 0; i < param.length; i++) {
@@ -71,12 +97,45 @@ export class SGD implements Optimizer {
   stateBytes(): number {
     return bytesOf(this.#buf);
   }
+
+  state(slots: readonly { key: string; size: number }[]): OptimizerState {
+    // Without momentum SGD has no state; the step count is still kept for resumed schedules.
+    return { step: this.#steps, tensors: this.o.momentum > 0 ? named(slots, { momentum_buffer: this.#buf }) : {} };
+  }
+
+  loadState(s: { step: number; tensors?: Record<string, Float32Array> }): void {
+    this.#steps = checkStep(s.step);
+    restore(s.tensors, { momentum_buffer: this.#buf });
+  }
 }
 
 function state(map: Map<string, Float32Array>, key: string, n: number): Float32Array {
   let s = map.get(key);
   if (!s) map.set(key, (s = new Float32Array(n)));
   return s;
+}
+
+function named(slots: readonly { key: string; size: number }[], maps: Record<string, Map<string, Float32Array>>): Record<string, Float32Array> {
+  const out: Record<string, Float32Array> = {};
+  for (const { key, size } of slots) for (const [what, map] of Object.entries(maps)) out[`${key}.${what}`] = state(map, key, size);
+  return out;
+}
+
+/** Copies `${key}.${what}` tensors into the maps; the key is everything before the last dot. */
+function restore(tensors: Record<string, Float32Array> | undefined, maps: Record<string, Map<string, Float32Array>>): void {
+  for (const [name, src] of Object.entries(tensors ?? {})) {
+    const dot = name.lastIndexOf('.');
+    const map = maps[name.slice(dot + 1)];
+    if (dot < 0 || !map) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `Optimizer.loadState: unknown state tensor ${name} (expected KEY.${Object.keys(maps).join('|KEY.')})`);
+    const dst = state(map, name.slice(0, dot), src.length);
+    if (dst.length !== src.length) throw new NcclNodeError('ERR_SIZE_MISMATCH', `Optimizer.loadState: ${name} has ${src.length} elements, the optimizer holds ${dst.length}`);
+    if (dst !== src) dst.set(src);
+  }
+}
+
+function checkStep(step: number): number {
+  if (!Number.isInteger(step) || step < 0) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `Optimizer.loadState: step must be a non-negative integer, received ${step}`);
+  return step;
 }
 
 function bytesOf(map: Map<string, Float32Array>): number {

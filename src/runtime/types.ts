@@ -13,13 +13,19 @@ export interface ParamLike {
   readonly name: string;
   /** Element count. */
   readonly size: number;
+  /** Row-major shape, recorded in checkpoints (default [size]). */
+  readonly shape?: readonly number[];
   data: Float32Array;
   /** Accumulated (+=) by backward; zeroed by the runtime's zeroGrad(). */
   grad: Float32Array;
 }
 
-/** Called by the model's forward/backward; every hook is optional. */
-export interface ModelHooks {
+/**
+ * Called by the model's forward/backward; every hook is optional. P is the
+ * parameter type the runtime hands out: ParamLike on the host path,
+ * DeviceParam (runtime/device.ts) on the GPU path.
+ */
+export interface ModelHooks<P = ParamLike> {
   /** Before unit `u` runs forward; await it (stage 3 gathers the unit here). */
   beforeForward?(u: number): Promise<void> | void;
   afterForward?(u: number): void;
@@ -28,12 +34,12 @@ export interface ModelHooks {
   /** After unit `u`'s gradients are all accumulated. */
   afterBackward?(u: number): void;
   /** As soon as one parameter's gradient is final for this backward (DDP buckets). */
-  gradReady?(p: ParamLike): void;
+  gradReady?(p: P): void;
 }
 
 /** What a training loop needs from DDP or FSDP, so either can be picked by config. */
-export interface DataParallel {
-  readonly hooks: ModelHooks;
+export interface DataParallel<P = ParamLike> {
+  readonly hooks: ModelHooks<P>;
   /** false: backward only accumulates locally (no_sync); true again on the last micro-batch. */
   setRequiresGradSync(sync: boolean): void;
   zeroGrad(): void;
@@ -45,6 +51,30 @@ export interface DataParallel {
   step(): Promise<void>;
   /** Bytes this rank holds for parameters, gradients and optimizer state between steps. */
   memory(): MemoryReport;
+  /** What this rank saves: live views of parameters and optimizer state (state-dict.ts). Call between steps. */
+  stateDict(): DataParallelState;
+  /**
+   * Restores a saved state: `fill` writes the pieces this rank needs into the given
+   * live views (e.g. src/checkpoint's load) and returns the saved optimizer step.
+   * Collective for FSDP stages 1-2 (unsharded parameters are re-gathered).
+   */
+  loadStateDict(fill: (targets: Record<string, FlatPiece>) => Promise<{ optimizerStep: number }>): Promise<void>;
+}
+
+/** A flat range of a named global tensor, as src/checkpoint's TensorShard / LoadTarget take it. */
+export interface FlatPiece {
+  data: Float32Array;
+  globalShape: readonly number[];
+  /** Row-major element offset of data[0] in the global tensor. */
+  offset: number;
+  length: number;
+}
+
+export interface DataParallelState {
+  /** `name` (parameter) and `name.exp_avg` etc. (optimizer state), as pieces. */
+  tensors: Record<string, FlatPiece>;
+  /** The optimizer's step count (AdamW's bias correction depends on it). */
+  optimizerStep: number;
 }
 
 export interface MemoryReport {

@@ -5,7 +5,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { addon, root, standinEnv } from './helpers.js';
+import { addon, build, root, standinEnv } from './helpers.js';
 
 
 /** Runs a TS snippet against src/index.ts with `env`; returns its JSON output. */
@@ -88,10 +88,10 @@ describe('GPU libraries and device memory on the stand-ins', () => {
 
 describe('CUDA kernels', () => {
   const nvcc = spawnSync('nvcc', ['--version']).status === 0 || existsSync('/usr/local/cuda/bin/nvcc');
-  const fatbin = join(root, 'build-gpu', 'kernels', 'nccl_node_kernels.fatbin');
+  const fatbin = join(build, 'kernels', 'nccl_node_kernels.fatbin');
 
   it.skipIf(!nvcc)('nvcc compiled them into a fatbin that names every kernel', () => {
-    expect(existsSync(fatbin), 'build with nvcc on PATH: npx cmake-js compile --out build-gpu').toBe(true);
+    expect(existsSync(fatbin), 'build with nvcc on PATH: bash scripts/setup.sh').toBe(true);
     const text = execFileSync('strings', [fatbin], { encoding: 'utf8' });
     for (const k of ['fill', 'verify', 'cast_f32_bf16', 'cast_f32_f16', 'cast_bf16_f32', 'cast_f16_f32', 'checksum']) {
       expect(text).toContain(`nccl_node_${k}`);

@@ -1,5 +1,5 @@
 // Shared helpers for the GPU tests: the stand-in libraries, the addon build in
-// build-gpu, and a launcher for N rank processes running test/gpu/worker.mts.
+// build/ (or NCCL_NODE_GPU_BUILD), and a launcher for N rank processes running test/gpu/worker.mts.
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -7,7 +7,7 @@ import { join } from 'node:path';
 
 export const root = join(import.meta.dirname, '..', '..');
 // The build scripts/setup.sh makes (stand-ins in build/standins); another with NCCL_NODE_GPU_BUILD.
-const build = process.env.NCCL_NODE_GPU_BUILD ?? join(root, 'build');
+export const build = process.env.NCCL_NODE_GPU_BUILD ?? join(root, 'build');
 export const addon = join(build, 'Release', 'nccl_node.node');
 export const standins = join(build, 'standins');
 // Never skipped: CI builds the stand-ins, and a GPU path whose tests do not run is not done.

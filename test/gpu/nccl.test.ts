@@ -1,5 +1,5 @@
-// The NCCL backend end to end on the stand-in libraries (built into build-gpu by
-// `npx cmake-js compile --out build-gpu`): every collective x 7 dtypes, group(),
+// The NCCL backend end to end on the stand-in libraries (built into build/ by
+// scripts/setup.sh): every collective x 7 dtypes, group(),
 // split, the pre-multiplied sum, the watchdog and the "needs NCCL >= x.y" paths.
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';

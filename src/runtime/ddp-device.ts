@@ -1,0 +1,156 @@
+/**
+ * DDP bucketing on the GPU path: the same buckets, order and overlap as ddp.ts,
+ * with gradients in float32 DeviceBuffers (param.grad becomes a view of its
+ * device bucket) all-reduced by an NCCL communicator. Compression casts with the
+ * kernels and pre-divides with NCCL's premulsum. The optimizer step and the
+ * clipping arithmetic use the host fallback documented in device.ts.
+ */
+import type { Communicator } from '../comm/communicator.js';
+import type { DeviceBuffer } from '../gpu/device-buffer.js';
+import { allReducePreMulSum } from '../gpu/group.js';
+import { NcclNodeError } from '../errors.js';
+import { assignBuckets } from './ddp.js';
+import { cast, deviceSumSquares, scaleBy, slice, SubmitQueue, zeros, type DeviceParam } from './device.js';
+import { clipCoefficient, type Optimizer } from './optim.js';
+import { ddpSchema, parse, type DDPOptions } from './options.js';
+import type { DataParallel, MemoryReport, ModelHooks } from './types.js';
+
+/** DataParallel on DeviceParams; checkpoint accessors (stateDict) are host-only for now. */
+export type DeviceDataParallel = Omit<DataParallel<DeviceParam>, 'stateDict' | 'loadStateDict'>;
+
+interface Bucket {
+  params: DeviceParam[];
+  flat: DeviceBuffer;
+  pending: number;
+  work: Promise<void> | null;
+}
+
+export class DeviceDistributedDataParallel implements DeviceDataParallel {
+  readonly hooks: ModelHooks<DeviceParam>;
+  readonly #o: ReturnType<typeof ddpSchema.parse>;
+  readonly #bucketOf = new Map<DeviceParam, Bucket>();
+  readonly #ready = new Set<DeviceParam>();
+  readonly #queue = new SubmitQueue();
+  #next = 0;
+  #sync = true;
+  /** zeroGrad's memsets; forward waits for them (zeroGrad itself is synchronous). */
+  #zeroing: Promise<unknown> = Promise.resolve();
+
+  private constructor(readonly comm: Communicator, readonly params: DeviceParam[], readonly optimizer: Optimizer, readonly buckets: Bucket[], o: ReturnType<typeof ddpSchema.parse>) {
+    this.#o = o;
+    for (const b of buckets) for (const p of b.params) this.#bucketOf.set(p, b);
+    this.hooks = {
+      beforeForward: (u) => (u === 0 ? this.#zeroing.then(() => undefined) : undefined),
+      gradReady: (p) => this.markReady(p),
+    };
+  }
+
+  /** Buckets exactly as the host DDP assigns them; each param's gradient is copied into its bucket. */
+  static async create(comm: Communicator, params: DeviceParam[], optimizer: Optimizer, options: DDPOptions = {}): Promise<DeviceDistributedDataParallel> {
+    const o = parse(ddpSchema, options, 'DeviceDistributedDataParallel');
+    const groups = assignBuckets(params.map((p) => p.size), o.firstBucketBytes, o.bucketBytes);
+    const buckets = await Promise.all(groups.map(async (idx) => {
+      const ps = idx.map((i) => params[i]!);
+      const flat = await zeros('float32', ps.reduce((a, p) => a + p.size, 0));
+      let off = 0;
+      for (const p of ps) {
+        const view = slice(flat, off, p.size);
+        if (p.grad) await view.copyFromDevice(p.grad.length === p.size ? p.grad : slice(p.grad, 0, p.size));
+        p.grad = view;
+        off += p.size;
+      }
+      return { params: ps, flat, pending: ps.length, work: null };
+    }));
+    if (o.broadcastParams && comm.size > 1) await Promise.all(params.map((p) => comm.broadcast(need(p, 'data'), { root: 0 })));
+    return new DeviceDistributedDataParallel(comm, params, optimizer, buckets, o);
+  }
+
+  setRequiresGradSync(sync: boolean): void {
+    this.#sync = sync;
+  }
+
+  zeroGrad(): void {
+    this.#zeroing = Promise.all(this.buckets.map((b) => b.flat.fillBytes(0)));
+  }
+
+  /** Same contract as DistributedDataParallel.markReady: buckets launch strictly in bucket order. */
+  markReady(p: DeviceParam): void {
+    if (!this.#sync) return;
+    const b = this.#bucketOf.get(p);
+    if (!b) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `markReady: ${p.name} was not registered with DeviceDistributedDataParallel`);
+    if (this.#ready.has(p)) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `markReady: ${p.name} was marked ready twice in one backward`);
+    this.#ready.add(p);
+    b.pending -= 1;
+    while (this.#next < this.buckets.length && this.buckets[this.#next]!.pending === 0) this.#launch(this.buckets[this.#next++]!);
+  }
+
+  #launch(b: Bucket): void {
+    const { comm } = this;
+    const mean = this.#o.reduce === 'mean';
+    if (this.#o.compression === 'none') {
+      b.work = this.#queue.run(async () => ({ done: comm.allReduce(b.flat, { op: mean ? 'avg' : 'sum' }) }));
+      return;
+    }
+    // 16 bits: cast, then premulsum by 1/N so each rank's value is divided before the
+    // sum (fp16_compress_hook's order; a sum of N large fp16 gradients overflows).
+    const half = this.#o.compression;
+    let tmp: DeviceBuffer | null = null;
+    b.work = this.#queue.run(async () => {
+      tmp = await zeros(half, b.flat.length);
+      await cast(b.flat, tmp);
+      return { done: mean ? allReducePreMulSum(comm, tmp, 1 / comm.size) : comm.allReduce(tmp, { op: 'sum' }) };
+    }).then(() => cast(tmp!, b.flat)).finally(() => tmp?.dispose());
+  }
+
+  async finish(): Promise<void> {
+    if (!this.#sync) return;
+    if (this.#next < this.buckets.length) {
+      const missing = this.params.filter((p) => !this.#ready.has(p)).map((p) => p.name);
+      throw new NcclNodeError('ERR_INVALID_ARGUMENT',
+        `DeviceDistributedDataParallel.finish: gradients never marked ready: ${missing.slice(0, 8).join(', ')}${missing.length > 8 ? ', ...' : ''}`);
+    }
+    await Promise.all(this.buckets.map((b) => b.work));
+    for (const b of this.buckets) {
+      b.pending = b.params.length;
+      b.work = null;
+    }
+    this.#ready.clear();
+    this.#next = 0;
+  }
+
+  /** Gradients are identical on every rank after finish(): no communication (host fallback arithmetic). */
+  async clipGradNorm(maxNorm: number): Promise<number> {
+    const flats = this.buckets.map((b) => b.flat);
+    const norm = Math.sqrt(await deviceSumSquares(flats));
+    const c = clipCoefficient(norm, maxNorm);
+    if (c < 1) await scaleBy(flats, c);
+    return norm;
+  }
+
+  /** Host fallback: each parameter and gradient to the host, the shared optimizer, parameters back. */
+  async step(): Promise<void> {
+    const slots = await Promise.all(this.params.map(async (p) => ({
+      key: p.name,
+      param: (await need(p, 'data').toHost()) as Float32Array,
+      grad: (await need(p, 'grad').toHost()) as Float32Array,
+    })));
+    this.optimizer.step(slots);
+    await Promise.all(slots.map((s, i) => need(this.params[i]!, 'data').copyFrom(s.param)));
+  }
+
+  memory(): MemoryReport {
+    const n = this.buckets.reduce((a, b) => a + b.flat.length, 0);
+    return { params: 4 * n, grads: 4 * n, optimizer: this.optimizer.stateBytes(), peakTransient: 0 };
+  }
+
+  /** Frees the device buckets (parameters belong to the caller). */
+  dispose(): void {
+    for (const b of this.buckets) b.flat.dispose();
+  }
+}
+
+function need(p: DeviceParam, what: 'data' | 'grad'): DeviceBuffer {
+  const b = p[what];
+  if (!b) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${p.name}.${what} is not bound to a DeviceBuffer`);
+  return b;
+}
