@@ -14,6 +14,7 @@ import { cast, deviceSumSquares, scaleBy, slice, SubmitQueue, zeros, type Device
 import { clipCoefficient, type Optimizer } from './optim.js';
 import { ddpSchema, parse, type DDPOptions } from './options.js';
 import type { DataParallel, MemoryReport, ModelHooks } from './types.js';
+import { BucketOrder } from './bucket-order.js';
 
 /** DataParallel on DeviceParams; checkpoint accessors (stateDict) are host-only for now. */
 export type DeviceDataParallel = Omit<DataParallel<DeviceParam>, 'stateDict' | 'loadStateDict'>;
@@ -21,24 +22,21 @@ export type DeviceDataParallel = Omit<DataParallel<DeviceParam>, 'stateDict' | '
 interface Bucket {
   params: DeviceParam[];
   flat: DeviceBuffer;
-  pending: number;
   work: Promise<void> | null;
 }
 
 export class DeviceDistributedDataParallel implements DeviceDataParallel {
   readonly hooks: ModelHooks<DeviceParam>;
   readonly #o: ReturnType<typeof ddpSchema.parse>;
-  readonly #bucketOf = new Map<DeviceParam, Bucket>();
-  readonly #ready = new Set<DeviceParam>();
+  readonly #order: BucketOrder<DeviceParam, Bucket>;
   readonly #queue = new SubmitQueue();
-  #next = 0;
   #sync = true;
   /** zeroGrad's memsets; forward waits for them (zeroGrad itself is synchronous). */
   #zeroing: Promise<unknown> = Promise.resolve();
 
   private constructor(readonly comm: Communicator, readonly params: DeviceParam[], readonly optimizer: Optimizer, readonly buckets: Bucket[], o: ReturnType<typeof ddpSchema.parse>) {
     this.#o = o;
-    for (const b of buckets) for (const p of b.params) this.#bucketOf.set(p, b);
+    this.#order = new BucketOrder('DeviceDistributedDataParallel', buckets, (b) => this.#launch(b));
     this.hooks = {
       beforeForward: (u) => (u === 0 ? this.#zeroing.then(() => undefined) : undefined),
       gradReady: (p) => this.markReady(p),
@@ -59,7 +57,7 @@ export class DeviceDistributedDataParallel implements DeviceDataParallel {
         p.grad = view;
         off += p.size;
       }
-      return { params: ps, flat, pending: ps.length, work: null };
+      return { params: ps, flat, work: null };
     }));
     if (o.broadcastParams && comm.size > 1) await Promise.all(params.map((p) => comm.broadcast(need(p, 'data'), { root: 0 })));
     return new DeviceDistributedDataParallel(comm, params, optimizer, buckets, o);
@@ -75,13 +73,7 @@ export class DeviceDistributedDataParallel implements DeviceDataParallel {
 
   /** Same contract as DistributedDataParallel.markReady: buckets launch strictly in bucket order. */
   markReady(p: DeviceParam): void {
-    if (!this.#sync) return;
-    const b = this.#bucketOf.get(p);
-    if (!b) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `markReady: ${p.name} was not registered with DeviceDistributedDataParallel`);
-    if (this.#ready.has(p)) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `markReady: ${p.name} was marked ready twice in one backward`);
-    this.#ready.add(p);
-    b.pending -= 1;
-    while (this.#next < this.buckets.length && this.buckets[this.#next]!.pending === 0) this.#launch(this.buckets[this.#next++]!);
+    if (this.#sync) this.#order.markReady(p);
   }
 
   #launch(b: Bucket): void {
@@ -104,18 +96,10 @@ export class DeviceDistributedDataParallel implements DeviceDataParallel {
 
   async finish(): Promise<void> {
     if (!this.#sync) return;
-    if (this.#next < this.buckets.length) {
-      const missing = this.params.filter((p) => !this.#ready.has(p)).map((p) => p.name);
-      throw new NcclNodeError('ERR_INVALID_ARGUMENT',
-        `DeviceDistributedDataParallel.finish: gradients never marked ready: ${missing.slice(0, 8).join(', ')}${missing.length > 8 ? ', ...' : ''}`);
-    }
+    this.#order.assertComplete(this.params);
     await Promise.all(this.buckets.map((b) => b.work));
-    for (const b of this.buckets) {
-      b.pending = b.params.length;
-      b.work = null;
-    }
-    this.#ready.clear();
-    this.#next = 0;
+    for (const b of this.buckets) b.work = null;
+    this.#order.reset();
   }
 
   /** Gradients are identical on every rank after finish(): no communication (host fallback arithmetic). */

@@ -8,12 +8,12 @@
  */
 import type { Communicator } from '../comm/communicator.js';
 import type { Work } from '../comm/work.js';
-import { NcclNodeError } from '../errors.js';
 import { fromHalf, toHalf } from './cast.js';
 import { clipCoefficient, sumSquares, type Optimizer } from './optim.js';
 import { ddpSchema, parse, type DDPOptions } from './options.js';
 import { rangePieces, slotState } from './state-dict.js';
 import type { DataParallel, DataParallelState, FlatPiece, MemoryReport, ModelHooks, ParamLike } from './types.js';
+import { BucketOrder } from './bucket-order.js';
 
 /**
  * Bucket assignment: fill buckets in registration order, the first capped at
@@ -44,7 +44,6 @@ interface Bucket {
   index: number;
   params: ParamLike[];
   flat: Float32Array;
-  pending: number;
   work: Promise<void> | null;
   /** performance.now() at launch and at completion (for the overlap benchmark). */
   launchedAt: number;
@@ -55,9 +54,7 @@ export class DistributedDataParallel implements DataParallel {
   readonly buckets: Bucket[];
   readonly hooks: ModelHooks;
   readonly #o: ReturnType<typeof ddpSchema.parse>;
-  readonly #bucketOf = new Map<ParamLike, Bucket>();
-  readonly #ready = new Set<ParamLike>();
-  #next = 0;
+  readonly #order: BucketOrder<ParamLike, Bucket>;
   #sync = true;
 
   /** Use create(): it also makes every rank start from rank 0's parameters. */
@@ -73,10 +70,10 @@ export class DistributedDataParallel implements DataParallel {
         p.grad = flat.subarray(off, off + p.size);
         off += p.size;
       }
-      const b: Bucket = { index, params: ps, flat, pending: ps.length, work: null, launchedAt: 0, doneAt: 0 };
-      for (const p of ps) this.#bucketOf.set(p, b);
+      const b: Bucket = { index, params: ps, flat, work: null, launchedAt: 0, doneAt: 0 };
       return b;
     });
+    this.#order = new BucketOrder('DistributedDataParallel', this.buckets, (b) => this.#launch(b));
     this.hooks = { gradReady: (p) => this.markReady(p) };
   }
 
@@ -96,13 +93,7 @@ export class DistributedDataParallel implements DataParallel {
 
   /** Backward produced `p`'s final gradient: launches every bucket that is now complete, in order. */
   markReady(p: ParamLike): void {
-    if (!this.#sync) return;
-    const b = this.#bucketOf.get(p);
-    if (!b) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `markReady: ${p.name} was not registered with DistributedDataParallel`);
-    if (this.#ready.has(p)) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `markReady: ${p.name} was marked ready twice in one backward`);
-    this.#ready.add(p);
-    b.pending -= 1;
-    while (this.#next < this.buckets.length && this.buckets[this.#next]!.pending === 0) this.#launch(this.buckets[this.#next++]!);
+    if (this.#sync) this.#order.markReady(p);
   }
 
   #launch(b: Bucket): void {
@@ -126,21 +117,10 @@ export class DistributedDataParallel implements DataParallel {
 
   async finish(): Promise<void> {
     if (!this.#sync) return;
-    if (this.#next < this.buckets.length) {
-      const missing = this.params.filter((p) => !this.#ready.has(p)).map((p) => p.name);
-      throw new NcclNodeError(
-        'ERR_INVALID_ARGUMENT',
-        `DistributedDataParallel.finish: gradients never marked ready: ${missing.slice(0, 8).join(', ')}${missing.length > 8 ? ', ...' : ''}; ` +
-          'call markReady(param) for every parameter in each synchronised backward',
-      );
-    }
+    this.#order.assertComplete(this.params);
     await Promise.all(this.buckets.map((b) => b.work));
-    for (const b of this.buckets) {
-      b.pending = b.params.length;
-      b.work = null;
-    }
-    this.#ready.clear();
-    this.#next = 0;
+    for (const b of this.buckets) b.work = null;
+    this.#order.reset();
   }
 
   /** Gradients are identical on every rank after finish(), so the norm needs no communication. */
