@@ -31,4 +31,10 @@ BufferView viewOf(const Napi::Value& value, const char* what) {
   return v;
 }
 
+BufferView hostViewOf(const Napi::Value& value, const char* what) {
+  BufferView v = viewOf(value, what);
+  if (v.mem != MemKind::Host) throw Error(Code::InvalidArgument, std::string(what) + ": expected host memory, received a DeviceBuffer");
+  return v;
+}
+
 }  // namespace ncclnode

@@ -11,4 +11,7 @@ namespace ncclnode {
 // Throws Error(InvalidArgument) naming `what` for anything else.
 BufferView viewOf(const Napi::Value& value, const char* what);
 
+// viewOf, for calls that only take host memory (copies, file I/O).
+BufferView hostViewOf(const Napi::Value& value, const char* what);
+
 }  // namespace ncclnode

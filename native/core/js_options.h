@@ -19,4 +19,14 @@ inline int64_t num(const Napi::Object& o, const char* key, int64_t fallback) {
   return v.IsNumber() ? v.As<Napi::Number>().Int64Value() : fallback;
 }
 
+inline double dbl(const Napi::Object& o, const char* key, double fallback) {
+  Napi::Value v = o.Get(key);
+  return v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : fallback;
+}
+
+inline bool flagOr(const Napi::Object& o, const char* key, bool fallback) {
+  Napi::Value v = o.Get(key);
+  return v.IsBoolean() ? v.As<Napi::Boolean>().Value() : fallback;
+}
+
 }  // namespace ncclnode

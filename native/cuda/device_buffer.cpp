@@ -1,5 +1,6 @@
 #include "device_buffer.h"
 
+#include "../core/buffers.h"
 #include "../core/js_errors.h"
 #include "../nccl/nccl_api.h"
 #include "gpu_env.h"
@@ -9,20 +10,6 @@
 namespace ncclnode {
 
 namespace {
-
-struct HostView {
-  void* data;
-  size_t bytes;
-};
-
-HostView hostView(const Napi::Value& v, const char* call) {
-  if (v.IsTypedArray()) {
-    auto ta = v.As<Napi::TypedArray>();
-    return {static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset(), ta.ByteLength()};
-  }
-  if (v.IsArrayBuffer()) return {v.As<Napi::ArrayBuffer>().Data(), v.As<Napi::ArrayBuffer>().ByteLength()};
-  throw Error(Code::InvalidArgument, std::string(call) + ": expected a TypedArray or ArrayBuffer");
-}
 
 size_t sizeArg(const Napi::Value& v, const char* what) {
   if (!v.IsNumber()) throw Error(Code::InvalidArgument, std::string(what) + " must be a number");
@@ -144,7 +131,7 @@ Napi::Value DeviceBufferWrap::CopyFromHost(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     const CUdeviceptr p = checked("copyFromHost");
-    HostView h = hostView(info[0], "copyFromHost");
+    BufferView h = hostViewOf(info[0], "copyFromHost");
     const size_t off = sizeArg(info[1], "offset");
     checkRange(off, h.bytes, bytes_, "copyFromHost");
     CUstream s = streamArg(info[2]);
@@ -158,7 +145,7 @@ Napi::Value DeviceBufferWrap::CopyToHost(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     const CUdeviceptr p = checked("copyToHost");
-    HostView h = hostView(info[0], "copyToHost");
+    BufferView h = hostViewOf(info[0], "copyToHost");
     const size_t off = sizeArg(info[1], "offset");
     checkRange(off, h.bytes, bytes_, "copyToHost");
     CUstream s = streamArg(info[2]);

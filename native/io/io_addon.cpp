@@ -6,6 +6,7 @@
 #include "../core/buffers.h"
 #include "../core/errors.h"
 #include "../core/js_errors.h"
+#include "../core/js_options.h"
 #include "crc32c.h"
 #include "file_io.h"
 #include "io_queue.h"
@@ -20,25 +21,11 @@ constexpr size_t kIoThreads = 2;
 
 IoQueue& queueOf(const Napi::CallbackInfo& info) { return *static_cast<IoQueue*>(info.Data()); }
 
-BufferView hostView(const Napi::Value& v, const char* what) {
-  BufferView b = viewOf(v, what);
-  if (b.mem != MemKind::Host) throw Error(Code::InvalidArgument, std::string(what) + ": expected host memory");
-  return b;
-}
-
 std::string pathArg(const Napi::CallbackInfo& info, const char* fn) {
   if (!info[0].IsString()) throw Error(Code::InvalidArgument, std::string(fn) + ": expected a path string");
   return info[0].As<Napi::String>().Utf8Value();
 }
 
-double numOr(const Napi::Object& o, const char* k, double d) {
-  Napi::Value v = o.Get(k);
-  return v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : d;
-}
-bool boolOr(const Napi::Object& o, const char* k, bool d) {
-  Napi::Value v = o.Get(k);
-  return v.IsBoolean() ? v.As<Napi::Boolean>().Value() : d;
-}
 
 // ioWriteFile(path, segments: ArrayBufferView[], checksum: boolean[], options)
 //   -> Promise<{bytes, direct, seconds, crcs: number[], chunks: Uint32Array[]}>
@@ -53,18 +40,18 @@ Napi::Value WriteFile(const Napi::CallbackInfo& info) {
     std::vector<Napi::Value> keep;
     for (uint32_t i = 0; i < arr.Length(); i++) {
       Napi::Value v = arr.Get(i);
-      BufferView b = hostView(v, "ioWriteFile segment");
+      BufferView b = hostViewOf(v, "ioWriteFile segment");
       segs.push_back({static_cast<const uint8_t*>(b.data), b.bytes, sums.Get(i).ToBoolean().Value()});
       keep.push_back(v);
     }
     WriteOptions o;
     if (info[3].IsObject()) {
       auto opt = info[3].As<Napi::Object>();
-      o.direct = boolOr(opt, "direct", o.direct);
-      o.sync = boolOr(opt, "sync", o.sync);
-      o.dropCache = boolOr(opt, "dropCache", o.dropCache);
-      o.blockBytes = static_cast<size_t>(numOr(opt, "blockBytes", static_cast<double>(o.blockBytes)));
-      o.chunkBytes = static_cast<size_t>(numOr(opt, "chunkBytes", static_cast<double>(o.chunkBytes)));
+      o.direct = flagOr(opt, "direct", o.direct);
+      o.sync = flagOr(opt, "sync", o.sync);
+      o.dropCache = flagOr(opt, "dropCache", o.dropCache);
+      o.blockBytes = static_cast<size_t>(dbl(opt, "blockBytes", static_cast<double>(o.blockBytes)));
+      o.chunkBytes = static_cast<size_t>(dbl(opt, "chunkBytes", static_cast<double>(o.chunkBytes)));
     }
     auto result = std::make_shared<WriteResult>();
     return queueOf(info).submit(
@@ -105,7 +92,7 @@ Napi::Value ReadFile(const Napi::CallbackInfo& info) {
     std::vector<Napi::Value> keep;
     for (uint32_t i = 0; i < offs.Length(); i++) {
       Napi::Value d = dsts.Get(i);
-      BufferView b = hostView(d, "ioReadFile destination");
+      BufferView b = hostViewOf(d, "ioReadFile destination");
       const double len = lens.Get(i).As<Napi::Number>().DoubleValue();
       if (len > static_cast<double>(b.bytes)) throw Error(Code::SizeMismatch, "ioReadFile: destination " + std::to_string(i) + " is smaller than its range");
       items.push_back({static_cast<uint64_t>(offs.Get(i).As<Napi::Number>().DoubleValue()), static_cast<size_t>(len), static_cast<uint8_t*>(b.data)});
@@ -140,7 +127,7 @@ Napi::Value FsyncDir(const Napi::CallbackInfo& info) {
 Napi::Value Crc32c(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
-    BufferView b = hostView(info[0], "crc32c");
+    BufferView b = hostViewOf(info[0], "crc32c");
     const uint32_t seed = info[1].IsNumber() ? info[1].As<Napi::Number>().Uint32Value() : 0;
     return Napi::Number::New(env, crc32c(seed, b.data, b.bytes));
   });
