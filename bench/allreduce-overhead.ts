@@ -2,8 +2,10 @@
  * The addon's per-call cost: all-reduce (float32 sum, in place, 2 ranks) from
  * 8 B to 64 MiB through nccl-node (TypeScript -> N-API -> Gloo), next to the same
  * sizes on Gloo called directly from C++ (bench/gloo_direct.cpp), run by this
- * script on the same machine. Prints a table and JSON; the numbers that matter
- * are the differences (addon - gloo), not the absolute times. A benchmark, not a test.
+ * script on the same machine. gloo_direct times both Gloo's own all-reduce (ring)
+ * and the addon's algorithm without the addon (algo, check), so the table shows
+ * the cost of the TypeScript-to-native path (addon - algo) apart from the gain of
+ * the algorithm (ring / addon). Prints a table and JSON. A benchmark, not a test.
  *
  *   node --import tsx bench/allreduce-overhead.ts [--iters 200] [--max 64M] [--json out.json]
  *
@@ -30,6 +32,7 @@ const maxBytes = Number.parseFloat(MAX) * ({ K: 1024, M: 1024 ** 2, G: 1024 ** 3
 const itersFor = (bytes: number) => (bytes >= 1 << 20 ? Math.max(5, Math.floor(ITERS / 20)) : ITERS);
 
 interface Point { size: number; us: number }
+interface Baseline { size: number; ringUs: number; algoUs: number; checkUs: number }
 
 /** One rank of the addon sweep (this file, started with BENCH_ROLE=rank). */
 async function rankMain(): Promise<void> {
@@ -59,7 +62,7 @@ function freePort(): Promise<number> {
 }
 
 /** Runs `cmd` once per rank and collects rank 0's JSON lines. */
-async function gang(cmd: (rank: number) => [string, string[], NodeJS.ProcessEnv]): Promise<Point[]> {
+async function gang<T>(cmd: (rank: number) => [string, string[], NodeJS.ProcessEnv]): Promise<T[]> {
   const outs = await Promise.all([0, 1].map((rank) => new Promise<string>((resolve, reject) => {
     const [file, args, env] = cmd(rank);
     const p = spawn(file, args, { env, stdio: ['ignore', 'pipe', 'inherit'] });
@@ -67,24 +70,24 @@ async function gang(cmd: (rank: number) => [string, string[], NodeJS.ProcessEnv]
     p.stdout.on('data', (d) => (out += d));
     p.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`${file} rank ${rank} exited with ${code}`))));
   })));
-  return outs[0]!.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as Point);
+  return outs[0]!.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as T);
 }
 
 async function addonSweep(check: boolean): Promise<Point[]> {
   const port = await freePort();
   const self = fileURLToPath(import.meta.url);
-  return gang((rank) => [process.execPath, ['--import', 'tsx', self, '--iters', String(ITERS), '--max', MAX], {
+  return gang<Point>((rank) => [process.execPath, ['--import', 'tsx', self, '--iters', String(ITERS), '--max', MAX], {
     ...process.env, BENCH_ROLE: 'rank', BENCH_CHECK: check ? '1' : '0', RANK: String(rank), LOCAL_RANK: String(rank),
     WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'allreduce-overhead',
   }]);
 }
 
-function glooSweep(): Promise<Point[]> {
+function glooSweep(): Promise<Baseline[]> {
   const bin = [process.env.GLOO_DIRECT, join(ROOT, 'build/gloo_direct'), join(ROOT, 'build/Release/gloo_direct')]
     .find((p) => p && existsSync(p));
   if (!bin) throw new Error('gloo_direct not found: build it with `bash scripts/setup.sh` or set GLOO_DIRECT');
   const dir = mkdtempSync(join(tmpdir(), 'gloo-direct-'));
-  return gang((rank) => [bin, [String(rank), '2', dir, String(ITERS), '8', MAX], process.env]);
+  return gang<Baseline>((rank) => [bin, [String(rank), '2', dir, String(ITERS), '8', MAX], process.env]);
 }
 
 async function main(): Promise<void> {
@@ -93,23 +96,32 @@ async function main(): Promise<void> {
   const on = await addonSweep(true);
   const off = await addonSweep(false);
   const pad = (s: string | number, w: number) => String(s).padStart(w);
-  const f = (v: number) => v.toFixed(2);
-  console.log(`# all-reduce float32 sum, 2 ranks, in place; per-call microseconds (awaited one by one)`);
-  console.log(`# ${pad('size', 10)} ${pad('gloo C++', 10)} ${pad('addon', 10)} ${pad('+check', 10)} ${pad('d(off)', 9)} ${pad('d(on)', 9)} ${pad('check', 8)}`);
+  const f = (v: number) => v.toFixed(1);
+  const cols = ['size', 'gloo ring', 'algo C++', 'addon', 'd(addon)', 'chk C++', '+check', 'd(check)', 'ring/addon'];
+  console.log('# all-reduce float32 sum, 2 ranks, in place; per-call microseconds (awaited one by one)');
+  console.log('# gloo ring: gloo::allreduce; algo/chk C++: the addon\'s algorithm in C++ without the addon (check off/on);');
+  console.log('# d(...): addon minus the same algorithm in C++ = the TypeScript-to-native path');
+  console.log(`# ${cols.map((c) => pad(c, 10)).join(' ')}`);
   const rows = gloo.map((g, i) => {
     const a = off[i]!;
     const c = on[i]!;
-    console.log(`  ${pad(g.size, 10)} ${pad(f(g.us), 10)} ${pad(f(a.us), 10)} ${pad(f(c.us), 10)} ${pad(f(a.us - g.us), 9)} ${pad(f(c.us - g.us), 9)} ${pad(f(c.us - a.us), 8)}`);
-    return { size: g.size, glooUs: g.us, addonUs: a.us, addonCheckUs: c.us, overheadUs: a.us - g.us, overheadCheckUs: c.us - g.us, checkCostUs: c.us - a.us };
+    const row = {
+      size: g.size, glooRingUs: g.ringUs, algoUs: g.algoUs, addonUs: a.us, overheadUs: a.us - g.algoUs,
+      algoCheckUs: g.checkUs, addonCheckUs: c.us, overheadCheckUs: c.us - g.checkUs, ringOverAddonCheck: g.ringUs / c.us,
+    };
+    const cells = [row.size, f(row.glooRingUs), f(row.algoUs), f(row.addonUs), f(row.overheadUs), f(row.algoCheckUs),
+      f(row.addonCheckUs), f(row.overheadCheckUs), row.ringOverAddonCheck.toFixed(2)];
+    console.log(`  ${cells.map((c) => pad(c, 10)).join(' ')}`);
+    return row;
   });
   const small = rows.filter((r) => r.size <= 4096);
   const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
   const summary = {
     medianOverheadUsUpTo4K: median(small.map((r) => r.overheadUs)),
     medianOverheadCheckUsUpTo4K: median(small.map((r) => r.overheadCheckUs)),
-    medianCheckCostUsUpTo4K: median(small.map((r) => r.checkCostUs)),
+    medianRingOverAddonCheckUpTo4K: median(small.map((r) => r.ringOverAddonCheck)),
   };
-  console.log(`# median over 8 B..4 KiB: addon - gloo ${f(summary.medianOverheadUsUpTo4K)} us; with checkCollectives ${f(summary.medianOverheadCheckUsUpTo4K)} us (check alone ${f(summary.medianCheckCostUsUpTo4K)} us)`);
+  console.log(`# median over 8 B..4 KiB: TypeScript-to-native path ${f(summary.medianOverheadUsUpTo4K)} us (check off), ${f(summary.medianOverheadCheckUsUpTo4K)} us (check on); gloo::allreduce / addon with check = ${summary.medianRingOverAddonCheckUpTo4K.toFixed(2)}x`);
   const doc = { bench: 'allreduce-overhead', ranks: 2, dtype: 'float32', iters: ITERS, node: process.version, rows, summary };
   console.log(JSON.stringify(doc));
   const out = arg('--json', '');

@@ -1,12 +1,18 @@
-// The baseline for the addon's per-call overhead: all-reduce (float sum) on Gloo
-// called directly from C++, the same algorithm the addon runs (gloo::allreduce),
-// at the same sizes, with rendezvous through a FileStore directory.
+// The baseline for the addon's per-call overhead, with no addon in between: per
+// size it times, on Gloo called directly from C++,
+//   ring   gloo::allreduce, Gloo's own all-reduce;
+//   algo   the addon's algorithm for that size with checkCollectives off (the mesh
+//          exchange of native/gloo/mesh_exchange.cpp for small sizes, else gloo::allreduce);
+//   check  the same with checkCollectives on (a 32-byte fingerprint in the mesh
+//          round, compared on arrival).
+// The addon's time minus `algo` (or `check`) is the cost of the path from
+// TypeScript to the native worker and back; everything else is the same code.
 //
 //   gloo_direct <rank> <size> <store-dir> [iters=200] [min=8] [max=64M]
-// prints one JSON object per line: {"size":B,"us":per-call microseconds}.
-// bench/allreduce-overhead.ts starts it next to the addon run and takes differences.
+// prints one JSON object per size: {"size":B,"ringUs":..,"algoUs":..,"checkUs":..,"iters":n}.
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
+#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
@@ -15,10 +21,23 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-static size_t parseSize(const char* s) {
+#include "../native/gloo/mesh_exchange.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+const ReduceFn kSum = &gloo::sum<float>;
+constexpr size_t kFingerprint = 32;
+constexpr auto kTimeout = std::chrono::minutes(1);
+
+size_t parseSize(const char* s) {
   char* end = nullptr;
   double v = std::strtod(s, &end);
   switch (end && *end ? *end : ' ') {
@@ -28,6 +47,45 @@ static size_t parseSize(const char* s) {
   }
   return static_cast<size_t>(v);
 }
+
+void ring(const std::shared_ptr<gloo::Context>& ctx, float* buf, size_t count) {
+  gloo::AllreduceOptions o(ctx);
+  o.setOutput(buf, count);
+  o.setReduceFunction(kSum);
+  o.setTimeout(kTimeout);
+  gloo::allreduce(o);
+}
+
+// What GlooBackend::agree + allReduce do for a float sum, minus the addon.
+void addonAlgorithm(const std::shared_ptr<gloo::Context>& ctx, ncclnode::MeshExchange& mesh, float* buf,
+                    size_t count, bool check) {
+  const size_t bytes = count * sizeof(float);
+  const bool withData = ctx->size > 1 && bytes + kFingerprint <= mesh.cap();
+  uint8_t fp[kFingerprint] = {7};
+  const size_t head = check ? kFingerprint : 0;
+  if (check || withData) mesh.run(fp, head, buf, withData ? bytes : 0, kTimeout);
+  if (check) {
+    for (int r = 0; r < ctx->size; ++r) {
+      if (std::memcmp(mesh.from(r), fp, kFingerprint) != 0) throw std::runtime_error("fingerprints differ");
+    }
+  }
+  if (withData) {
+    ncclnode::reduceInRankOrder(mesh, head, ctx->size, kSum, buf, count, sizeof(float));
+  } else {
+    ring(ctx, buf, count);
+  }
+}
+
+double timeIt(const std::shared_ptr<gloo::Context>& ctx, int n, const std::function<void()>& call) {
+  for (int i = 0; i < 3; ++i) call();  // warm-up
+  gloo::BarrierOptions b(ctx);
+  gloo::barrier(b);
+  const auto t0 = Clock::now();
+  for (int i = 0; i < n; ++i) call();
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 4) {
@@ -48,23 +106,20 @@ int main(int argc, char** argv) {
   gloo::rendezvous::PrefixStore store("gloo_direct", fileStore);
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
   ctx->connectFullMesh(store, device);
+  ncclnode::MeshExchange mesh(ctx);
 
   std::vector<float> buf(maxBytes / sizeof(float) + 1, 1.0f);
   for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= 2) {
     const size_t count = bytes / sizeof(float);
-    gloo::AllreduceOptions o(ctx);
-    o.setOutput(buf.data(), count);
-    o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
     // Fewer iterations for large sizes keep the sweep short; never fewer than 5.
     const int n = bytes >= (1u << 20) ? std::max(5, iters / 20) : iters;
-    for (int i = 0; i < 3; ++i) gloo::allreduce(o);  // warm-up
-    gloo::BarrierOptions b(ctx);
-    gloo::barrier(b);
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < n; ++i) gloo::allreduce(o);
-    auto t1 = std::chrono::steady_clock::now();
-    const double us = std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
-    if (rank == 0) std::printf("{\"size\":%zu,\"us\":%.3f,\"iters\":%d}\n", bytes, us, n);
+    const double ringUs = timeIt(ctx, n, [&] { ring(ctx, buf.data(), count); });
+    const double algoUs = timeIt(ctx, n, [&] { addonAlgorithm(ctx, mesh, buf.data(), count, false); });
+    const double checkUs = timeIt(ctx, n, [&] { addonAlgorithm(ctx, mesh, buf.data(), count, true); });
+    if (rank == 0) {
+      std::printf("{\"size\":%zu,\"ringUs\":%.3f,\"algoUs\":%.3f,\"checkUs\":%.3f,\"iters\":%d}\n", bytes, ringUs,
+                  algoUs, checkUs, n);
+    }
     std::fflush(stdout);
   }
   return 0;

@@ -81,6 +81,7 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
     ctx->connectFullMesh(store, device_);
     std::lock_guard<std::mutex> lock(ctxMu_);
     if (aborted_) throw Error(Code::CommAborted, "communicator was aborted while connecting");
+    mesh_ = std::make_unique<MeshExchange>(ctx);
     ctx_ = ctx;
   } catch (const Error&) {
     broken_ = true;
@@ -140,33 +141,39 @@ void GlooBackend::allGatherBytes(const void* in, size_t bytes, void* out, std::c
   gloo::allgather(o);
 }
 
-// Agreement in one small all-reduce whose reduction keeps a word only where both
-// sides hold the same value; the all-gather that names the odd rank out runs only
-// after a disagreement, on every rank alike (all see the same reduced words).
-void GlooBackend::agree(const Op& op) {
-  if (!cfg_.checkAgreement || cfg_.size == 1) return;
-  static_assert(sizeof(Fingerprint) % sizeof(uint64_t) == 0, "fingerprint is reduced as 64-bit words");
-  constexpr size_t kWords = sizeof(Fingerprint) / sizeof(uint64_t);
+// Small all-reduces travel whole to every peer and are reduced locally in rank
+// order: one round instead of Gloo's ring. The choice depends only on the call and
+// the world size, so ranks that agree on the call agree on the path.
+bool GlooBackend::meshAllReduce(const Op& op) const {
+  return op.kind == OpKind::AllReduce && cfg_.size > 1 &&
+         op.count * elementSize(op.dtype) + sizeof(Fingerprint) <= mesh_->cap();
+}
+
+// One mesh round carries every rank's fingerprint (when checking) and, for a small
+// all-reduce, the data too. Every rank then holds every fingerprint, so all of them
+// reach the same verdict, naming the same odd rank out. Returns true when the
+// round already completed the call (a small all-reduce, or a barrier: a full
+// exchange is one).
+bool GlooBackend::agree(const Op& op) {
+  const bool check = cfg_.checkAgreement && cfg_.size > 1;
+  const bool withData = meshAllReduce(op);
+  if (!check && !withData) return false;
   const Fingerprint mine = fingerprintOf(op);
-  uint64_t words[kWords];
-  std::memcpy(words, &mine, sizeof mine);
-  uint64_t reduced[kWords];
-  gloo::AllreduceOptions o(ctx_);
-  o.setInput(words, kWords);
-  o.setOutput(reduced, kWords);
-  o.setReduceFunction([](void* out, const void* a, const void* b, size_t n) {
-    constexpr uint64_t kDiffer = ~0ULL;
-    auto* r = static_cast<uint64_t*>(out);
-    auto* x = static_cast<const uint64_t*>(a);
-    auto* y = static_cast<const uint64_t*>(b);
-    for (size_t i = 0; i < n; ++i) r[i] = x[i] == y[i] ? x[i] : kDiffer;
-  });
-  o.setTimeout(op.timeout);
-  gloo::allreduce(o);
-  if (std::memcmp(reduced, words, sizeof words) == 0) return;
-  std::vector<Fingerprint> all(cfg_.size);
-  allGatherBytes(&mine, sizeof mine, all.data(), op.timeout);
-  checkAgreement(op, all, cfg_.rank);
+  const size_t head = check ? sizeof mine : 0;
+  const size_t bytes = withData ? op.count * elementSize(op.dtype) : 0;
+  mesh_->run(&mine, head, op.send.data, bytes, op.timeout);
+  if (check) {
+    std::vector<Fingerprint> all(cfg_.size);
+    for (int r = 0; r < cfg_.size; ++r) std::memcpy(&all[r], mesh_->from(r), sizeof mine);
+    checkAgreement(op, all, cfg_.rank);
+  }
+  if (withData) {
+    reduceInRankOrder(*mesh_, head, cfg_.size, reduceFunction(op.dtype, op.redop), op.recv.data, op.count,
+                      elementSize(op.dtype));
+    if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
+    return true;
+  }
+  return op.kind == OpKind::Barrier;
 }
 
 void GlooBackend::run(Op& op) {
@@ -177,7 +184,7 @@ void GlooBackend::run(Op& op) {
                 "init({backend: 'nccl'}) or copy the data to the host first");
   }
   try {
-    if (op.kind != OpKind::Send && op.kind != OpKind::Recv) agree(op);
+    if (op.kind != OpKind::Send && op.kind != OpKind::Recv && agree(op)) return;
     if (op.count == 0 && op.kind != OpKind::Barrier && op.kind != OpKind::Send && op.kind != OpKind::Recv) return;
     const size_t width = elementSize(op.dtype);
     const bool inPlace = op.send.data == op.recv.data;

@@ -11,6 +11,7 @@
 #include "../core/agreement.h"
 #include "../core/backend.h"
 #include "../core/store_client.h"
+#include "mesh_exchange.h"
 
 namespace gloo {
 class Context;
@@ -51,7 +52,8 @@ class GlooBackend : public Backend {
   bool concurrent(const Op& op) const override { return op.kind == OpKind::Send || op.kind == OpKind::Recv; }
 
  private:
-  void agree(const Op& op);
+  bool agree(const Op& op);
+  bool meshAllReduce(const Op& op) const;
   void allGatherBytes(const void* in, size_t bytes, void* out, std::chrono::milliseconds timeout);
   void allReduce(Op& op);
   void reduceScatter(Op& op);
@@ -68,6 +70,7 @@ class GlooBackend : public Backend {
   std::atomic<bool> aborted_{false};
   int splits_ = 0;
   std::vector<uint8_t> scratch_;  // reduceScatter staging
+  std::unique_ptr<MeshExchange> mesh_;  // agreement headers and small all-reduces
 };
 
 }  // namespace ncclnode

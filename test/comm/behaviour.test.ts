@@ -27,7 +27,7 @@ describe.each([2, 4])('at %i ranks', (size) => {
   it('reports calls that differ across ranks on every rank, and stays usable', async () => {
     const results = await scenario('mismatch', size);
     expectAllExited(results);
-    for (const step of ['count', 'dtype', 'root', 'kind']) {
+    for (const step of ['count', 'countPath', 'dtype', 'root', 'kind']) {
       const got = steps(results, step);
       expect(got).toHaveLength(size);
       for (const s of got) {

@@ -1,0 +1,57 @@
+// One-round full-mesh exchange on Gloo's unbound buffers: every rank sends one
+// message to every other rank and receives one from each. Used for the
+// agreement header of every collective and, for small all-reduces, the data
+// itself, so a small all-reduce with agreement costs one network round instead of
+// Gloo's ring (2(n-1) dependent steps) plus a separate agreement all-reduce.
+// Free of N-API so bench/gloo_direct.cpp can time the same code without the addon.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace gloo {
+class Context;
+namespace transport { class UnboundBuffer; }
+}  // namespace gloo
+
+namespace ncclnode {
+
+class MeshExchange {
+ public:
+  // Each rank may send at most capacity(size) bytes; every receive is posted at that
+  // size, so a peer that sends less (another call, a mismatched count) is read
+  // safely and reported by the caller instead of overrunning a buffer.
+  static size_t capacity(int worldSize);
+
+  explicit MeshExchange(std::shared_ptr<gloo::Context> ctx);
+  ~MeshExchange();
+  MeshExchange(const MeshExchange&) = delete;
+  MeshExchange& operator=(const MeshExchange&) = delete;
+
+  // Sends head (headBytes) followed by body (bodyBytes) as one message to every
+  // peer and waits for every peer's message. Either part may be empty.
+  void run(const void* head, size_t headBytes, const void* body, size_t bodyBytes,
+           std::chrono::milliseconds timeout);
+
+  // Rank r's message from the last run (this rank's own included).
+  const uint8_t* from(int r) const { return scratch_.data() + static_cast<size_t>(r) * cap_; }
+  size_t cap() const { return cap_; }
+
+ private:
+  std::shared_ptr<gloo::Context> ctx_;
+  size_t cap_;
+  std::vector<uint8_t> scratch_;  // size x cap: one message per rank
+  std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
+};
+
+using MeshReduceFn = void (*)(void* out, const void* a, const void* b, size_t n);
+
+// out = contributions[0] op contributions[1] op ... in rank order, the same bytes on
+// every rank whatever the arrival order. contributions never alias out.
+void reduceInRankOrder(const MeshExchange& mesh, size_t offset, int worldSize, MeshReduceFn fn, void* out,
+                       size_t count, size_t elementBytes);
+
+}  // namespace ncclnode
