@@ -1,69 +1,73 @@
 /**
- * The addon's per-call cost: all-reduce (float32 sum, in place, 2 ranks) from
- * 8 B to 64 MiB through nccl-node (TypeScript -> N-API -> Gloo), next to the same
- * sizes on Gloo called directly from C++ (bench/gloo_direct.cpp), run by this
- * script on the same machine. gloo_direct times both Gloo's own all-reduce (ring)
- * and the addon's algorithm without the addon (algo, check), so the table shows
- * the cost of the TypeScript-to-native path (addon - algo) apart from the gain of
- * the algorithm (ring / addon). Prints a table and JSON. A benchmark, not a test.
+ * The addon's per-call cost: all-reduce (float32 sum, in place) from 8 B up
+ * through nccl-node (TypeScript -> N-API -> native worker -> backend), next to
+ * the same calls made from C++ with no addon in between, run by this script on
+ * the same machine:
  *
- *   node --import tsx bench/allreduce-overhead.ts [--iters 200] [--max 64M] [--json out.json]
+ *   gloo  bench/gloo_direct.cpp times Gloo's own all-reduce (ring) and the addon's
+ *         algorithm without the addon (algo: checkCollectives off, chk: on);
+ *   nccl  bench/nccl_direct.cpp times ncclAllReduce + a spin on cuEventQuery, through
+ *         the addon's loaders (real libraries, or the stand-ins with --standins).
  *
- * Needs the addon (NCCL_NODE_ADDON or build/) and the gloo_direct binary
- * (GLOO_DIRECT, else build/gloo_direct, which scripts/setup.sh builds).
- * Each call is awaited before the next, like the C++ loop: latency, not throughput.
- * Runs twice through the addon: checkCollectives on (the default) and off.
+ * addon - C++ of the same algorithm is the cost of the path from TypeScript to the
+ * native worker and back. With --ranks 1 there is no network at all, so the
+ * difference is that path alone. Each call is awaited before the next, like the
+ * C++ loops: latency, not throughput. A benchmark, not a test; table and JSON.
+ *
+ *   node --import tsx bench/allreduce-overhead.ts [--backend gloo|nccl] [--ranks 2]
+ *        [--standins] [--iters 200] [--max 64M] [--json out.json]
  */
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { freePort } from '../test/helpers/ranks.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const arg = (name: string, def: string) => {
   const i = process.argv.indexOf(name);
   return i > 0 ? process.argv[i + 1]! : def;
 };
+const BACKEND = arg('--backend', 'gloo');
+const RANKS = Number(arg('--ranks', '2'));
 const ITERS = Number(arg('--iters', '200'));
 const MAX = arg('--max', '64M');
 const maxBytes = Number.parseFloat(MAX) * ({ K: 1024, M: 1024 ** 2, G: 1024 ** 3 }[MAX.slice(-1)] ?? 1);
 const itersFor = (bytes: number) => (bytes >= 1 << 20 ? Math.max(5, Math.floor(ITERS / 20)) : ITERS);
+const standins = join(ROOT, 'build/standins');
+const libEnv: Record<string, string> = process.argv.includes('--standins')
+  ? { NCCL_NODE_LIBCUDA: join(standins, 'libcuda.so.1'), NCCL_NODE_LIBNCCL: join(standins, 'libnccl.so.2') }
+  : {};
 
 interface Point { size: number; us: number }
-interface Baseline { size: number; ringUs: number; algoUs: number; checkUs: number }
+type Row = Record<string, number>;
 
 /** One rank of the addon sweep (this file, started with BENCH_ROLE=rank). */
 async function rankMain(): Promise<void> {
-  const { init } = await import('../src/index.js');
-  const comm = await init({ checkCollectives: process.env.BENCH_CHECK === '1' });
-  const buf = new Float32Array(maxBytes / 4 + 1).fill(1);
+  const { init, DeviceBuffer } = await import('../src/index.js');
+  const nccl = BACKEND === 'nccl';
+  const comm = await init({ backend: nccl ? 'nccl' : 'gloo', checkCollectives: process.env.BENCH_CHECK === '1' });
+  const host = nccl ? undefined : new Float32Array(maxBytes / 4 + 1).fill(1);
+  const device = nccl ? DeviceBuffer.alloc({ dtype: 'float32', length: maxBytes / 4 + 1 }) : undefined;
   for (let bytes = 8; bytes <= maxBytes; bytes *= 2) {
-    const view = buf.subarray(0, bytes / 4);
-    for (let i = 0; i < 3; i++) await comm.allReduce(view); // warm-up, as gloo_direct
+    const view = device ? device.view(0, bytes / 4) : host!.subarray(0, bytes / 4);
+    const call = () => comm.allReduce(view as Float32Array);
+    for (let i = 0; i < 3; i++) await call(); // warm-up, as the C++ loops
     await comm.barrier();
     const n = itersFor(bytes);
     const t0 = performance.now();
-    for (let i = 0; i < n; i++) await comm.allReduce(view);
+    for (let i = 0; i < n; i++) await call();
     const us = ((performance.now() - t0) * 1000) / n;
     if (comm.rank === 0) process.stdout.write(`${JSON.stringify({ size: bytes, us: Number(us.toFixed(3)), iters: n })}\n`);
   }
   await comm.destroy();
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
+  device?.dispose();
 }
 
 /** Runs `cmd` once per rank and collects rank 0's JSON lines. */
 async function gang<T>(cmd: (rank: number) => [string, string[], NodeJS.ProcessEnv]): Promise<T[]> {
-  const outs = await Promise.all([0, 1].map((rank) => new Promise<string>((resolve, reject) => {
+  const outs = await Promise.all(Array.from({ length: RANKS }, (_, rank) => new Promise<string>((resolve, reject) => {
     const [file, args, env] = cmd(rank);
     const p = spawn(file, args, { env, stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
@@ -76,53 +80,58 @@ async function gang<T>(cmd: (rank: number) => [string, string[], NodeJS.ProcessE
 async function addonSweep(check: boolean): Promise<Point[]> {
   const port = await freePort();
   const self = fileURLToPath(import.meta.url);
-  return gang<Point>((rank) => [process.execPath, ['--import', 'tsx', self, '--iters', String(ITERS), '--max', MAX], {
-    ...process.env, BENCH_ROLE: 'rank', BENCH_CHECK: check ? '1' : '0', RANK: String(rank), LOCAL_RANK: String(rank),
-    WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'allreduce-overhead',
+  return gang<Point>((rank) => [process.execPath, ['--import', 'tsx', self, ...process.argv.slice(2)], {
+    ...process.env, ...libEnv, BENCH_ROLE: 'rank', BENCH_CHECK: check ? '1' : '0', RANK: String(rank),
+    LOCAL_RANK: String(rank), WORLD_SIZE: String(RANKS), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port),
+    NCCL_NODE_TOKEN: 'allreduce-overhead',
   }]);
 }
 
-function glooSweep(): Promise<Baseline[]> {
-  const bin = [process.env.GLOO_DIRECT, join(ROOT, 'build/gloo_direct'), join(ROOT, 'build/Release/gloo_direct')]
+function directSweep<T>(name: string): Promise<T[]> {
+  const bin = [process.env[name.toUpperCase()], join(ROOT, 'build', name), join(ROOT, 'build/Release', name)]
     .find((p) => p && existsSync(p));
-  if (!bin) throw new Error('gloo_direct not found: build it with `bash scripts/setup.sh` or set GLOO_DIRECT');
-  const dir = mkdtempSync(join(tmpdir(), 'gloo-direct-'));
-  return gang<Baseline>((rank) => [bin, [String(rank), '2', dir, String(ITERS), '8', MAX], process.env]);
+  if (!bin) throw new Error(`${name} not found: build it with \`bash scripts/setup.sh\` or set ${name.toUpperCase()}`);
+  const dir = mkdtempSync(join(tmpdir(), `${name}-`));
+  return gang<T>((rank) => [bin, [String(rank), String(RANKS), dir, String(ITERS), '8', MAX], { ...process.env, ...libEnv }]);
+}
+
+/** Gloo: Gloo's ring, the addon's algorithm in C++, the addon; check off and on. */
+async function glooRows(): Promise<Row[]> {
+  const base = await directSweep<{ size: number; ringUs: number; algoUs: number; checkUs: number }>('gloo_direct');
+  const on = await addonSweep(true);
+  const off = await addonSweep(false);
+  return base.map((g, i) => ({
+    size: g.size, glooRingUs: g.ringUs, algoUs: g.algoUs, addonUs: off[i]!.us, overheadUs: off[i]!.us - g.algoUs,
+    algoCheckUs: g.checkUs, addonCheckUs: on[i]!.us, overheadCheckUs: on[i]!.us - g.checkUs,
+    ringOverAddonCheck: g.ringUs / on[i]!.us,
+  }));
+}
+
+/** NCCL: ncclAllReduce from C++, and through the addon. */
+async function ncclRows(): Promise<Row[]> {
+  const base = await directSweep<Point>('nccl_direct');
+  const addon = await addonSweep(false);
+  return base.map((b, i) => ({ size: b.size, ncclUs: b.us, addonUs: addon[i]!.us, overheadUs: addon[i]!.us - b.us }));
 }
 
 async function main(): Promise<void> {
-  // Baseline first, then the addon with and without the agreement check.
-  const gloo = await glooSweep();
-  const on = await addonSweep(true);
-  const off = await addonSweep(false);
-  const pad = (s: string | number, w: number) => String(s).padStart(w);
-  const f = (v: number) => v.toFixed(1);
-  const cols = ['size', 'gloo ring', 'algo C++', 'addon', 'd(addon)', 'chk C++', '+check', 'd(check)', 'ring/addon'];
-  console.log('# all-reduce float32 sum, 2 ranks, in place; per-call microseconds (awaited one by one)');
-  console.log('# gloo ring: gloo::allreduce; algo/chk C++: the addon\'s algorithm in C++ without the addon (check off/on);');
-  console.log('# d(...): addon minus the same algorithm in C++ = the TypeScript-to-native path');
-  console.log(`# ${cols.map((c) => pad(c, 10)).join(' ')}`);
-  const rows = gloo.map((g, i) => {
-    const a = off[i]!;
-    const c = on[i]!;
-    const row = {
-      size: g.size, glooRingUs: g.ringUs, algoUs: g.algoUs, addonUs: a.us, overheadUs: a.us - g.algoUs,
-      algoCheckUs: g.checkUs, addonCheckUs: c.us, overheadCheckUs: c.us - g.checkUs, ringOverAddonCheck: g.ringUs / c.us,
-    };
-    const cells = [row.size, f(row.glooRingUs), f(row.algoUs), f(row.addonUs), f(row.overheadUs), f(row.algoCheckUs),
-      f(row.addonCheckUs), f(row.overheadCheckUs), row.ringOverAddonCheck.toFixed(2)];
-    console.log(`  ${cells.map((c) => pad(c, 10)).join(' ')}`);
-    return row;
-  });
-  const small = rows.filter((r) => r.size <= 4096);
+  if (BACKEND !== 'gloo' && BACKEND !== 'nccl') throw new Error(`--backend must be gloo or nccl, received ${BACKEND}`);
+  const rows = BACKEND === 'gloo' ? await glooRows() : await ncclRows();
+  const cols = Object.keys(rows[0]!);
+  const pad = (s: string | number) => String(s).padStart(12);
+  const cell = (k: string, v: number) => (k === 'size' ? String(v) : k.endsWith('Us') ? v.toFixed(1) : v.toFixed(2));
+  console.log(`# all-reduce float32 sum, ${BACKEND}, ${RANKS} rank(s), in place; per-call microseconds (awaited one by one)`);
+  console.log('# overhead* = addon minus the same algorithm called from C++ = the TypeScript-to-native path');
+  console.log(`# ${cols.map(pad).join(' ')}`);
+  for (const r of rows) console.log(`  ${cols.map((k) => pad(cell(k, r[k]!))).join(' ')}`);
+  const small = rows.filter((r) => r.size! <= 4096);
   const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
-  const summary = {
-    medianOverheadUsUpTo4K: median(small.map((r) => r.overheadUs)),
-    medianOverheadCheckUsUpTo4K: median(small.map((r) => r.overheadCheckUs)),
-    medianRingOverAddonCheckUpTo4K: median(small.map((r) => r.ringOverAddonCheck)),
-  };
-  console.log(`# median over 8 B..4 KiB: TypeScript-to-native path ${f(summary.medianOverheadUsUpTo4K)} us (check off), ${f(summary.medianOverheadCheckUsUpTo4K)} us (check on); gloo::allreduce / addon with check = ${summary.medianRingOverAddonCheckUpTo4K.toFixed(2)}x`);
-  const doc = { bench: 'allreduce-overhead', ranks: 2, dtype: 'float32', iters: ITERS, node: process.version, rows, summary };
+  const summary: Record<string, number> = {};
+  for (const k of cols.filter((c) => c.startsWith('overhead') || c.startsWith('ringOver'))) {
+    summary[`median_${k}_upTo4K`] = Number(median(small.map((r) => r[k]!)).toFixed(2));
+  }
+  console.log(`# median over 8 B..4 KiB: ${Object.entries(summary).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+  const doc = { bench: 'allreduce-overhead', backend: BACKEND, ranks: RANKS, dtype: 'float32', iters: ITERS, node: process.version, rows, summary };
   console.log(JSON.stringify(doc));
   const out = arg('--json', '');
   if (out) writeFileSync(out, `${JSON.stringify(doc, null, 1)}\n`);

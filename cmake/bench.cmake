@@ -4,3 +4,12 @@
 add_executable(gloo_direct ${CMAKE_CURRENT_SOURCE_DIR}/bench/gloo_direct.cpp
                            ${CMAKE_CURRENT_SOURCE_DIR}/native/gloo/mesh_exchange.cpp)
 target_link_libraries(gloo_direct PRIVATE gloo Threads::Threads)
+
+# bench/nccl_direct: ncclAllReduce from C++ through the addon's own dlopen loaders
+# (stand-ins in CI, the real libraries on a GPU host): the NCCL baseline.
+add_executable(nccl_direct ${CMAKE_CURRENT_SOURCE_DIR}/bench/nccl_direct.cpp
+                           ${CMAKE_CURRENT_SOURCE_DIR}/native/nccl/nccl_api.cpp
+                           ${CMAKE_CURRENT_SOURCE_DIR}/native/cuda/cuda_api.cpp
+                           ${CMAKE_CURRENT_SOURCE_DIR}/native/cuda/dl.cpp
+                           ${CMAKE_CURRENT_SOURCE_DIR}/native/core/errors.cpp)
+target_link_libraries(nccl_direct PRIVATE Threads::Threads ${CMAKE_DL_LIBS})

@@ -212,6 +212,10 @@ void NcclBackend::run(Op& op) {
 void NcclBackend::waitDone(Op& op, uint64_t frId) {
   const CudaApi& cu = cuda();
   const auto deadline = Clock::now() + op.timeout;
+  // Small collectives finish in tens of microseconds, and a sleep costs at least
+  // the timer slack (~50 us): poll hot, yielding the core, for a short window, then
+  // back off to naps that double up to 1 ms.
+  const auto spinUntil = Clock::now() + std::chrono::microseconds(200);
   auto nap = std::chrono::microseconds(20);
   for (;;) {
     const CUresult done = cu.cuEventQuery(event_);
@@ -234,6 +238,10 @@ void NcclBackend::waitDone(Op& op, uint64_t frId) {
       s << "timed out after " << op.timeout.count() << " ms: the operation did not complete on the GPU"
         << " (a peer may be stalled; compare the ranks' flight records)";
       fatal(Code::Timeout, s.str(), frId, "timeout");
+    }
+    if (Clock::now() < spinUntil) {
+      std::this_thread::yield();
+      continue;
     }
     std::this_thread::sleep_for(nap);
     if (nap < std::chrono::milliseconds(1)) nap *= 2;
