@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "../core/dtype.h"
 #include "../core/js_errors.h"
 #include "../cuda/device_buffer.h"
 #include "../cuda/gpu_env.h"
@@ -176,6 +177,56 @@ Napi::Value Checksum(const Napi::CallbackInfo& info) {
   });
 }
 
+// The benchmark's verifiable data (verifiable_defs.h): with rank >= 0 rank's input, with
+// rank < 0 the expected result, for elements offset.. of a (dtype, op, nranks, seed) test.
+// verifiablePrepare(buf, count, dtype, op, nranks, rank, seed, offset, stream?) -> Promise<void>
+Napi::Value VerifiablePrepare(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    auto* b = bufferArg(info[0], "verifiablePrepare");
+    CUdeviceptr p = b->ptr();
+    uint64_t n = u64Arg(info[1]);
+    int dtype = intArg(info[2]), op = intArg(info[3]), nranks = intArg(info[4]), rank = intArg(info[5]);
+    unsigned seed = static_cast<unsigned>(u64Arg(info[6]));
+    uint64_t offset = u64Arg(info[7]);
+    if (dtype < 0 || dtype >= kNumDTypes || op < 0 || op > 5 || nranks < 1 || rank >= nranks) {
+      throw Error(Code::InvalidArgument, "verifiablePrepare: bad dtype, op, nranks or rank");
+    }
+    if (n * elementSize(static_cast<DType>(dtype)) > b->bytes()) throw Error(Code::SizeMismatch, "verifiablePrepare: count exceeds the buffer");
+    CUstream s = streamArg(info[8]);
+    launch(b->device(), "nccl_node_verifiable_prepare", n, s, {&p, &n, &dtype, &op, &nranks, &rank, &seed, &offset});
+    return gpuEnv(env).poller->afterStream(env, b->device(), s, nullptr, {info[0]});
+  });
+}
+
+// verifiableCompare(actual, expected, count, dtype, op, stream?) -> Promise<number of wrong elements>
+Napi::Value VerifiableCompare(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    auto* a = bufferArg(info[0], "verifiableCompare");
+    auto* e = bufferArg(info[1], "verifiableCompare");
+    CUdeviceptr pa = a->ptr(), pe = e->ptr();
+    uint64_t n = u64Arg(info[2]);
+    int dtype = intArg(info[3]), op = intArg(info[4]);
+    if (dtype < 0 || dtype >= kNumDTypes || op < 0 || op > 5) throw Error(Code::InvalidArgument, "verifiableCompare: bad dtype or op");
+    const uint64_t bytes = n * elementSize(static_cast<DType>(dtype));
+    if (bytes > a->bytes() || bytes > e->bytes()) throw Error(Code::SizeMismatch, "verifiableCompare: count exceeds a buffer");
+    if (a->device() != e->device()) throw Error(Code::InvalidArgument, "verifiableCompare: buffers on different devices");
+    CUstream s = streamArg(info[5]);
+    auto scratch = std::make_shared<Scratch>();
+    scratch->device = a->device();
+    useDevice(a->device());
+    const CudaApi& cu = cuda();
+    cuCheck(cu.cuMemAlloc(&scratch->dev, 8), "cuMemAlloc");
+    cuCheck(cu.cuMemsetD8Async(scratch->dev, 0, 8, s), "cuMemsetD8Async");
+    CUdeviceptr errors = scratch->dev;
+    launch(a->device(), "nccl_node_verifiable_compare", n, s, {&pa, &pe, &n, &dtype, &op, &errors});
+    cuCheck(cu.cuMemcpyDtoHAsync(&scratch->host, scratch->dev, 8, s), "cuMemcpyDtoHAsync");
+    return gpuEnv(env).poller->afterStream(env, a->device(), s,
+        [scratch](Napi::Env en) { return Napi::Number::New(en, static_cast<double>(scratch->host)); }, {info[0], info[1]});
+  });
+}
+
 Napi::Value KernelsPath(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), kernelsPath()); }
 
 }  // namespace
@@ -186,6 +237,8 @@ void registerKernels(Napi::Env env, Napi::Object exports) {
   k.Set("verify", Napi::Function::New(env, Verify, "verify"));
   k.Set("cast", Napi::Function::New(env, Cast, "cast"));
   k.Set("checksum", Napi::Function::New(env, Checksum, "checksum"));
+  k.Set("verifiablePrepare", Napi::Function::New(env, VerifiablePrepare, "verifiablePrepare"));
+  k.Set("verifiableCompare", Napi::Function::New(env, VerifiableCompare, "verifiableCompare"));
   k.Set("path", Napi::Function::New(env, KernelsPath, "path"));
   exports.Set("kernels", k);
 }

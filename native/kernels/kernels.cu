@@ -3,6 +3,7 @@
 // these (native/standins/cuda_standin_kernels.cpp) with the same definitions.
 // extern "C": the names are the lookup keys for cuModuleGetFunction.
 #include "kernel_defs.h"
+#include "verifiable_defs.h"
 
 namespace {
 
@@ -71,4 +72,21 @@ extern "C" __global__ void nccl_node_checksum(const unsigned char* in, unsigned 
   unsigned long long local = 0;
   GRID_STRIDE(i, bytes) local += (in[i] + 1ULL) * (i + 1ULL);
   atomicAdd(out, local);
+}
+
+// The benchmark's verifiable data (verifiable_defs.h, the twin of src/bench/verifiable.ts):
+// element i of rank `rank`'s input for elements offset + i, or with rank < 0 the
+// expected result over nranks ranks. op: 0 sum, 1 prod, 2 max, 3 min, 4 avg, 5 copy.
+extern "C" __global__ void nccl_node_verifiable_prepare(void* dst, unsigned long long n, int dtype, int op, int nranks,
+                                                        int rank, unsigned int seed, unsigned long long offset) {
+  GRID_STRIDE(i, n) vPrepare(dst, i, dtype, op, nranks, rank, seed, offset);
+}
+
+// Adds to *errors the elements of `actual` that differ from `expected` (bits as
+// unsigned integers; 2 ULP allowed for floating-point avg).
+extern "C" __global__ void nccl_node_verifiable_compare(const void* actual, const void* expected, unsigned long long n,
+                                                        int dtype, int op, unsigned long long* errors) {
+  unsigned long long local = 0;
+  GRID_STRIDE(i, n) local += vWrong(actual, expected, i, dtype, op) ? 1 : 0;
+  if (local) atomicAdd(errors, local);
 }

@@ -7,6 +7,7 @@
 
 #include "../core/dtype.h"
 #include "../kernels/kernel_defs.h"
+#include "../kernels/verifiable_defs.h"
 #include "cuda_standin_kernels.h"
 #include "standin_cuda_ext.h"
 
@@ -18,7 +19,7 @@ struct Kernel { const char* name; int id; };
 const Kernel kKernels[] = {
     {"nccl_node_fill", 0}, {"nccl_node_verify", 1}, {"nccl_node_cast_f32_bf16", 2},
     {"nccl_node_cast_f32_f16", 3}, {"nccl_node_cast_bf16_f32", 4}, {"nccl_node_cast_f16_f32", 5},
-    {"nccl_node_checksum", 6},
+    {"nccl_node_checksum", 6}, {"nccl_node_verifiable_prepare", 7}, {"nccl_node_verifiable_compare", 8},
 };
 
 struct Module { std::vector<int> present; };
@@ -71,6 +72,37 @@ void fillOneFrom(void* out, int64_t raw, int dtype) {
 void fillOne(void* base, uint64_t i, int dtype, int rank, uint64_t seed) {
   const size_t w = elementSize(static_cast<DType>(dtype));
   fillOneFrom(static_cast<char*>(base) + i * w, kernelValue(i, rank, seed, dtype), dtype);
+}
+
+// nccl_node_verifiable_prepare / _compare: the kernels' per-element bodies
+// (verifiable_defs.h) in a loop, with the parameter checks a launch would fail on.
+int prepareVerifiable(int id, void** params, std::function<void()>* work) {
+  constexpr int kInvalid = 1;
+  const bool prepare = id == 7;
+  const uint64_t n = arg<uint64_t>(params, prepare ? 1 : 2);
+  const int dtype = arg<int>(params, prepare ? 2 : 3);
+  const int op = arg<int>(params, prepare ? 3 : 4);
+  if (dtype < 0 || dtype >= kNumDTypes || op < 0 || op > kVOpNil) return kInvalid;
+  const size_t w = elementSize(static_cast<DType>(dtype));
+  if (prepare) {
+    char* dst = dev<char>(arg<CUdeviceptr>(params, 0), n * w);
+    const int nranks = arg<int>(params, 4), rank = arg<int>(params, 5);
+    const uint32_t seed = arg<uint32_t>(params, 6);
+    const uint64_t offset = arg<uint64_t>(params, 7);
+    if ((n && !dst) || nranks < 1) return kInvalid;
+    *work = [=] { for (uint64_t i = 0; i < n; ++i) vPrepare(dst, i, dtype, op, nranks, rank, seed, offset); };
+    return 0;
+  }
+  const char* actual = dev<char>(arg<CUdeviceptr>(params, 0), n * w);
+  const char* expected = dev<char>(arg<CUdeviceptr>(params, 1), n * w);
+  auto* errors = dev<unsigned long long>(arg<CUdeviceptr>(params, 5), 1);
+  if ((n && (!actual || !expected)) || !errors) return kInvalid;
+  *work = [=] {
+    unsigned long long wrong = 0;
+    for (uint64_t i = 0; i < n; ++i) wrong += vWrong(actual, expected, i, dtype, op) ? 1 : 0;
+    *errors += wrong;  // the kernel adds with atomicAdd
+  };
+  return 0;
 }
 
 }  // namespace
@@ -148,6 +180,7 @@ int standinPrepareLaunch(void* fn, void** params, std::function<void()>* work) {
     };
     return 0;
   }
+  if (id == 7 || id == 8) return prepareVerifiable(id, params, work);
   // checksum: sum over i of (byte[i] + 1) * (i + 1), modulo 2^64
   const uint64_t bytes = arg<uint64_t>(params, 1);
   auto* in = dev<uint8_t>(arg<CUdeviceptr>(params, 0), bytes);

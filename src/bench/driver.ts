@@ -9,8 +9,13 @@ import type { BenchDevice, CollArgs, CollCounts, Collective, Slab } from './coll
 import type { BenchConfig, OpChoice, TypeChoice } from './config.js';
 import { perIterBody, rowBody, rowPreamble, timestamp, type IterStatsUs, type Measurement } from './format.js';
 
-/** Small host-side exchanges between ranks (times, error counts). */
+/**
+ * Small host-side exchanges between ranks (times, error counts). They span every
+ * rank of the job, also when NCCL_TESTS_SPLIT runs the test in smaller groups.
+ */
 export interface Control {
+  /** Ranks taking part (the world size): -a 1 averages over them. */
+  size: number;
   allReduce(values: number[], op: 'sum' | 'min' | 'max'): Promise<number[]>;
   /** Rank 0's values everywhere (-a 0). */
   fromRank0(values: number[]): Promise<number[]>;
@@ -160,7 +165,7 @@ class TimeTest {
     if (mode === 0) [delta] = await e.control.fromRank0([delta]) as [number];
     else {
       const [v] = (await e.control.allReduce([delta], mode === 2 ? 'min' : mode === 3 ? 'max' : 'sum')) as [number];
-      delta = mode === 1 ? v / e.nranks : v;
+      delta = mode === 1 ? v / e.control.size : v;
     }
     const { algBw, busBw } = this.coll.bw(this.counts.paramCount, this.ws, delta, e.nranks);
     const perIter = f.per_iter_timing ? await this.iterStats(starts, ends, f.blocking === 3) : undefined;

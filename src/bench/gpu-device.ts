@@ -1,51 +1,48 @@
 /**
  * BenchDevice for the NCCL backend: the three slabs are device allocations and every
- * Buffer the collectives see is a DeviceBuffer view into one (no copies). Inputs and
- * expected results come from the same verifiable.ts generators as the host path
- * (staged on the host, copied in once per size), because the kernels' fill pattern
- * is sum-only with no element offset and cannot express prod/min/max/avg or the
- * per-block offsets of gather-like tests. Verification runs the checksum kernel on
- * the device first and only copies both buffers back when the sums differ (or the
- * kernels are unavailable), where the host count is exact, incl. avg's 2-ULP slack.
+ * Buffer the collectives see is a DeviceBuffer view into one (no copies). As in
+ * nccl-tests, data is made and checked on the device: the verifiable kernels
+ * (gpu-kernels.ts) write each rank's input and the expected result for any
+ * collective, op, dtype and element offset, and count wrong elements (2 ULP for
+ * floating-point avg) without copying results back. Only when the kernels are not
+ * built (no nvcc at install time) does it fall back to the host generators of
+ * verifiable.ts, staging through host memory, and it says so once.
  *
  * Also the host-side Control and rank-line exchange for NCCL, which only moves
  * device memory: small DeviceBuffers carry the values.
  */
 import type { Buffer, Communicator } from '../comm/communicator.js';
 import { DTYPE_BYTES, arrayTypeOf, type DType, type HostArray } from '../dtypes.js';
+import { isNcclNodeError } from '../errors.js';
 import { DeviceBuffer } from '../gpu/device-buffer.js';
-import * as kernels from '../gpu/kernels.js';
 import type { BenchDevice, Slab } from './collective.js';
 import type { Control } from './driver.js';
-import { countWrong, prepareExpected, prepareInput, type GenOp } from './verifiable.js';
+import { compareOnDevice, prepareOnDevice } from './gpu-kernels.js';
+import { countWrong, prepareExpected, prepareInput } from './verifiable.js';
 
 /** A zero-length slice: NCCL buffers cannot be empty, and nothing reads or writes it. */
 const empty = (dtype: DType) => new (arrayTypeOf(dtype))(0) as HostArray;
 const isDev = (b: Buffer): b is DeviceBuffer => b instanceof DeviceBuffer;
-const lengthOf = (b: Buffer) => (isDev(b) ? b.length : (b as HostArray).length);
 
-async function stage(buf: Buffer, dtype: DType, fill: (h: HostArray) => void): Promise<void> {
-  if (!isDev(buf)) return;
+async function stage(buf: DeviceBuffer, dtype: DType, fill: (h: HostArray) => void): Promise<void> {
   const h = new (arrayTypeOf(dtype))(buf.length) as HostArray;
   fill(h);
   await buf.copyFrom(h);
 }
 
-export function createGpuDevice(): BenchDevice {
-  // undefined until the first checksum: false when the kernels are not built.
-  let kernelsWork: boolean | undefined;
-  async function sameOnDevice(a: DeviceBuffer, e: DeviceBuffer): Promise<boolean> {
-    if (kernelsWork === false) return false;
+/** `onFallback` hears, once, why the host generators replace the kernels. */
+export function createGpuDevice(onFallback: (why: string) => void = () => {}): BenchDevice {
+  // Set on the first kernel call that finds the kernels missing (ERR_UNAVAILABLE).
+  let hostFallback = false;
+  async function onDevice<T>(kernel: () => Promise<T>, host: () => Promise<T>): Promise<T> {
+    if (hostFallback) return host();
     try {
-      const [x, y] = await Promise.all([kernels.checksum(a), kernels.checksum(e)]);
-      kernelsWork = true;
-      return x === y;
+      return await kernel();
     } catch (err) {
-      if (kernelsWork === undefined && (err as { code?: string }).code === 'ERR_UNAVAILABLE') {
-        kernelsWork = false;
-        return false;
-      }
-      throw err;
+      if (!isNcclNodeError(err, 'ERR_UNAVAILABLE')) throw err;
+      hostFallback = true;
+      onFallback(`the verifiable-data kernels are unavailable (${err.message}); preparing and checking data on the host`);
+      return host();
     }
   }
   return {
@@ -60,14 +57,23 @@ export function createGpuDevice(): BenchDevice {
     },
     zero: async (buf) => { if (isDev(buf)) await buf.fillBytes(0); },
     copy: async (dst, src) => { if (isDev(dst) && isDev(src)) await dst.copyFromDevice(src); },
-    prepareInput: (buf, dtype, op, n, rank, seed, offset) => stage(buf, dtype, (h) => prepareInput(h, dtype, op, n, rank, seed, offset)),
-    prepareExpected: (buf, dtype, op, n, seed, offset) => stage(buf, dtype, (h) => prepareExpected(h, dtype, op, n, seed, offset)),
-    async countWrong(actual, expected, dtype, op: GenOp) {
+    async prepareInput(buf, dtype, op, n, rank, seed, offset) {
+      if (!isDev(buf)) return;  // empty
+      await onDevice(() => prepareOnDevice(buf, dtype, op, n, rank, seed, offset),
+        () => stage(buf, dtype, (h) => prepareInput(h, dtype, op, n, rank, seed, offset)));
+    },
+    async prepareExpected(buf, dtype, op, n, seed, offset) {
+      if (!isDev(buf)) return;
+      await onDevice(() => prepareOnDevice(buf, dtype, op, n, -1, seed, offset),
+        () => stage(buf, dtype, (h) => prepareExpected(h, dtype, op, n, seed, offset)));
+    },
+    async countWrong(actual, expected, dtype, op) {
       if (!isDev(actual) || !isDev(expected)) return 0;  // both empty
-      if (lengthOf(actual) !== lengthOf(expected)) throw new Error(`countWrong: ${actual.length} elements against ${expected.length}`);
-      if (await sameOnDevice(actual, expected)) return 0;
-      const [a, e] = await Promise.all([actual.toHost(), expected.toHost()]);
-      return countWrong(a, e, dtype, op);
+      if (actual.length !== expected.length) throw new Error(`countWrong: ${actual.length} elements against ${expected.length}`);
+      return onDevice(() => compareOnDevice(actual, expected, dtype, op), async () => {
+        const [a, e] = await Promise.all([actual.toHost(), expected.toHost()]);
+        return countWrong(a, e, dtype, op);
+      });
     },
     async corrupt(buf) {
       if (!isDev(buf)) return;
@@ -92,6 +98,7 @@ export function gpuControl(comm: Communicator): Control {
     }
   }
   return {
+    size: comm.size,
     allReduce: (values, op) => through(values, (b) => comm.allReduce(b, { op })),
     fromRank0: (values) => through(values, (b) => comm.broadcast(b, { root: 0 })),
     barrier: async () => void (await comm.barrier()),

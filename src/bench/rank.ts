@@ -12,6 +12,9 @@ import { init } from '../comm/init.js';
 import { isNcclNodeError } from '../errors.js';
 import type { Collective } from './collective.js';
 import { resolveConfig, UsageError } from './config.js';
+import { firstDevice, splitColor, splitGroup } from './split.js';
+import { deviceOverride } from '../gpu/device.js';
+import { gpuInfo } from '../gpu/info.js';
 import { runCollective, type BenchEnv, type Control, type RunTotals } from './driver.js';
 import type { BenchFlags } from './flags.js';
 import { footerLines, headerLines, NCCL_TESTS_VERSION, tableHeader, type RankLine } from './format.js';
@@ -35,6 +38,7 @@ function packageVersion(): string {
 /** Host-side exchanges over the communicator itself (Gloo); the NCCL path would use its Gloo side channel. */
 function commControl(comm: Communicator): Control {
   return {
+    size: comm.size,
     async allReduce(values, op) {
       const buf = Float64Array.from(values);
       await comm.allReduce(buf, { op });
@@ -49,11 +53,13 @@ function commControl(comm: Communicator): Control {
   };
 }
 
-function myRankLine(comm: Communicator): RankLine {
+/** World rank, group color (NCCL_TESTS_SPLIT) and device, as nccl-tests' device report. */
+function myRankLine(world: Communicator, group: number): RankLine {
   const cpu = os.cpus()[0]?.model.trim().replace(/\s+/g, ' ') ?? 'unknown CPU';
-  // Gloo ranks have no GPU: device -1, no PCI address. NCCL ranks use device LOCAL_RANK.
-  if (comm.backend === 'nccl') return { rank: comm.rank, group: 0, pid: process.pid, host: os.hostname(), device: comm.localRank, pci: [0, 0, 0], name: `CUDA device ${comm.localRank}` };
-  return { rank: comm.rank, group: 0, pid: process.pid, host: os.hostname(), device: -1, pci: [0, 0, 0], name: `CPU ${cpu}` };
+  // Gloo ranks have no GPU: device -1, no PCI address. NCCL ranks: LOCAL_RANK or NCCL_TESTS_DEVICE.
+  const device = deviceOverride() ?? world.localRank;
+  if (world.backend === 'nccl') return { rank: world.rank, group, pid: process.pid, host: os.hostname(), device, pci: [0, 0, 0], name: `CUDA device ${device}` };
+  return { rank: world.rank, group, pid: process.pid, host: os.hostname(), device: -1, pci: [0, 0, 0], name: `CPU ${cpu}` };
 }
 
 /** Every rank's line, in rank order (MPI_Gather of the device lines in nccl-tests). */
@@ -77,6 +83,16 @@ function versionLine(comm: Communicator): string {
 export async function benchRank(coll: Collective, flags: BenchFlags, args: string[]): Promise<number> {
   const startTime = new Date();
   const out = (line: string) => process.stdout.write(`${line}\n`);
+  const gpu0 = firstDevice(process.env);
+  if (gpu0 !== undefined) {
+    const problem = badFirstDevice(gpu0, flags.backend);
+    if (problem) {
+      process.stderr.write(problem);
+      return EXIT.notImplemented;
+    }
+    // The NCCL communicator and every device buffer of this process use it.
+    process.env.NCCL_NODE_DEVICE = String(gpu0);
+  }
   let comm: Communicator | undefined;
   try {
     comm = await init({
@@ -88,25 +104,31 @@ export async function benchRank(coll: Collective, flags: BenchFlags, args: strin
     process.stderr.write(`nccl-node bench: ${err instanceof Error ? err.message : String(err)}\n`);
     return isNcclNodeError(err, 'ERR_INVALID_ARGUMENT') ? EXIT.usage : EXIT.backend;
   }
-  const main = comm.rank === 0;
+  const world = comm;
+  const main = world.rank === 0;
   const print = main ? out : () => {};
   const program = `${coll.name}_perf`;
+  let group: Communicator | undefined;
   try {
-    const cfg = resolveConfig(flags, comm.backend);
+    const cfg = resolveConfig(flags, world.backend);
     if (main) for (const w of cfg.warnings) process.stderr.write(`nccl-node bench: ${w}\n`);
-    if (coll.rooted && cfg.flags.root >= comm.size) throw new UsageError(`-r ${cfg.flags.root}: root must be -1 or a rank below ${comm.size}`);
+    const gpu = world.backend === 'nccl';
+    // Exchanges (times, error counts, barriers) span the world; the test runs in the group.
+    const control = gpu ? gpuControl(world) : commControl(world);
+    const color = splitColor(process.env, world.rank);
+    group = await splitGroup(world, color, control, coll, cfg.flags.root);
     const json = main && cfg.flags.output_file ? openExclusive(cfg.flags.output_file) : undefined;
     if (main && cfg.flags.output_file) print(json ? `# Writing JSON output to ${json.path}` : `# skipping json output; ${cfg.flags.output_file} not accessible`);
-    const ranks = await gatherRankLines(comm, myRankLine(comm));
-    print(versionLine(comm));
+    const ranks = await gatherRankLines(world, myRankLine(world, color));
+    print(versionLine(world));
     for (const n of cfg.notices) print(n);
     for (const l of headerLines(program, { ...paramsOf(cfg.flags) }, ranks)) print(l);
     for (const l of tableHeader(!!cfg.flags.report_cputime, !!cfg.flags.report_timestamps, !!cfg.flags.per_iter_timing)) print(l);
 
-    const gpu = comm.backend === 'nccl';
     const env: BenchEnv = {
-      comm, dev: gpu ? createGpuDevice() : hostDevice, control: gpu ? gpuControl(comm) : commControl(comm), rank: comm.rank, nranks: comm.size,
-      corrupt: process.env[CORRUPT_ENV] !== undefined && Number(process.env[CORRUPT_ENV]) === comm.rank, print,
+      comm: group, dev: gpu ? createGpuDevice(main ? (why) => process.stderr.write(`nccl-node bench: ${why}\n`) : undefined) : hostDevice,
+      control, rank: group.rank, nranks: group.size,
+      corrupt: process.env[CORRUPT_ENV] !== undefined && Number(process.env[CORRUPT_ENV]) === world.rank, print,
     };
     const totals: RunTotals = await runCollective(env, cfg, coll);
     const [outOfBounds] = (await env.control.allReduce([totals.errors], 'sum')) as [number];
@@ -116,8 +138,8 @@ export async function benchRank(coll: Collective, flags: BenchFlags, args: strin
     for (const l of footerLines(program, outOfBounds, avgBusBw, minBw)) print(l);
     if (main) {
       const meta: ReportMeta = {
-        program, args, startTime, backend: comm.backend, backendVersion: comm.backendVersion, ncclVersion: gpu ? ncclVersionCode(comm.backendVersion) : 0,
-        nodeVersion: process.version, packageVersion: packageVersion(), worldSize: comm.size, ranks, checkCollectives: flags.checkCollectives,
+        program, args, startTime, backend: world.backend, backendVersion: world.backendVersion, ncclVersion: gpu ? ncclVersionCode(world.backendVersion) : 0,
+        nodeVersion: process.version, packageVersion: packageVersion(), worldSize: world.size, ranks, checkCollectives: flags.checkCollectives,
       };
       const summary = { rows: totals.rows, outOfBounds, avgBusBw, minBw, errors: [] };
       if (json) writeJson(json.fd, buildJson(meta, cfg, summary));
@@ -125,23 +147,39 @@ export async function benchRank(coll: Collective, flags: BenchFlags, args: strin
     }
     // Rank 0 has printed everything before any rank exits (a launcher stops the gang on a non-zero exit).
     await env.control.barrier();
-    await comm.destroy();
+    if (group !== world) await group.destroy();
+    await world.destroy();
     return outOfBounds || (minBw !== undefined && avgBusBw < minBw * 0.9) ? EXIT.results : EXIT.ok;
   } catch (err) {
     if (err instanceof UsageError) {
       if (main) process.stderr.write(`nccl-node bench: ${err.message}\n`);
+      if (group && group !== comm) await group.destroy().catch(() => {});
       await comm.destroy().catch(() => {});
       return EXIT.usage;
     }
     if (isNcclNodeError(err, 'ERR_TIMEOUT')) {
       print(`${os.hostname()}: Test timeout (${flags.timeout}s)`);
+      if (group !== comm) group?.abort();
       comm.abort();
       return EXIT.timeout;
     }
     process.stderr.write(`nccl-node bench: rank ${comm.rank}: ${err instanceof Error ? err.message : String(err)}\n`);
+    if (group !== comm) group?.abort();
     comm.abort();
     return EXIT.backend;
   }
+}
+
+/**
+ * nccl-tests' check of NCCL_TESTS_DEVICE against the visible GPUs (writeDeviceReport),
+ * with its message; Gloo (no GPU) has nothing to check.
+ */
+function badFirstDevice(gpu0: number, backend: string): string | undefined {
+  if (backend === 'gloo') return undefined;
+  const info = gpuInfo();
+  if (!info.cuda) return undefined;  // init says what is missing
+  if (gpu0 >= 0 && gpu0 < info.devices) return undefined;
+  return `Invalid number of GPUs: ${gpu0 + 1} requested but only ${info.devices} were found.\nPlease check the number of processes and GPUs per process.\n`;
 }
 
 /** "nccl 2.30.7" -> 23007 (NCCL_VERSION_CODE), as nccl-tests reports it. */

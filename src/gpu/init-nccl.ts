@@ -3,6 +3,7 @@ import { NcclNodeError, fromNative } from '../errors.js';
 import type { Binding } from '../native.js';
 import { detectBackend } from './detect.js';
 import { NcclComm } from './nccl-comm.js';
+import { deviceOverride } from './device.js';
 
 /** For backend 'auto': the libraries are found by file, then load, and see a GPU. */
 export function ncclUsable(native: Binding): boolean {
@@ -34,14 +35,14 @@ export interface NcclInit {
   timeoutMs: number;
 }
 
-/** Joins the world communicator on device LOCAL_RANK; the unique id goes over the store. */
+/** Joins the world communicator on device LOCAL_RANK (or NCCL_NODE_DEVICE); the unique id goes over the store. */
 export async function createNcclComm(native: Binding, j: NcclInit): Promise<NcclComm> {
   let comm;
   try {
     comm = await native.createNccl({
       rank: j.rank,
       size: j.worldSize,
-      device: j.localRank,
+      device: deviceOverride() ?? j.localRank,
       storeHost: j.storeHost,
       storePort: j.storePort,
       token: j.token,

@@ -27,6 +27,8 @@ describe('bench on the NCCL stand-in', () => {
     it(`all_reduce_perf at ${n} ranks, 8 B .. 1 MiB x4: #wrong 0 everywhere, NCCL version in the header`, async () => {
       const r = await bench(['all_reduce_perf', '--backend', 'nccl', '--nproc-per-node', String(n), '-b', '8', '-e', '1M', '-f', '4', '-n', '5', '-w', '1']);
       expect(r.code, r.err).toBe(0);
+      // Data made and checked by the kernels: no fallback to the host generators.
+      expect(r.err).not.toMatch(/verifiable-data kernels are unavailable/);
       expect(r.out).toMatch(/^# nccl-node version \S+ nccl-tests-format \S+ backend=nccl nccl-library=2\.\d+\.\d+$/m);
       for (let rank = 0; rank < n; rank++) expect(r.out).toMatch(new RegExp(`Rank +${rank} Group +0 Pid +\\d+ on +\\S+ device +${rank} `));
       const table = rows(r.out);
@@ -43,6 +45,7 @@ describe('bench on the NCCL stand-in', () => {
   it('every op and dtype, and gather-style tests with per-rank offsets, verify at 4 ranks', async () => {
     const r = await bench(['all_reduce', '--backend', 'nccl', '--nproc-per-node', '2', '-b', '64', '-e', '64', '-o', 'all', '-d', 'all', '-n', '1', '-w', '0']);
     expect(r.code, r.err).toBe(0);
+    expect(r.err).not.toMatch(/verifiable-data kernels are unavailable/);
     expect(rows(r.out).length).toBe(50);  // 10 dtypes x 5 ops
     for (const t of [['reduce_scatter'], ['all_gather'], ['gather', '-r', '-1']]) {
       const g = await bench([t[0]!, ...t.slice(1), '--backend', 'nccl', '--nproc-per-node', '4', '-b', '64', '-e', '4K', '-f', '8', '-n', '2', '-w', '0']);
