@@ -12,7 +12,9 @@
  * addon - C++ of the same algorithm is the cost of the path from TypeScript to the
  * native worker and back. With --ranks 1 there is no network at all, so the
  * difference is that path alone. Each call is awaited before the next, like the
- * C++ loops: latency, not throughput. A benchmark, not a test; table and JSON.
+ * C++ loops: latency, not throughput; every figure is the median per-call time (a
+ * mean on a shared host is dominated by the few calls a scheduler tick stalls).
+ * A benchmark, not a test; table and JSON.
  *
  *   node --import tsx bench/allreduce-overhead.ts [--backend gloo|nccl] [--ranks 2]
  *        [--standins] [--iters 200] [--max 64M] [--json out.json]
@@ -56,9 +58,13 @@ async function rankMain(): Promise<void> {
     for (let i = 0; i < 3; i++) await call(); // warm-up, as the C++ loops
     await comm.barrier();
     const n = itersFor(bytes);
-    const t0 = performance.now();
-    for (let i = 0; i < n; i++) await call();
-    const us = ((performance.now() - t0) * 1000) / n;
+    const times = new Float64Array(n);
+    for (let i = 0; i < n; i++) {
+      const t0 = performance.now();
+      await call();
+      times[i] = (performance.now() - t0) * 1000;
+    }
+    const us = times.sort()[n >> 1]!;
     if (comm.rank === 0) process.stdout.write(`${JSON.stringify({ size: bytes, us: Number(us.toFixed(3)), iters: n })}\n`);
   }
   await comm.destroy();

@@ -9,7 +9,8 @@
 // TypeScript to the native worker and back; everything else is the same code.
 //
 //   gloo_direct <rank> <size> <store-dir> [iters=200] [min=8] [max=64M]
-// prints one JSON object per size: {"size":B,"ringUs":..,"algoUs":..,"checkUs":..,"iters":n}.
+// prints one JSON object per size: {"size":B,"ringUs":..,"algoUs":..,"checkUs":..,"iters":n},
+// each the median per-call time on rank 0.
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/math.h>
@@ -18,6 +19,7 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -76,13 +78,20 @@ void addonAlgorithm(const std::shared_ptr<gloo::Context>& ctx, ncclnode::MeshExc
   }
 }
 
+// The median of n timed calls: on a shared host a few calls stall for a scheduler
+// tick, which moves a mean far more than the code under test does.
 double timeIt(const std::shared_ptr<gloo::Context>& ctx, int n, const std::function<void()>& call) {
   for (int i = 0; i < 3; ++i) call();  // warm-up
   gloo::BarrierOptions b(ctx);
   gloo::barrier(b);
-  const auto t0 = Clock::now();
-  for (int i = 0; i < n; ++i) call();
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n;
+  std::vector<double> us(n);
+  for (int i = 0; i < n; ++i) {
+    const auto t0 = Clock::now();
+    call();
+    us[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  }
+  std::nth_element(us.begin(), us.begin() + n / 2, us.end());
+  return us[n / 2];
 }
 
 }  // namespace

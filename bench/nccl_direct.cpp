@@ -5,13 +5,15 @@
 // libraries on a GPU host). The unique id travels through a file in <dir>.
 //
 //   nccl_direct <rank> <size> <dir> [iters=200] [min=8] [max=64M]
-// prints one JSON object per size on rank 0: {"size":B,"us":..,"iters":n}.
+// prints one JSON object per size on rank 0: {"size":B,"us":..,"iters":n}, us the median per call.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "../native/core/errors.h"
 #include "../native/cuda/cuda_api.h"
@@ -91,9 +93,15 @@ int main(int argc, char** argv) {
       const size_t count = bytes / sizeof(float);
       const int n = bytes >= (1u << 20) ? std::max(5, iters / 20) : iters;
       for (int i = 0; i < 3; ++i) once(count);  // warm-up; an all-reduce also lines the ranks up
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < n; ++i) once(count);
-      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
+      // The median per-call time: robust to the odd call stalled by the scheduler.
+      std::vector<double> times(n);
+      for (int i = 0; i < n; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        once(count);
+        times[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      }
+      std::nth_element(times.begin(), times.begin() + n / 2, times.end());
+      const double us = times[n / 2];
       if (rank == 0) std::printf("{\"size\":%zu,\"us\":%.3f,\"iters\":%d}\n", bytes, us, n);
       std::fflush(stdout);
     }

@@ -29,6 +29,13 @@ class Backend {
   // a thread of its own, so a send and the matching peer's send cannot deadlock.
   virtual bool concurrent(const Op& op) const { return false; }
 
+  // Called on the submitting (JS) thread when the worker is idle and nothing is
+  // queued: may start the network part of `op` without blocking, so peers receive
+  // this rank's data without waiting for the worker to wake; run() then finishes
+  // it. Returns whether it started anything. Must not throw: a failure is kept in
+  // op.prepostError for run() to raise.
+  virtual bool prepost(Op& op) { return false; }
+
   // Makes a new backend for the ranks sharing `color`, ordered by (key, rank).
   // Collective over this backend's group. Returns null for a negative color.
   virtual std::unique_ptr<Backend> split(int color, int key, std::chrono::milliseconds timeout) = 0;

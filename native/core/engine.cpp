@@ -33,6 +33,12 @@ Napi::Promise Engine::submit(Napi::Env env, std::unique_ptr<Pending> p) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (p->destroy) destroyed_ = true;
+    // Nothing ahead of it: let the backend put this rank's part on the wire now,
+    // from this thread, instead of after the worker wakes up.
+    if (queue_.empty() && !busy_ && backend_ && !aborted_ && !p->connect && !p->destroy &&
+        p->op->kind != OpKind::Split && !backend_->concurrent(*p->op)) {
+      backend_->prepost(*p->op);
+    }
     queue_.push_back(p.release());
   }
   cv_.notify_one();
@@ -88,12 +94,21 @@ void Engine::loop() {
       if (queue_.empty()) break;
       p = queue_.front();
       queue_.pop_front();
+      busy_ = true;
     }
     if (!p->connect && !p->destroy && backend_->concurrent(*p->op)) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        busy_ = false;
+      }
       runConcurrently(p);
       continue;
     }
     execute(*p);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+    }
     const bool last = p->destroy;
     if (tsfn_.BlockingCall(p) != napi_ok) {
       // The environment is going away: the JS objects in p die with it.

@@ -76,6 +76,7 @@ class Engine {
   std::condition_variable cv_;
   std::deque<Pending*> queue_;
   bool stop_ = false;
+  bool busy_ = false;  // under mu_: the worker is running an operation
   std::atomic<bool> aborted_{false};
   std::atomic<bool> finished_{false};
   bool destroyed_ = false;

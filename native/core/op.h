@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -57,6 +58,8 @@ struct Op {
   std::chrono::milliseconds timeout{0};
   uint64_t seq = 0;  // per-communicator sequence number of collectives
   uint64_t p2pIndex = 0;  // send: k-th send to this peer; recv: k-th recv from it
+  bool preposted = false;  // Backend::prepost started it on the submitting thread
+  std::exception_ptr prepostError;
 
   // Filled in by the worker.
   bool failed = false;

@@ -50,9 +50,12 @@ class GlooBackend : public Backend {
   void abort() override;
   bool broken() const override { return broken_.load(); }
   bool concurrent(const Op& op) const override { return op.kind == OpKind::Send || op.kind == OpKind::Recv; }
+  bool prepost(Op& op) override;
 
  private:
   bool agree(const Op& op);
+  bool usesMesh(const Op& op) const;
+  void postMesh(const Op& op);
   bool meshAllReduce(const Op& op) const;
   void allGatherBytes(const void* in, size_t bytes, void* out, std::chrono::milliseconds timeout);
   void allReduce(Op& op);

@@ -24,8 +24,7 @@ MeshExchange::MeshExchange(std::shared_ptr<gloo::Context> ctx)
 
 MeshExchange::~MeshExchange() = default;
 
-void MeshExchange::run(const void* head, size_t headBytes, const void* body, size_t bodyBytes,
-                       std::chrono::milliseconds timeout) {
+void MeshExchange::post(const void* head, size_t headBytes, const void* body, size_t bodyBytes) {
   const size_t bytes = headBytes + bodyBytes;
   if (bytes > cap_) throw std::length_error("mesh exchange message exceeds its capacity");
   const int rank = ctx_->rank;
@@ -44,6 +43,11 @@ void MeshExchange::run(const void* head, size_t headBytes, const void* body, siz
   for (int p = 0; p < size; ++p) {
     if (p != rank) buf_->send(p, slot, static_cast<size_t>(rank) * cap_, bytes);
   }
+}
+
+void MeshExchange::wait(std::chrono::milliseconds timeout) {
+  const int rank = ctx_->rank;
+  const int size = ctx_->size;
   // One deadline for the whole round, not one timeout per peer. Never pass Gloo a
   // value <= 0: -1 ms means "the context's default".
   const auto deadline = std::chrono::steady_clock::now() + timeout;

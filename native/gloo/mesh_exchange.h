@@ -34,7 +34,14 @@ class MeshExchange {
   // Sends head (headBytes) followed by body (bodyBytes) as one message to every
   // peer and waits for every peer's message. Either part may be empty.
   void run(const void* head, size_t headBytes, const void* body, size_t bodyBytes,
-           std::chrono::milliseconds timeout);
+           std::chrono::milliseconds timeout) {
+    post(head, headBytes, body, bodyBytes);
+    wait(timeout);
+  }
+  // The two halves of run(): post() copies the message, posts every receive and
+  // every send, and never blocks; wait() blocks until the round is complete.
+  void post(const void* head, size_t headBytes, const void* body, size_t bodyBytes);
+  void wait(std::chrono::milliseconds timeout);
 
   // Rank r's message from the last run (this rank's own included).
   const uint8_t* from(int r) const { return scratch_.data() + static_cast<size_t>(r) * cap_; }
