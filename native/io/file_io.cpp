@@ -4,23 +4,29 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 
 #include "../core/errors.h"
+#include "aligned_buf.h"
 #include "crc32c.h"
+#include "device_copy.h"
+#include "gds_io.h"
+#include "sums.h"
 
 namespace ncclnode {
 
 namespace {
 
-constexpr size_t kAlign = 4096;  // O_DIRECT needs buffer, offset and length aligned to the logical block
+constexpr size_t kAlign = kIoAlign;  // O_DIRECT needs buffer, offset and length aligned to the logical block
 
 [[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
   throw Error(Code::Io, what + " " + path + ": " + std::strerror(err));
@@ -29,14 +35,6 @@ constexpr size_t kAlign = 4096;  // O_DIRECT needs buffer, offset and length ali
 struct Fd {
   int fd = -1;
   ~Fd() { if (fd >= 0) ::close(fd); }
-};
-
-struct AlignedBuf {
-  uint8_t* p = nullptr;
-  explicit AlignedBuf(size_t n) {
-    if (posix_memalign(reinterpret_cast<void**>(&p), kAlign, n) != 0) throw Error(Code::Io, "out of memory for staging");
-  }
-  ~AlignedBuf() { std::free(p); }
 };
 
 double since(std::chrono::steady_clock::time_point t0) {
@@ -123,7 +121,11 @@ class BlockWriter {
 
 }  // namespace
 
-WriteResult writeFile(const std::string& path, const std::vector<Segment>& segs, const WriteOptions& o) {
+namespace {
+
+// The posix writer: copies (device segments: cuMemcpyDtoH) into staging blocks,
+// checksums them, and pwrites them with O_DIRECT where the file system allows.
+WriteResult writeStaged(const std::string& path, const std::vector<Segment>& segs, const WriteOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t block = std::max(kAlign, (o.blockBytes + kAlign - 1) / kAlign * kAlign);
   const size_t chunk = std::max<size_t>(1, o.chunkBytes);
@@ -140,30 +142,23 @@ WriteResult writeFile(const std::string& path, const std::vector<Segment>& segs,
   constexpr size_t kBufs = 3;  // one being filled, up to two queued or in flight
   std::vector<std::unique_ptr<AlignedBuf>> bufs;
   for (size_t i = 0; i < kBufs; i++) bufs.push_back(std::make_unique<AlignedBuf>(block));
+  std::unique_ptr<DeviceCopier> copier;  // made on the first device segment
   BlockWriter w(f.fd, path, direct);
   size_t cur = 0, fill = 0;
   uint64_t fileOff = 0;
   for (const Segment& s : segs) {
-    SegmentSums* sums = nullptr;
-    if (s.checksum) { r.sums.emplace_back(); sums = &r.sums.back(); }
+    if (s.checksum) r.sums.emplace_back();
+    SumBuilder sums(s.checksum ? &r.sums.back() : nullptr, chunk);
+    if (s.device >= 0 && (!copier || copier->device() != s.device)) {
+      copier = std::make_unique<DeviceCopier>(s.device);
+      for (auto& b : bufs) copier->pin(b->p, block);
+    }
     size_t pos = 0;
-    uint32_t chunkCrc = 0;
     while (pos < s.len) {
       const size_t n = std::min(block - fill, s.len - pos);
-      std::memcpy(bufs[cur]->p + fill, s.data + pos, n);
-      if (sums) {
-        // CRC over the copy just made (hot in cache), split at chunk boundaries.
-        size_t k = 0;
-        while (k < n) {
-          const size_t inChunk = (pos + k) % chunk;
-          const size_t m = std::min(n - k, chunk - inChunk);
-          const uint8_t* p = bufs[cur]->p + fill + k;
-          sums->crc = crc32c(sums->crc, p, m);
-          chunkCrc = crc32c(chunkCrc, p, m);
-          k += m;
-          if ((pos + k) % chunk == 0) { sums->chunks.push_back(chunkCrc); chunkCrc = 0; }
-        }
-      }
+      if (s.device >= 0) copier->toHost(bufs[cur]->p + fill, reinterpret_cast<CUdeviceptr>(s.data) + pos, n);
+      else std::memcpy(bufs[cur]->p + fill, s.data + pos, n);
+      if (s.checksum) sums.add(bufs[cur]->p + fill, n);  // CRC over the copy just made (hot in cache)
       pos += n;
       fill += n;
       if (fill == block) {
@@ -174,7 +169,7 @@ WriteResult writeFile(const std::string& path, const std::vector<Segment>& segs,
         fill = 0;
       }
     }
-    if (sums && s.len % chunk != 0) sums->chunks.push_back(chunkCrc);
+    if (s.checksum) sums.finish();
   }
   const uint64_t total = fileOff + fill;
   if (fill > 0) {
@@ -194,30 +189,70 @@ WriteResult writeFile(const std::string& path, const std::vector<Segment>& segs,
   return r;
 }
 
-std::vector<uint32_t> readFile(const std::string& path, const std::vector<ReadItem>& items, double* seconds) {
-  const auto t0 = std::chrono::steady_clock::now();
+}  // namespace
+
+WriteResult writeFile(const std::string& path, const std::vector<Segment>& segs, const WriteOptions& o) {
+  bool anyDevice = false;
+  for (const Segment& s : segs) anyDevice = anyDevice || (s.device >= 0 && s.len > 0);
+  if (!anyDevice) return writeStaged(path, segs, o);
+  std::string why = !o.gds ? "disabled (gds: false)" : "disabled (direct: false; GDS needs O_DIRECT)";
+  if (o.gds && o.direct) {
+    WriteResult r;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (gdsWriteFile(path, segs, o, &r, &why)) {
+      r.seconds = since(t0);
+      return r;
+    }
+  }
+  // cuFile is absent or refused this file: the whole file again, through host blocks.
+  WriteResult r = writeStaged(path, segs, o);
+  r.gdsReason = why;
+  return r;
+}
+
+void readFile(const std::string& path, const std::vector<ReadItem>& items, const std::vector<size_t>& which,
+              std::vector<uint32_t>* crcs) {
   Fd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f.fd < 0) fail("open", path, errno);
   ::posix_fadvise(f.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  std::vector<uint32_t> crcs;
-  crcs.reserve(items.size());
-  for (const ReadItem& it : items) {
+  auto readAll = [&](uint8_t* dst, size_t len, uint64_t off) {
     size_t done = 0;
-    while (done < it.len) {
-      ssize_t n = ::pread(f.fd, it.dst + done, it.len - done, static_cast<off_t>(it.offset + done));
+    while (done < len) {
+      ssize_t n = ::pread(f.fd, dst + done, len - done, static_cast<off_t>(off + done));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) fail("read", path, errno);
       if (n == 0) {
-        throw Error(Code::Io, "read " + path + ": file ends at byte " + std::to_string(it.offset + done) +
-                                  ", expected " + std::to_string(it.len - done) + " more (truncated)");
+        throw Error(Code::Io, "read " + path + ": file ends at byte " + std::to_string(off + done) +
+                                  ", expected " + std::to_string(len - done) + " more (truncated)");
       }
       done += static_cast<size_t>(n);
     }
-    crcs.push_back(crc32c(0, it.dst, it.len));
+  };
+  constexpr size_t kBounce = 8u << 20;  // device items go through this many host bytes at a time
+  std::unique_ptr<AlignedBuf> bounce;
+  std::unique_ptr<DeviceCopier> copier;
+  for (size_t i : which) {
+    const ReadItem& it = items[i];
+    if (it.device < 0) {
+      readAll(it.dst, it.len, it.offset);
+      (*crcs)[i] = crc32c(0, it.dst, it.len);
+      continue;
+    }
+    if (!bounce) bounce = std::make_unique<AlignedBuf>(kBounce);
+    if (!copier || copier->device() != it.device) {
+      copier = std::make_unique<DeviceCopier>(it.device);
+      copier->pin(bounce->p, kBounce);
+    }
+    uint32_t crc = 0;
+    for (size_t pos = 0; pos < it.len; pos += kBounce) {
+      const size_t n = std::min(kBounce, it.len - pos);
+      readAll(bounce->p, n, it.offset + pos);
+      crc = crc32c(crc, bounce->p, n);
+      copier->toDevice(reinterpret_cast<CUdeviceptr>(it.dst) + pos, bounce->p, n);
+    }
+    (*crcs)[i] = crc;
   }
-  if (seconds) *seconds = since(t0);
-  return crcs;
 }
 
 void fsyncDir(const std::string& path) {

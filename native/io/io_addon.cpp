@@ -1,5 +1,7 @@
 #include "io_addon.h"
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -8,7 +10,9 @@
 #include "../core/js_errors.h"
 #include "../core/js_options.h"
 #include "crc32c.h"
+#include "cufile_api.h"
 #include "file_io.h"
+#include "gds_io.h"
 #include "io_queue.h"
 
 namespace ncclnode {
@@ -26,9 +30,16 @@ std::string pathArg(const Napi::CallbackInfo& info, const char* fn) {
   return info[0].As<Napi::String>().Utf8Value();
 }
 
+// A segment or destination: host memory, or a NativeDeviceBuffer (device >= 0).
+BufferView ioViewOf(const Napi::Value& v, const char* what) {
+  BufferView b = viewOf(v, what);
+  if (b.mem != MemKind::Host && b.mem != MemKind::Device) throw Error(Code::InvalidArgument, std::string(what) + ": unsupported memory");
+  if (b.mem == MemKind::Host) b.device = -1;
+  return b;
+}
 
-// ioWriteFile(path, segments: ArrayBufferView[], checksum: boolean[], options)
-//   -> Promise<{bytes, direct, seconds, crcs: number[], chunks: Uint32Array[]}>
+// ioWriteFile(path, segments: (ArrayBufferView | NativeDeviceBuffer)[], checksum: boolean[], options)
+//   -> Promise<{bytes, direct, gds, gdsReason, seconds, crcs: number[], chunks: Uint32Array[]}>
 Napi::Value WriteFile(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
@@ -40,8 +51,8 @@ Napi::Value WriteFile(const Napi::CallbackInfo& info) {
     std::vector<Napi::Value> keep;
     for (uint32_t i = 0; i < arr.Length(); i++) {
       Napi::Value v = arr.Get(i);
-      BufferView b = hostViewOf(v, "ioWriteFile segment");
-      segs.push_back({static_cast<const uint8_t*>(b.data), b.bytes, sums.Get(i).ToBoolean().Value()});
+      BufferView b = ioViewOf(v, "ioWriteFile segment");
+      segs.push_back({static_cast<const uint8_t*>(b.data), b.bytes, sums.Get(i).ToBoolean().Value(), b.device});
       keep.push_back(v);
     }
     WriteOptions o;
@@ -50,6 +61,7 @@ Napi::Value WriteFile(const Napi::CallbackInfo& info) {
       o.direct = flagOr(opt, "direct", o.direct);
       o.sync = flagOr(opt, "sync", o.sync);
       o.dropCache = flagOr(opt, "dropCache", o.dropCache);
+      o.gds = flagOr(opt, "gds", o.gds);
       o.blockBytes = static_cast<size_t>(dbl(opt, "blockBytes", static_cast<double>(o.blockBytes)));
       o.chunkBytes = static_cast<size_t>(dbl(opt, "chunkBytes", static_cast<double>(o.chunkBytes)));
     }
@@ -60,6 +72,8 @@ Napi::Value WriteFile(const Napi::CallbackInfo& info) {
           auto out = Napi::Object::New(env);
           out.Set("bytes", Napi::Number::New(env, static_cast<double>(result->bytes)));
           out.Set("direct", Napi::Boolean::New(env, result->direct));
+          out.Set("gds", Napi::Boolean::New(env, result->gds));
+          out.Set("gdsReason", Napi::String::New(env, result->gdsReason));
           out.Set("seconds", Napi::Number::New(env, result->seconds));
           auto crcs = Napi::Array::New(env, result->sums.size());
           auto chunks = Napi::Array::New(env, result->sums.size());
@@ -78,8 +92,9 @@ Napi::Value WriteFile(const Napi::CallbackInfo& info) {
   });
 }
 
-// ioReadFile(path, offsets: number[], lengths: number[], dsts: ArrayBufferView[])
-//   -> Promise<{crcs: Uint32Array, seconds}>; each range lands at the start of its dst.
+// ioReadFile(path, offsets: number[], lengths: number[], dsts: (ArrayBufferView | NativeDeviceBuffer)[], {gds?})
+//   -> Promise<{crcs: Uint32Array, seconds, gds, gdsReason}>; each range lands at the start of its dst.
+// Device destinations: cuFileRead where usable (gds: true), else pread into a host bounce buffer + copy.
 Napi::Value ReadFile(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
@@ -88,29 +103,69 @@ Napi::Value ReadFile(const Napi::CallbackInfo& info) {
     auto offs = info[1].As<Napi::Array>();
     auto lens = info[2].As<Napi::Array>();
     auto dsts = info[3].As<Napi::Array>();
+    const bool useGds = info[4].IsObject() ? flagOr(info[4].As<Napi::Object>(), "gds", true) : true;
     std::vector<ReadItem> items;
     std::vector<Napi::Value> keep;
     for (uint32_t i = 0; i < offs.Length(); i++) {
       Napi::Value d = dsts.Get(i);
-      BufferView b = hostViewOf(d, "ioReadFile destination");
+      BufferView b = ioViewOf(d, "ioReadFile destination");
       const double len = lens.Get(i).As<Napi::Number>().DoubleValue();
       if (len > static_cast<double>(b.bytes)) throw Error(Code::SizeMismatch, "ioReadFile: destination " + std::to_string(i) + " is smaller than its range");
-      items.push_back({static_cast<uint64_t>(offs.Get(i).As<Napi::Number>().DoubleValue()), static_cast<size_t>(len), static_cast<uint8_t*>(b.data)});
+      items.push_back({static_cast<uint64_t>(offs.Get(i).As<Napi::Number>().DoubleValue()), static_cast<size_t>(len), static_cast<uint8_t*>(b.data), b.device});
       keep.push_back(d);
     }
-    auto crcs = std::make_shared<std::vector<uint32_t>>();
-    auto secs = std::make_shared<double>(0);
+    struct Out {
+      std::vector<uint32_t> crcs;
+      double seconds = 0;
+      bool gds = false;
+      std::string gdsReason;
+    };
+    auto out = std::make_shared<Out>();
     return queueOf(info).submit(
-        env, [=] { *crcs = readFile(path, items, secs.get()); },
-        [crcs, secs](Napi::Env env) -> Napi::Value {
-          auto out = Napi::Object::New(env);
-          auto ta = Napi::Uint32Array::New(env, crcs->size());
-          std::copy(crcs->begin(), crcs->end(), ta.Data());
-          out.Set("crcs", ta);
-          out.Set("seconds", Napi::Number::New(env, *secs));
-          return out;
+        env,
+        [=] {
+          const auto t0 = std::chrono::steady_clock::now();
+          out->crcs.assign(items.size(), 0);
+          std::vector<size_t> host, dev;
+          for (size_t i = 0; i < items.size(); i++) (items[i].device >= 0 && items[i].len > 0 ? dev : host).push_back(i);
+          if (!dev.empty()) {
+            out->gdsReason = "disabled (gds: false)";
+            out->gds = useGds && gdsReadFile(path, items, dev, &out->crcs, &out->gdsReason);
+            if (out->gds) out->gdsReason.clear();
+            else host.insert(host.end(), dev.begin(), dev.end());
+          }
+          std::sort(host.begin(), host.end());
+          readFile(path, items, host, &out->crcs);
+          out->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        },
+        [out](Napi::Env env) -> Napi::Value {
+          auto res = Napi::Object::New(env);
+          auto ta = Napi::Uint32Array::New(env, out->crcs.size());
+          std::copy(out->crcs.begin(), out->crcs.end(), ta.Data());
+          res.Set("crcs", ta);
+          res.Set("seconds", Napi::Number::New(env, out->seconds));
+          res.Set("gds", Napi::Boolean::New(env, out->gds));
+          res.Set("gdsReason", Napi::String::New(env, out->gdsReason));
+          return res;
         },
         keep);
+  });
+}
+
+// ioGdsStatus(dir?) -> {available, library, reason}: whether cuFile loads (and, given
+// a directory, takes an O_DIRECT file there). Synchronous: a probe file, no data.
+Napi::Value GdsStatus(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    std::string why;
+    const CufileApi* api = tryCufile(&why);
+    bool ok = api != nullptr;
+    if (ok && info[0].IsString()) ok = gdsProbe(info[0].As<Napi::String>().Utf8Value(), &why);
+    auto out = Napi::Object::New(env);
+    out.Set("available", Napi::Boolean::New(env, ok));
+    out.Set("library", api ? Napi::Value(Napi::String::New(env, api->path)) : env.Null());
+    out.Set("reason", Napi::String::New(env, ok ? "" : why));
+    return out;
   });
 }
 
@@ -143,6 +198,7 @@ void registerIo(Napi::Env env, Napi::Object exports) {
   exports.Set("ioWriteFile", Napi::Function::New(env, WriteFile, "ioWriteFile", q));
   exports.Set("ioReadFile", Napi::Function::New(env, ReadFile, "ioReadFile", q));
   exports.Set("ioFsyncDir", Napi::Function::New(env, FsyncDir, "ioFsyncDir", q));
+  exports.Set("ioGdsStatus", Napi::Function::New(env, GdsStatus, "ioGdsStatus"));
   exports.Set("crc32c", Napi::Function::New(env, Crc32c, "crc32c"));
   exports.Set("crc32cHardware", Napi::Boolean::New(env, crc32cHardware()));
 }

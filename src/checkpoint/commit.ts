@@ -1,12 +1,11 @@
 /**
- * The cross-rank half of a save: gather every rank's shard record on rank 0,
- * write the manifest atomically (tmp, fsync, rename, fsync dir), tell everyone.
- * Runs on the checkpoint's own sub-communicator, so background saves never
- * interleave with training collectives (DCP's advice).
+ * The commit half of a save: from every rank's shard record (gathered by
+ * control.ts on the checkpoint's own sub-communicator, so background saves never
+ * interleave with training collectives: DCP's advice), rank 0 builds the
+ * manifest and writes it atomically (tmp, fsync, rename, fsync dir).
  */
 import { open, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
 import { io, settle } from './io.js';
 import { FORMAT, MANIFEST, type Manifest, type TensorRecord } from './manifest.js';
@@ -19,22 +18,10 @@ export interface RankRecord {
   file?: string;
   bytes?: number;
   direct?: boolean;
+  /** Only when the rank saved DeviceBuffers: whether cuFile wrote them, and why not. */
+  gds?: boolean;
+  gdsReason?: string;
   pieces?: { name: string; dtype: Staged['dtype']; globalShape: number[]; offset: number; length: number; dataOffset: number; crc32c: number; chunks: number[] }[];
-}
-
-/** Every rank's record, in rank order, on every rank (variable-length JSON over two allGathers). */
-export async function exchange(comm: Communicator | null, mine: RankRecord): Promise<RankRecord[]> {
-  if (!comm || comm.size === 1) return [mine];
-  const bytes = new TextEncoder().encode(JSON.stringify(mine));
-  const lens = new Int32Array(comm.size);
-  await comm.allGather(new Int32Array([bytes.length]), lens);
-  const max = Math.max(...lens);
-  const send = new Uint8Array(max);
-  send.set(bytes);
-  const all = new Uint8Array(max * comm.size);
-  await comm.allGather(send, all);
-  const dec = new TextDecoder();
-  return Array.from(lens, (n, r) => JSON.parse(dec.decode(all.subarray(r * max, r * max + n))) as RankRecord);
 }
 
 export function buildManifest(step: number, chunkBytes: number, records: RankRecord[], train: Record<string, unknown>, metadata: Record<string, unknown>): Manifest {
@@ -64,7 +51,7 @@ export function buildManifest(step: number, chunkBytes: number, records: RankRec
     worldSize: records.length,
     createdAt: new Date().toISOString(),
     chunkBytes,
-    files: records.map((r) => ({ file: r.file!, rank: r.rank, bytes: r.bytes!, direct: r.direct! })),
+    files: records.map((r) => ({ file: r.file!, rank: r.rank, bytes: r.bytes!, direct: r.direct!, ...(r.gds !== undefined ? { gds: r.gds } : {}) })),
     tensors,
     train,
     metadata,

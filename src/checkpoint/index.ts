@@ -7,3 +7,5 @@ export { flatShard, snapshot, type CheckpointState, type TensorShard, type Train
 export { verify, consolidate, resolveCheckpoint } from './tools.js';
 export { youngInterval, dalyInterval, checkpointEverySteps } from './interval.js';
 export { trainingState, loadTraining } from './runtime.js';
+export { gdsStatus } from './io.js';
+export type { DeviceStaging, DeviceStagingOptions } from './staging.js';

@@ -15,3 +15,11 @@ export async function settle<T>(p: () => Promise<T>): Promise<T> {
     throw fromNative(err, site);
   }
 }
+
+/**
+ * Whether GPUDirect Storage is usable: libcufile (NCCL_NODE_LIBCUFILE, else libcufile.so.0)
+ * loads and opens its driver, and, given `dir`, an O_DIRECT file there registers with it.
+ */
+export function gdsStatus(dir?: string): { available: boolean; library: string | null; reason: string } {
+  return io().ioGdsStatus(dir);
+}

@@ -41,7 +41,8 @@ export const manifestSchema = z.object({
   worldSize: z.number().int().positive(),
   createdAt: z.string(),
   chunkBytes: z.number().int().positive(),
-  files: z.array(z.object({ file: z.string(), rank: int, bytes: int, direct: z.boolean() })),
+  /** gds: present when the rank saved DeviceBuffers; true when cuFile wrote them (older manifests lack it). */
+  files: z.array(z.object({ file: z.string(), rank: int, bytes: int, direct: z.boolean(), gds: z.boolean().optional() })),
   tensors: z.record(z.string(), tensorSchema),
   /** step, RNG state, data-loader cursor: whatever JSON the loop needs to resume. */
   train: z.record(z.string(), z.unknown()),

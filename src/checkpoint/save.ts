@@ -7,14 +7,17 @@
  */
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Communicator } from '../comm/communicator.js';
+import { nativeHandle, type Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
-import { buildManifest, exchange, uncommit, writeManifest, type RankRecord } from './commit.js';
+import { DeviceBuffer } from '../gpu/device-buffer.js';
+import { buildManifest, uncommit, writeManifest, type RankRecord } from './commit.js';
+import { Control } from './control.js';
 import { encodeHeader } from './format.js';
 import { io, settle } from './io.js';
 import { prune, shardFileName, stepDirName } from './layout.js';
-import type { IoWriteOptions } from './native-types.js';
-import { snapshot, type CheckpointState, type SnapshotOptions, type Staged } from './state.js';
+import type { IoMemory, IoWriteOptions } from './native-types.js';
+import { StagingPool, type DeviceStaging, type DeviceStagingOptions } from './staging.js';
+import { snapshot, type CheckpointState, type Staged } from './state.js';
 
 export interface CheckpointerOptions {
   /** The job's communicator; a sub-communicator is split off it for checkpoint traffic. */
@@ -26,8 +29,8 @@ export interface CheckpointerOptions {
   /** At most this many saves snapshotted but not committed (default 2: one writing, one queued). */
   maxPending?: number;
   write?: IoWriteOptions;
-  /** Device snapshots: side stream and pinned allocator (see SnapshotOptions). */
-  device?: Pick<SnapshotOptions, 'stream' | 'pinned'>;
+  /** DeviceBuffer snapshots: side stream, pinned allocator, GPUDirect Storage (see DeviceStagingOptions). */
+  device?: DeviceStagingOptions;
 }
 
 export interface CommitInfo {
@@ -38,6 +41,10 @@ export interface CommitInfo {
   /** Background time from snapshot to durable commit. */
   seconds: number;
   pruned: string[];
+  /** Every rank that saved DeviceBuffers wrote them with GPUDirect Storage (cuFileWrite); false if none did. */
+  gds: boolean;
+  /** Ranks whose DeviceBuffers went through host memory instead, and why. */
+  gdsFallback: { rank: number; reason: string }[];
 }
 
 export interface SaveHandle {
@@ -45,6 +52,8 @@ export interface SaveHandle {
   dir: string;
   /** What the caller waited for: the snapshot. */
   stallMs: number;
+  /** Where this rank's DeviceBuffers were snapshotted: 'device' (for GDS), 'host' (pinned), 'none'. */
+  deviceStaging: DeviceStaging;
   /** Resolves when the checkpoint is durable and committed on every rank. */
   committed: Promise<CommitInfo>;
 }
@@ -60,7 +69,7 @@ export class Checkpointer {
   #tail: Promise<unknown> = Promise.resolve();
   #pending = 0;
   /** Staging buffers of committed saves, reused so a snapshot is a memcpy, not an allocation. */
-  #free = new Map<string, Uint8Array[]>();
+  readonly #pool: StagingPool;
 
   private constructor(root: string, comm: Communicator | null, o: CheckpointerOptions) {
     this.#root = root;
@@ -68,6 +77,7 @@ export class Checkpointer {
     this.#o = o;
     this.#rank = comm?.rank ?? 0;
     this.#world = comm?.size ?? 1;
+    this.#pool = new StagingPool(root, o.device);
   }
 
   /** Collective when a communicator is given: every rank must call it. */
@@ -96,8 +106,12 @@ export class Checkpointer {
     const t0 = performance.now();
     this.#pending++;
     let staged: Staged[];
+    let deviceStaging: DeviceStaging;
     try {
-      staged = await snapshot(state, { ...this.#o.device, alloc: (name, n) => this.#take(name, n) });
+      const first = Object.values(state.tensors).find((t) => t.data instanceof DeviceBuffer)?.data as DeviceBuffer | undefined;
+      const o = this.#pool.options(first !== undefined, first?.device ?? 0);
+      deviceStaging = o.staging;
+      staged = await snapshot(state, o.snapshot);
     } catch (err) {
       this.#pending--;
       throw err;
@@ -109,11 +123,11 @@ export class Checkpointer {
     const run = this.#tail.catch(() => undefined).then(() => this.#write(dir, step, staged, train, metadata));
     const committed = run.finally(() => {
       this.#pending--;
-      for (const s of staged) this.#give(s.name, s.bytes);
+      this.#pool.give(staged);
     });
     this.#tail = committed;
     committed.catch(() => undefined); // the caller may never look; failures stay on the handle
-    const handle: SaveHandle = { step, dir, stallMs, committed };
+    const handle: SaveHandle = { step, dir, stallMs, deviceStaging, committed };
     if (options.async === false) await committed;
     return handle;
   }
@@ -128,24 +142,32 @@ export class Checkpointer {
     const chunkBytes = this.#o.write?.chunkBytes ?? DEFAULT_CHUNK;
     await mkdir(dir, { recursive: true });
     if (this.#rank === 0) await uncommit(dir);
-    if (this.#comm) await this.#comm.barrier();
+    const control = new Control(this.#comm, step, dir);
+    await control.barrier();
     const file = shardFileName(this.#rank, this.#world);
     let mine: RankRecord;
     try {
       const header = encodeHeader(
-        staged.map((s) => ({ name: s.name, dtype: s.dtype, shape: [s.length], byteLength: s.bytes.byteLength })),
+        staged.map((s) => ({ name: s.name, dtype: s.dtype, shape: [s.length], byteLength: s.byteLength })),
         { format: 'nccl-node', rank: String(this.#rank), world: String(this.#world), step: String(step) },
       );
-      const res = await settle(() => io().ioWriteFile(join(dir, file), [header.bytes, ...staged.map((s) => s.bytes)], [false, ...staged.map(() => true)], { ...this.#o.write, chunkBytes }));
+      const segments: IoMemory[] = staged.map((s) => (s.bytes instanceof DeviceBuffer ? s.bytes[nativeHandle] : s.bytes));
+      const gds = this.#o.device?.gds !== 'off';
+      const res = await settle(() => io().ioWriteFile(join(dir, file), [header.bytes, ...segments], [false, ...staged.map(() => true)], { gds, ...this.#o.write, chunkBytes }));
+      // DeviceBuffers staged on the host never reached cuFile: the probe's reason says why.
+      const device = staged.some((s) => s.fromDevice && s.byteLength > 0);
+      const onHost = staged.some((s) => s.fromDevice && s.byteLength > 0 && !(s.bytes instanceof DeviceBuffer));
+      const gdsReason = onHost ? this.#pool.gds().reason : res.gdsReason;
       mine = {
         rank: this.#rank, file, bytes: res.bytes, direct: res.direct,
+        ...(device ? { gds: res.gds && !onHost, gdsReason } : {}),
         pieces: staged.map((s, i) => ({ name: s.name, dtype: s.dtype, globalShape: s.globalShape, offset: s.offset, length: s.length, dataOffset: header.dataOffsets[i]!, crc32c: res.crcs[i]!, chunks: [...res.chunks[i]!] })),
       };
     } catch (err) {
       mine = { rank: this.#rank, error: (err as Error).message };
     }
     // Every rank reaches the exchange, failed or not, so no rank hangs in it.
-    const all = await exchange(this.#comm, mine);
+    const all = await control.exchange(mine);
     const failed = all.filter((r) => r.error);
     let error = failed.length ? `checkpoint step ${step} not committed: ${failed.map((r) => `rank ${r.rank}: ${r.error}`).join('; ')}` : '';
     let pruned: string[] = [];
@@ -158,39 +180,29 @@ export class Checkpointer {
         error = `checkpoint step ${step} not committed: rank 0: ${(err as Error).message}`;
       }
     }
-    if (this.#comm) {
-      const status = new Int32Array([error ? 0 : 1]);
-      await this.#comm.broadcast(status, { root: 0 });
-      if (!status[0] && !error) error = `checkpoint step ${step} not committed: rank 0 failed to write the manifest`;
-    }
+    if (!(await control.verdict(!error)) && !error) error = `checkpoint step ${step} not committed: rank 0 failed to write the manifest`;
     if (error) throw new NcclNodeError('ERR_IO', error, { step, dir });
     const bytes = all.reduce((a, r) => a + (r.bytes ?? 0), 0);
-    return { dir, step, bytes, direct: all.every((r) => r.direct), seconds: (performance.now() - t0) / 1000, pruned };
-  }
-
-  #take(name: string, n: number): Uint8Array {
-    const list = this.#free.get(name);
-    const i = list?.findIndex((b) => b.byteLength === n) ?? -1;
-    if (list && i >= 0) return list.splice(i, 1)[0]!;
-    return new Uint8Array(n);
-  }
-
-  #give(name: string, bytes: Uint8Array): void {
-    if (bytes.byteOffset !== 0) return; // device staging views: owned elsewhere
-    const list = this.#free.get(name) ?? [];
-    if (list.length < 1) list.push(bytes);
-    this.#free.set(name, list);
+    const withDevice = all.filter((r) => r.gds !== undefined);
+    return {
+      dir, step, bytes, direct: all.every((r) => r.direct), seconds: (performance.now() - t0) / 1000, pruned,
+      gds: withDevice.length > 0 && withDevice.every((r) => r.gds),
+      gdsFallback: withDevice.filter((r) => !r.gds).map((r) => ({ rank: r.rank, reason: r.gdsReason ?? '' })),
+    };
   }
 
   /** Waits for pending saves and drops the staging buffers. */
   async close(): Promise<void> {
     await this.wait();
-    this.#free.clear();
+    this.#pool.dispose();
   }
 }
 
 /** One-shot save (no retention, no staging reuse); every rank calls it. */
 export async function save(state: CheckpointState, root: string, options: CheckpointerOptions & { async?: boolean } = {}): Promise<SaveHandle> {
   const c = await Checkpointer.create(root, { keep: 0, ...options });
-  return c.save(state, { async: options.async });
+  const h = await c.save(state, { async: options.async });
+  // Frees the staging (device copies, pinned memory, the side stream) once committed or failed.
+  h.committed.finally(() => c.close()).catch(() => undefined);
+  return h;
 }

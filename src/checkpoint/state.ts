@@ -12,7 +12,10 @@ import type { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
 import type { Stream } from '../gpu/stream.js';
 
 export interface TensorShard {
-  /** This rank's elements; a DeviceBuffer is snapshotted device -> pinned host on a side stream. */
+  /**
+   * This rank's elements. A DeviceBuffer is snapshotted on a side stream: device -> device
+   * staging when the save goes through GPUDirect Storage, else device -> pinned host.
+   */
   data: HostArray | DeviceBuffer;
   /** Needed for Uint16Array (float16 or bfloat16); otherwise inferred. */
   dtype?: DType;
@@ -49,7 +52,11 @@ export interface Staged {
   globalShape: number[];
   offset: number;
   length: number;
-  bytes: Uint8Array;
+  /** A host copy, or (GDS) a device copy that cuFile writes straight to the file. */
+  bytes: Uint8Array | DeviceBuffer;
+  byteLength: number;
+  /** The piece came from a DeviceBuffer (staged on the host or on the device). */
+  fromDevice: boolean;
 }
 
 /**
@@ -87,8 +94,13 @@ export interface SnapshotOptions {
   stream?: Stream;
   /** Returns a reusable host buffer of at least n bytes (pinned for device tensors). */
   alloc?: (name: string, n: number, device: boolean) => Uint8Array;
-  /** Pinned host buffer factory (from src/gpu); required to snapshot DeviceBuffers. */
+  /** Pinned host buffer factory (from src/gpu); snapshots DeviceBuffers when `alloc` is not given. */
   pinned?: (n: number) => PinnedHostBuffer;
+  /**
+   * GDS staging: a uint8 DeviceBuffer of exactly n bytes on `like`'s device. When given,
+   * DeviceBuffers are copied device-to-device (the stall) and cuFile writes the copy.
+   */
+  deviceAlloc?: (name: string, n: number, like: DeviceBuffer) => DeviceBuffer;
 }
 
 /**
@@ -109,16 +121,30 @@ export async function snapshot(state: CheckpointState, o: SnapshotOptions = {}):
       const buf = t.data;
       const dtype = t.dtype ?? buf.dtype;
       const n = length * DTYPE_BYTES[dtype];
-      const bytes = o.alloc ? o.alloc(name, buf.byteLength, true) : pinnedBytes(o, buf.byteLength);
-      device.push(buf.copyTo(bytes.subarray(0, buf.byteLength), o.stream));
-      out.push({ name, dtype, globalShape: [...t.globalShape], offset: t.offset, length, bytes: bytes.subarray(0, n) });
+      if (n > buf.byteLength) throw new NcclNodeError('ERR_SIZE_MISMATCH', `checkpoint tensor ${name}: ${length} ${dtype} elements do not fit its DeviceBuffer of ${buf.byteLength} bytes`);
+      const piece = { name, dtype, globalShape: [...t.globalShape], offset: t.offset, length, byteLength: n, fromDevice: true };
+      if (n === 0) {
+        out.push({ ...piece, bytes: new Uint8Array(0) });
+        continue;
+      }
+      // Only the real part of a padded shard is copied.
+      const src = buf.view(0, n, 'uint8');
+      if (o.deviceAlloc) {
+        const dst = o.deviceAlloc(name, n, buf);
+        device.push(dst.copyFromDevice(src, o.stream));
+        out.push({ ...piece, bytes: dst });
+      } else {
+        const bytes = (o.alloc ? o.alloc(name, n, true) : pinnedBytes(o, n)).subarray(0, n);
+        device.push(src.copyTo(bytes, o.stream));
+        out.push({ ...piece, bytes });
+      }
       continue;
     }
     const dtype = dtypeOf(t.data, t.dtype, name);
     const src = new Uint8Array(t.data.buffer, t.data.byteOffset, length * DTYPE_BYTES[dtype]);
     const bytes = o.alloc ? o.alloc(name, src.byteLength, false).subarray(0, src.byteLength) : new Uint8Array(src.byteLength);
     bytes.set(src);
-    out.push({ name, dtype, globalShape: [...t.globalShape], offset: t.offset, length, bytes });
+    out.push({ name, dtype, globalShape: [...t.globalShape], offset: t.offset, length, bytes, byteLength: bytes.byteLength, fromDevice: false });
   }
   await Promise.all(device);
   return out;
