@@ -173,6 +173,36 @@ void NcclBackend::fatal(Code code, const std::string& message, uint64_t frId, co
 }
 
 void NcclBackend::run(Op& op) {
+  std::optional<uint64_t> frId;
+  if (op.preposted) {
+    if (op.prepostError) std::rethrow_exception(op.prepostError);
+    frId = preposted_;
+    preposted_.reset();
+  } else {
+    frId = start(op);
+  }
+  if (!frId) return;  // joined an open group: completes with the group's end
+  fr_.setState(*frId, "started");
+  waitDone(op, *frId);
+  fr_.setState(*frId, "completed");
+}
+
+// NCCL calls only enqueue work on a stream, so the submitting thread can make them
+// itself while the worker is idle (as torch.distributed launches on the caller's
+// thread); the worker then only waits for the event.
+bool NcclBackend::prepost(Op& op) {
+  // NCCL's group depth is per thread: calls inside group() stay on the worker.
+  if (broken_ || op.kind == OpKind::Split || inGroup_ || ctl_->peekKind(ordinal_) != OpTag::None) return false;
+  try {
+    preposted_ = start(op);
+  } catch (...) {
+    op.prepostError = std::current_exception();
+  }
+  op.preposted = true;
+  return true;
+}
+
+std::optional<uint64_t> NcclBackend::start(Op& op) {
   useDevice(cfg_.device);
   const OpTag tag = ctl_->take(ordinal_++);
   const bool groupEnd = tag.kind == OpTag::GroupEnd;
@@ -195,7 +225,7 @@ void NcclBackend::run(Op& op) {
       }
       if (tag.kind == OpTag::InGroup) {
         fr_.setState(frId, "enqueued");  // completes with the group's end
-        return;
+        return std::nullopt;
       }
       cuCheck(cuda().cuEventRecord(event_, stream_), "cuEventRecord");
     } catch (const Error& e) {
@@ -204,9 +234,7 @@ void NcclBackend::run(Op& op) {
       throw;
     }
   }
-  fr_.setState(frId, "started");
-  waitDone(op, frId);
-  fr_.setState(frId, "completed");
+  return frId;
 }
 
 void NcclBackend::waitDone(Op& op, uint64_t frId) {

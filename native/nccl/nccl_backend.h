@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 
@@ -41,6 +42,7 @@ class NcclBackend : public Backend {
 
   void connect(std::chrono::milliseconds timeout) override;
   void run(Op& op) override;
+  bool prepost(Op& op) override;
   std::unique_ptr<Backend> split(int color, int key, std::chrono::milliseconds timeout) override;
   void abort() override;
   bool broken() const override { return broken_.load(); }
@@ -54,6 +56,9 @@ class NcclBackend : public Backend {
   void p2pFallback(Op& op);
   void waitReady(ncclComm comm, std::chrono::steady_clock::time_point deadline, const char* what);
   void waitDone(Op& op, uint64_t frId);
+  // Launches op on the communicator's stream (group bookkeeping included). Returns
+  // the flight-record id, or nothing when the op only joined an open group.
+  std::optional<uint64_t> start(Op& op);
   [[noreturn]] void fatal(Code code, const std::string& message, uint64_t frId, const char* state);
   void abortComm();
   ncclResult call(ncclResult r, const char* what);  // checks r under the lock's discipline
@@ -71,6 +76,7 @@ class NcclBackend : public Backend {
   std::atomic<bool> broken_{false};
   std::atomic<bool> aborted_{false};
   bool inGroup_ = false;
+  std::optional<uint64_t> preposted_;  // flight-record id of the op prepost() launched
   uint64_t ordinal_ = 0;  // ops seen by run()/split(), matching the JS side's count
   int splits_ = 0;
   FlightRecorder fr_;

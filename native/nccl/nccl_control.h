@@ -34,6 +34,12 @@ class NcclControl {
     tags_.erase(it);
     return t;
   }
+  // The kind of the tag waiting for `ordinal`, without taking it.
+  OpTag::Kind peekKind(uint64_t ordinal) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = tags_.find(ordinal);
+    return it == tags_.end() ? OpTag::None : it->second.kind;
+  }
   void pushChild(std::shared_ptr<NcclControl> c) { std::lock_guard<std::mutex> l(mu_); children_.push_back(std::move(c)); }
   std::shared_ptr<NcclControl> popChild() {
     std::lock_guard<std::mutex> l(mu_);
