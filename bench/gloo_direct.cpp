@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "../native/gloo/mesh_exchange.h"
+#include "direct_common.h"
 
 namespace {
 
@@ -38,17 +39,6 @@ using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 const ReduceFn kSum = &gloo::sum<float>;
 constexpr size_t kFingerprint = 32;
 constexpr auto kTimeout = std::chrono::minutes(1);
-
-size_t parseSize(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  switch (end && *end ? *end : ' ') {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-  }
-  return static_cast<size_t>(v);
-}
 
 void ring(const std::shared_ptr<gloo::Context>& ctx, float* buf, size_t count) {
   gloo::AllreduceOptions o(ctx);
@@ -78,50 +68,33 @@ void addonAlgorithm(const std::shared_ptr<gloo::Context>& ctx, ncclnode::MeshExc
   }
 }
 
-// The median of n timed calls: on a shared host a few calls stall for a scheduler
-// tick, which moves a mean far more than the code under test does.
 double timeIt(const std::shared_ptr<gloo::Context>& ctx, int n, const std::function<void()>& call) {
   for (int i = 0; i < 3; ++i) call();  // warm-up
   gloo::BarrierOptions b(ctx);
   gloo::barrier(b);
-  std::vector<double> us(n);
-  for (int i = 0; i < n; ++i) {
-    const auto t0 = Clock::now();
-    call();
-    us[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-  }
-  std::nth_element(us.begin(), us.begin() + n / 2, us.end());
-  return us[n / 2];
+  return bench::medianUs(n, call);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4) {
-    std::fprintf(stderr, "usage: %s <rank> <size> <store-dir> [iters] [minbytes] [maxbytes]\n", argv[0]);
-    return 2;
-  }
-  const int rank = std::atoi(argv[1]);
-  const int size = std::atoi(argv[2]);
-  const std::string dir = argv[3];
-  const int iters = argc > 4 ? std::atoi(argv[4]) : 200;
-  const size_t minBytes = argc > 5 ? parseSize(argv[5]) : 8;
-  const size_t maxBytes = argc > 6 ? parseSize(argv[6]) : 64u << 20;
+  bench::DirectArgs args;
+  if (!bench::parseDirectArgs(argc, argv, &args)) return 2;
+  const int rank = args.rank;
 
   gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";
   auto device = gloo::transport::tcp::CreateDevice(attr);
-  gloo::rendezvous::FileStore fileStore(dir);
+  gloo::rendezvous::FileStore fileStore(args.dir);
   gloo::rendezvous::PrefixStore store("gloo_direct", fileStore);
-  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, args.size);
   ctx->connectFullMesh(store, device);
   ncclnode::MeshExchange mesh(ctx);
 
-  std::vector<float> buf(maxBytes / sizeof(float) + 1, 1.0f);
-  for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= 2) {
+  std::vector<float> buf(args.maxBytes / sizeof(float) + 1, 1.0f);
+  for (size_t bytes = args.minBytes; bytes <= args.maxBytes; bytes *= 2) {
     const size_t count = bytes / sizeof(float);
-    // Fewer iterations for large sizes keep the sweep short; never fewer than 5.
-    const int n = bytes >= (1u << 20) ? std::max(5, iters / 20) : iters;
+    const int n = args.itersFor(bytes);
     const double ringUs = timeIt(ctx, n, [&] { ring(ctx, buf.data(), count); });
     const double algoUs = timeIt(ctx, n, [&] { addonAlgorithm(ctx, mesh, buf.data(), count, false); });
     const double checkUs = timeIt(ctx, n, [&] { addonAlgorithm(ctx, mesh, buf.data(), count, true); });

@@ -18,23 +18,13 @@
 #include "../native/core/errors.h"
 #include "../native/cuda/cuda_api.h"
 #include "../native/nccl/nccl_api.h"
+#include "direct_common.h"
 
 using namespace ncclnode;
 
 namespace {
 
 constexpr int kFloat32 = 7, kSum = 0;  // ncclFloat32, ncclSum
-
-size_t parseSize(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  switch (end && *end ? *end : ' ') {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-  }
-  return static_cast<size_t>(v);
-}
 
 ncclUniqueIdBytes shareId(const NcclApi& nc, int rank, const std::string& dir) {
   ncclUniqueIdBytes id{};
@@ -56,23 +46,18 @@ ncclUniqueIdBytes shareId(const NcclApi& nc, int rank, const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4) {
-    std::fprintf(stderr, "usage: %s <rank> <size> <dir> [iters] [minbytes] [maxbytes]\n", argv[0]);
-    return 2;
-  }
-  const int rank = std::atoi(argv[1]);
-  const int size = std::atoi(argv[2]);
-  const int iters = argc > 4 ? std::atoi(argv[4]) : 200;
-  const size_t minBytes = argc > 5 ? parseSize(argv[5]) : 8;
-  const size_t maxBytes = argc > 6 ? parseSize(argv[6]) : 64u << 20;
+  bench::DirectArgs args;
+  if (!bench::parseDirectArgs(argc, argv, &args)) return 2;
+  const int rank = args.rank;
+  const size_t maxBytes = args.maxBytes;
   try {
     const CudaApi& cu = cuda();
     const NcclApi& nc = nccl();
     useDevice(0);
-    ncclUniqueIdBytes id = shareId(nc, rank, argv[3]);
+    ncclUniqueIdBytes id = shareId(nc, rank, args.dir);
     ncclComm comm = nullptr;
     ncclConfigV23007 config = ncclConfigInit();
-    ncclCheck(nc, nc.CommInitRankConfig(&comm, size, id, rank, &config), "ncclCommInitRankConfig", nullptr);
+    ncclCheck(nc, nc.CommInitRankConfig(&comm, args.size, id, rank, &config), "ncclCommInitRankConfig", nullptr);
     CUstream stream = nullptr;
     CUevent event = nullptr;
     CUdeviceptr buf = 0;
@@ -89,19 +74,11 @@ int main(int argc, char** argv) {
       while ((r = cu.cuEventQuery(event)) == kCudaNotReady) std::this_thread::yield();
       cuCheck(r, "cuEventQuery");
     };
-    for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= 2) {
+    for (size_t bytes = args.minBytes; bytes <= maxBytes; bytes *= 2) {
       const size_t count = bytes / sizeof(float);
-      const int n = bytes >= (1u << 20) ? std::max(5, iters / 20) : iters;
+      const int n = args.itersFor(bytes);
       for (int i = 0; i < 3; ++i) once(count);  // warm-up; an all-reduce also lines the ranks up
-      // The median per-call time: robust to the odd call stalled by the scheduler.
-      std::vector<double> times(n);
-      for (int i = 0; i < n; ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
-        once(count);
-        times[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      }
-      std::nth_element(times.begin(), times.begin() + n / 2, times.end());
-      const double us = times[n / 2];
+      const double us = bench::medianUs(n, [&] { once(count); });
       if (rank == 0) std::printf("{\"size\":%zu,\"us\":%.3f,\"iters\":%d}\n", bytes, us, n);
       std::fflush(stdout);
     }

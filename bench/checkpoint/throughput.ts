@@ -53,7 +53,11 @@ try {
         // Background part only (shard write + exchange + manifest commit), without the snapshot copy.
         commitGBs: total / (max('warmCommitMs') / 1000) / GB, commitPctOfDd: (100 * total) / (max('warmCommitMs') / 1000) / dd.write, readGBs: read / GB, readPctOfDd: (100 * read) / dd.read,
         syncSaveMs: max('syncMs'), asyncStallColdMs: max('coldStallMs'), asyncStallWarmMs: max('warmStallMs'),
-        stallPctOfSync: (100 * max('warmStallMs')) / max('syncMs'), direct: rep.every((x) => x.direct),
+        stallPctOfSync: (100 * max('warmStallMs')) / max('syncMs'),
+        // Overlapped save: the caller is blocked for the call only, provided its next
+        // forward+backward lasts at least overlapSnapshotMs.
+        overlapCallMs: max('overlapCallMs'), overlapStallPctOfSync: (100 * max('overlapCallMs')) / max('syncMs'),
+        overlapSnapshotMs: max('overlapSnapshotMs'), direct: rep.every((x) => x.direct),
       });
       rmSync(dir, { recursive: true, force: true });
     }
@@ -62,9 +66,9 @@ try {
   rmSync(base, { recursive: true, force: true });
 }
 const f = (x: unknown, d = 2) => (typeof x === 'number' ? x.toFixed(d) : String(x));
-console.log('GiB ranks | dd write GB/s  ckpt write GB/s (%dd)  commit-only GB/s (%dd) | dd read GB/s  ckpt read GB/s (%dd) | sync save ms  async stall cold/warm ms (% of sync) | O_DIRECT');
+console.log('GiB ranks | dd write GB/s  ckpt write GB/s (%dd)  commit-only GB/s (%dd) | dd read GB/s  ckpt read GB/s (%dd) | sync save ms  async stall cold/warm ms (% of sync) | overlapped: call ms (% of sync), snapshot ms | O_DIRECT');
 for (const r of rows) {
-  console.log(`${f(r.gib)} ${r.ranks} | ${f(r.ddWriteGBs)}  ${f(r.writeGBs)} (${f(r.writePctOfDd, 0)}%)  ${f(r.commitGBs)} (${f(r.commitPctOfDd, 0)}%) | ${f(r.ddReadGBs)}  ${f(r.readGBs)} (${f(r.readPctOfDd, 0)}%) | ${f(r.syncSaveMs, 0)}  ${f(r.asyncStallColdMs, 1)}/${f(r.asyncStallWarmMs, 1)} (${f(r.stallPctOfSync, 1)}%) | ${r.direct}`);
+  console.log(`${f(r.gib)} ${r.ranks} | ${f(r.ddWriteGBs)}  ${f(r.writeGBs)} (${f(r.writePctOfDd, 0)}%)  ${f(r.commitGBs)} (${f(r.commitPctOfDd, 0)}%) | ${f(r.ddReadGBs)}  ${f(r.readGBs)} (${f(r.readPctOfDd, 0)}%) | ${f(r.syncSaveMs, 0)}  ${f(r.asyncStallColdMs, 1)}/${f(r.asyncStallWarmMs, 1)} (${f(r.stallPctOfSync, 1)}%) | ${f(r.overlapCallMs, 1)} (${f(r.overlapStallPctOfSync, 1)}%), ${f(r.overlapSnapshotMs, 0)} | ${r.direct}`);
 }
 const out = { date: new Date().toISOString(), host: { cpus: (await import('node:os')).cpus().length }, rows };
 if (values.json) writeFileSync(values.json, JSON.stringify(out, null, 2));

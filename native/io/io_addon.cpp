@@ -14,6 +14,7 @@
 #include "file_io.h"
 #include "gds_io.h"
 #include "io_queue.h"
+#include "parallel_copy.h"
 
 namespace ncclnode {
 
@@ -178,6 +179,48 @@ Napi::Value FsyncDir(const Napi::CallbackInfo& info) {
   });
 }
 
+// ioCopy(dsts: ArrayBufferView[], srcs: ArrayBufferView[]) -> Promise<{seconds}>: host
+// copies on I/O threads, each spread over copyThreads() threads; the JS thread runs on.
+Napi::Value Copy(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsArray() || !info[1].IsArray()) throw Error(Code::InvalidArgument, "ioCopy: expected arrays of destinations and sources");
+    auto dsts = info[0].As<Napi::Array>();
+    auto srcs = info[1].As<Napi::Array>();
+    if (dsts.Length() != srcs.Length()) {
+      throw Error(Code::SizeMismatch, "ioCopy: " + std::to_string(dsts.Length()) + " destinations for " +
+                                          std::to_string(srcs.Length()) + " sources");
+    }
+    std::vector<CopyItem> items;
+    std::vector<Napi::Value> keep;
+    for (uint32_t i = 0; i < dsts.Length(); i++) {
+      BufferView d = hostViewOf(dsts.Get(i), "ioCopy destination");
+      BufferView s = hostViewOf(srcs.Get(i), "ioCopy source");
+      if (d.bytes < s.bytes) {
+        throw Error(Code::SizeMismatch, "ioCopy: destination " + std::to_string(i) + " holds " + std::to_string(d.bytes) +
+                                            " bytes, its source " + std::to_string(s.bytes));
+      }
+      items.push_back({static_cast<uint8_t*>(d.data), static_cast<const uint8_t*>(s.data), s.bytes});
+      keep.push_back(dsts.Get(i));
+      keep.push_back(srcs.Get(i));
+    }
+    auto seconds = std::make_shared<double>(0);
+    return queueOf(info).submit(
+        env,
+        [items, seconds] {
+          const auto t0 = std::chrono::steady_clock::now();
+          parallelCopy(items, copyThreads());
+          *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        },
+        [seconds](Napi::Env env) -> Napi::Value {
+          auto res = Napi::Object::New(env);
+          res.Set("seconds", Napi::Number::New(env, *seconds));
+          return res;
+        },
+        keep);
+  });
+}
+
 // crc32c(view, seed = 0) -> number; synchronous, for headers and tests.
 Napi::Value Crc32c(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -197,6 +240,7 @@ void registerIo(Napi::Env env, Napi::Object exports) {
   env.AddCleanupHook(DeleteQueue, static_cast<void*>(q));
   exports.Set("ioWriteFile", Napi::Function::New(env, WriteFile, "ioWriteFile", q));
   exports.Set("ioReadFile", Napi::Function::New(env, ReadFile, "ioReadFile", q));
+  exports.Set("ioCopy", Napi::Function::New(env, Copy, "ioCopy", q));
   exports.Set("ioFsyncDir", Napi::Function::New(env, FsyncDir, "ioFsyncDir", q));
   exports.Set("ioGdsStatus", Napi::Function::New(env, GdsStatus, "ioGdsStatus"));
   exports.Set("crc32c", Napi::Function::New(env, Crc32c, "crc32c"));

@@ -45,6 +45,8 @@ export interface IoBinding {
   /** Whether libcufile loads (NCCL_NODE_LIBCUFILE or libcufile.so.0) and, given `dir`, takes an O_DIRECT file there. */
   ioGdsStatus(dir?: string): { available: boolean; library: string | null; reason: string };
   ioFsyncDir(path: string): Promise<void>;
+  /** Copies each source into its destination on native threads, spread over the cores. */
+  ioCopy(dsts: ArrayBufferView[], srcs: ArrayBufferView[]): Promise<{ seconds: number }>;
   crc32c(data: ArrayBufferView, seed?: number): number;
   readonly crc32cHardware: boolean;
 }

@@ -50,8 +50,13 @@ export interface CommitInfo {
 export interface SaveHandle {
   step: number;
   dir: string;
-  /** What the caller waited for: the snapshot. */
+  /** What the caller waited for: the snapshot, or with `overlap` only starting it. */
   stallMs: number;
+  /**
+   * Resolves once the snapshot is complete and the state may change again. Already
+   * resolved when save() returns, unless the save was made with `overlap: true`.
+   */
+  snapshotted: Promise<void>;
   /** Where this rank's DeviceBuffers were snapshotted: 'device' (for GDS), 'host' (pinned), 'none'. */
   deviceStaging: DeviceStaging;
   /** Resolves when the checkpoint is durable and committed on every rank. */
@@ -91,8 +96,14 @@ export class Checkpointer {
     return this.#pending;
   }
 
-  /** Snapshots now; `async: false` also waits for the commit. Every rank must call it, in the same order. */
-  async save(state: CheckpointState, options: { async?: boolean } = {}): Promise<SaveHandle> {
+  /**
+   * Snapshots now; `async: false` also waits for the commit. Every rank must call it,
+   * in the same order. With `overlap: true` (async only) save() returns as soon as the
+   * snapshot copies have started and `handle.snapshotted` says when they are done:
+   * the caller runs its next forward and backward meanwhile and awaits `snapshotted`
+   * before changing the state (the optimizer step), as CheckFreq pipelines snapshots.
+   */
+  async save(state: CheckpointState, options: { async?: boolean; overlap?: boolean } = {}): Promise<SaveHandle> {
     const policy = this.#o.whenBusy ?? 'queue';
     if (this.#pending > 0 && policy === 'refuse') {
       throw new NcclNodeError('ERR_UNAVAILABLE', `checkpoint: a save is already in flight (step ${state.train.step} refused; whenBusy: 'refuse')`, { busy: true });
@@ -105,29 +116,39 @@ export class Checkpointer {
     if (!Number.isInteger(step) || step < 0) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `checkpoint: train.step must be a non-negative integer, received ${step}`);
     const t0 = performance.now();
     this.#pending++;
-    let staged: Staged[];
+    const overlap = options.overlap === true && options.async !== false;
+    let snap: Promise<Staged[]>;
     let deviceStaging: DeviceStaging;
+    let train: Record<string, unknown>;
+    let metadata: Record<string, unknown>;
     try {
       const first = Object.values(state.tensors).find((t) => t.data instanceof DeviceBuffer)?.data as DeviceBuffer | undefined;
       const o = this.#pool.options(first !== undefined, first?.device ?? 0);
       deviceStaging = o.staging;
-      staged = await snapshot(state, o.snapshot);
+      train = structuredClone(state.train) as Record<string, unknown>;
+      metadata = structuredClone(state.metadata ?? {}) as Record<string, unknown>;
+      snap = snapshot(state, o.snapshot);
+      if (!overlap) await snap;
     } catch (err) {
       this.#pending--;
       throw err;
     }
-    const train = structuredClone(state.train) as Record<string, unknown>;
-    const metadata = structuredClone(state.metadata ?? {}) as Record<string, unknown>;
     const stallMs = performance.now() - t0;
     const dir = join(this.#root, stepDirName(step));
-    const run = this.#tail.catch(() => undefined).then(() => this.#write(dir, step, staged, train, metadata));
+    let staged: Staged[] = [];
+    const run = this.#tail.catch(() => undefined).then(async () => {
+      staged = await snap;
+      return this.#write(dir, step, staged, train, metadata);
+    });
     const committed = run.finally(() => {
       this.#pending--;
       this.#pool.give(staged);
     });
     this.#tail = committed;
     committed.catch(() => undefined); // the caller may never look; failures stay on the handle
-    const handle: SaveHandle = { step, dir, stallMs, deviceStaging, committed };
+    const snapshotted = snap.then(() => undefined);
+    snapshotted.catch(() => undefined);
+    const handle: SaveHandle = { step, dir, stallMs, snapshotted, deviceStaging, committed };
     if (options.async === false) await committed;
     return handle;
   }

@@ -10,6 +10,7 @@ import { DTYPE_BYTES, type DType, type HostArray } from '../dtypes.js';
 import { NcclNodeError } from '../errors.js';
 import type { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
 import type { Stream } from '../gpu/stream.js';
+import { io, settle } from './io.js';
 
 export interface TensorShard {
   /**
@@ -104,13 +105,17 @@ export interface SnapshotOptions {
 }
 
 /**
- * Copies every tensor piece into host memory the caller no longer touches. Host
- * arrays are copied synchronously (one memcpy each); DeviceBuffers are copied on
- * the side stream and awaited together. Resolves once the state may change again.
+ * Copies every tensor piece into host memory the caller no longer touches. Large
+ * host arrays are copied by native threads spread over the cores (one core's memcpy
+ * reaches only part of the memory bandwidth), small ones here; DeviceBuffers are
+ * copied on the side stream. All are awaited together: resolves once the state may
+ * change again.
  */
 export async function snapshot(state: CheckpointState, o: SnapshotOptions = {}): Promise<Staged[]> {
   const out: Staged[] = [];
   const device: Promise<unknown>[] = [];
+  const hostDst: Uint8Array[] = [];
+  const hostSrc: Uint8Array[] = [];
   for (const [name, t] of Object.entries(state.tensors)) {
     const numel = t.globalShape.reduce((a, b) => a * b, 1);
     const length = t.length ?? t.data.length;
@@ -143,12 +148,21 @@ export async function snapshot(state: CheckpointState, o: SnapshotOptions = {}):
     const dtype = dtypeOf(t.data, t.dtype, name);
     const src = new Uint8Array(t.data.buffer, t.data.byteOffset, length * DTYPE_BYTES[dtype]);
     const bytes = o.alloc ? o.alloc(name, src.byteLength, false).subarray(0, src.byteLength) : new Uint8Array(src.byteLength);
-    bytes.set(src);
+    if (src.byteLength >= PARALLEL_COPY_BYTES) {
+      hostDst.push(bytes);
+      hostSrc.push(src);
+    } else {
+      bytes.set(src);
+    }
     out.push({ name, dtype, globalShape: [...t.globalShape], offset: t.offset, length, bytes, byteLength: bytes.byteLength, fromDevice: false });
   }
+  if (hostDst.length > 0) device.push(settle(() => io().ioCopy(hostDst, hostSrc)));
   await Promise.all(device);
   return out;
 }
+
+/** Host pieces at least this large go to the native parallel copy. */
+const PARALLEL_COPY_BYTES = 1 << 20;
 
 function pinnedBytes(o: SnapshotOptions, n: number): Uint8Array {
   if (!o.pinned) throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'checkpoint: snapshotting a DeviceBuffer needs a pinned-host allocator');

@@ -159,10 +159,47 @@ describe('checkpoint', () => {
     const s = state(5);
     const h = await ck.save(s);
     s.tensors['model.w'].data.fill(0);
+    await h.snapshotted; // already resolved without overlap
     await h.committed;
     const t = targets();
     await load(root, t);
-    expect(t['model.w'].data[1]).toBe(Math.fround(Math.cos(6)));
+    expect(sameBytes(t['model.w'].data, state(5).tensors['model.w'].data)).toBe(true);
+  });
+
+  it('an overlapped save returns before its snapshot is done and still captures the state at the call', async () => {
+    const root = tmp();
+    const ck = await Checkpointer.create(root);
+    const s = state(7);
+    const h = await ck.save(s, { async: true, overlap: true });
+    // The large tensor's copy settles from a native thread, which takes an event-loop
+    // turn: it cannot have finished yet, so save() did not wait for it.
+    expect(await Promise.race([h.snapshotted.then(() => 'done'), Promise.resolve('pending')])).toBe('pending');
+    // The caller's forward/backward would run here; the state changes only after snapshotted.
+    await h.snapshotted;
+    s.tensors['model.w'].data.fill(0);
+    s.train.cursor = -1;
+    const info = await h.committed;
+    expect(info.step).toBe(7);
+    const t = targets();
+    const r = await load(root, t);
+    const want = state(7);
+    expect(sameBytes(t['model.w'].data, want.tensors['model.w'].data)).toBe(true);
+    expect(sameBytes(t['model.bf'].data, want.tensors['model.bf'].data)).toBe(true);
+    expect(r.train).toEqual(want.train);
+  });
+
+  it('the native parallel copy copies items of any size across thread boundaries, and checks sizes', async () => {
+    // 9 MiB + odd sizes: more than one copy thread, and ranges that straddle items.
+    const sizes = [3, (9 << 20) + 5, 1, (4 << 20) - 7, 0, 12345];
+    const srcs = sizes.map((n, k) => new Uint8Array(n).map((_, i) => (i * 31 + k * 7) & 0xff));
+    const dsts = sizes.map((n) => new Uint8Array(n + 2).fill(0xee));
+    await io().ioCopy(dsts, srcs);
+    srcs.forEach((src, k) => {
+      expect(sameBytes(dsts[k]!.subarray(0, src.length), src), `item ${k}`).toBe(true);
+      expect([...dsts[k]!.subarray(src.length)]).toEqual([0xee, 0xee]); // nothing past the source length
+    });
+    expect(() => io().ioCopy([new Uint8Array(2)], [new Uint8Array(3)])).toThrow(/destination 0 holds 2 bytes, its source 3/);
+    expect(() => io().ioCopy([new Uint8Array(2)], [])).toThrow(/1 destinations for 0 sources/);
   });
 
   it('Young/Daly intervals reproduce the published figures', () => {

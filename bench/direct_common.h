@@ -1,0 +1,65 @@
+// What bench/gloo_direct.cpp and bench/nccl_direct.cpp share: their command line
+// (<rank> <size> <dir> [iters=200] [min=8] [max=64M]) and the per-size timing (the
+// median per-call time: on a shared host a few calls stall for a scheduler tick,
+// which moves a mean far more than the code under test does).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace bench {
+
+struct DirectArgs {
+  int rank = 0, size = 1;
+  std::string dir;
+  int iters = 200;
+  size_t minBytes = 8, maxBytes = 64u << 20;
+
+  // Fewer iterations for large sizes keep the sweep short; never fewer than 5.
+  int itersFor(size_t bytes) const { return bytes >= (1u << 20) ? std::max(5, iters / 20) : iters; }
+};
+
+inline size_t parseSize(const char* s) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  switch (end && *end ? *end : ' ') {
+    case 'K': case 'k': v *= 1024; break;
+    case 'M': case 'm': v *= 1024 * 1024; break;
+    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+  }
+  return static_cast<size_t>(v);
+}
+
+// Prints the usage line and returns false when the arguments are too few.
+inline bool parseDirectArgs(int argc, char** argv, DirectArgs* a) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: %s <rank> <size> <dir> [iters] [minbytes] [maxbytes]\n", argv[0]);
+    return false;
+  }
+  a->rank = std::atoi(argv[1]);
+  a->size = std::atoi(argv[2]);
+  a->dir = argv[3];
+  if (argc > 4) a->iters = std::atoi(argv[4]);
+  if (argc > 5) a->minBytes = parseSize(argv[5]);
+  if (argc > 6) a->maxBytes = parseSize(argv[6]);
+  return true;
+}
+
+// The median of n timed calls, in microseconds.
+template <class F>
+double medianUs(int n, F&& call) {
+  std::vector<double> us(n);
+  for (int i = 0; i < n; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call();
+    us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  }
+  std::nth_element(us.begin(), us.begin() + n / 2, us.end());
+  return us[n / 2];
+}
+
+}  // namespace bench
