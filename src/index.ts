@@ -13,6 +13,7 @@ export type {
   ReduceOptions,
   RootedOptions,
   ReduceScatterOptions,
+  AllToAllOptions,
   BarrierOptions,
   SplitOptions,
   CommonOptions,

@@ -48,6 +48,9 @@ export interface NativeComm {
     timeoutMs: number,
     color?: number,
     key?: number,
+    /** allToAll with per-peer element counts (one per rank); count is then ignored. */
+    sendCounts?: readonly number[],
+    recvCounts?: readonly number[],
   ): Promise<NativeComm | null | undefined>;
   abort(): void;
   destroy(): Promise<void>;

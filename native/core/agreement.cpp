@@ -14,11 +14,24 @@ bool usesRedOp(OpKind k) {
   return k == OpKind::AllReduce || k == OpKind::Reduce || k == OpKind::ReduceScatter;
 }
 
+// allToAll with per-peer counts marks its fingerprint in the (otherwise unused)
+// redop field: its totals differ across ranks by design, so count is left out and
+// the counts are checked pairwise by the backend.
+constexpr int32_t kPerPeerCounts = 1;
+
+bool perPeer(const Fingerprint& f) {
+  return static_cast<OpKind>(f.kind) == OpKind::AllToAll && f.redop == kPerPeerCounts;
+}
+
 std::string describe(const Fingerprint& f) {
   std::ostringstream s;
   auto kind = static_cast<OpKind>(f.kind);
-  s << opKindName(kind) << " #" << f.seq << " of " << f.count << " x "
-    << dtypeName(static_cast<DType>(f.dtype));
+  s << opKindName(kind) << " #" << f.seq;
+  if (perPeer(f)) {
+    s << " with per-rank counts of " << dtypeName(static_cast<DType>(f.dtype));
+    return s.str();
+  }
+  s << " of " << f.count << " x " << dtypeName(static_cast<DType>(f.dtype));
   if (usesRedOp(kind)) s << " op " << redOpName(static_cast<RedOp>(f.redop));
   if (usesRoot(kind)) s << " root " << f.root;
   return s.str();
@@ -34,6 +47,10 @@ Fingerprint fingerprintOf(const Op& op) {
   f.dtype = static_cast<int32_t>(op.dtype);
   f.redop = usesRedOp(op.kind) ? static_cast<int32_t>(op.redop) : 0;
   f.root = usesRoot(op.kind) ? op.root : -1;
+  if (op.kind == OpKind::AllToAll && !op.sendCounts.empty()) {
+    f.redop = kPerPeerCounts;
+    f.count = 0;
+  }
   if (op.kind == OpKind::Barrier || op.kind == OpKind::Split) {
     f.count = 0;
     f.dtype = 0;
@@ -53,6 +70,22 @@ void checkAgreement(const Op& op, const std::vector<Fingerprint>& all, int myRan
     s << "ranks disagree on the call: expected " << describe(mine) << " (as rank " << myRank
       << " called it), received " << describe(f) << " from rank " << r;
     throw Error(Code::SizeMismatch, s.str());
+  }
+}
+
+void checkPeerCounts(const std::vector<uint64_t>& all, int size) {
+  const size_t n = static_cast<size_t>(size);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      const uint64_t sends = all[i * 2 * n + j];
+      const uint64_t expects = all[j * 2 * n + n + i];
+      if (sends == expects) continue;
+      std::ostringstream s;
+      s << "ranks disagree on the allToAll counts: rank " << i << " sends " << sends << " elements to rank " << j
+        << " (its sendCounts[" << j << "]), rank " << j << " expects " << expects << " from rank " << i
+        << " (its recvCounts[" << i << "])";
+      throw Error(Code::SizeMismatch, s.str());
+    }
   }
 }
 

@@ -26,4 +26,10 @@ Fingerprint fingerprintOf(const Op& op);
 // Throws Error(SizeMismatch) when any rank's fingerprint differs from ours.
 void checkAgreement(const Op& op, const std::vector<Fingerprint>& all, int myRank);
 
+// allToAll with per-peer counts: `all` holds every rank's sendCounts then
+// recvCounts (2 x size entries per rank, in rank order). Throws Error(SizeMismatch)
+// on the first pair where rank i's sendCounts[j] differs from rank j's
+// recvCounts[i]; every rank holds the same table, so every rank throws the same.
+void checkPeerCounts(const std::vector<uint64_t>& all, int size);
+
 }  // namespace ncclnode

@@ -32,6 +32,39 @@ int32_t intArg(const Napi::CallbackInfo& info, size_t i, const char* name, int32
   return v;
 }
 
+// Per-peer element counts of allToAll: one non-negative integer per rank.
+std::vector<uint64_t> countsArg(const Napi::Value& v, size_t n, const char* name, const char* call) {
+  if (!v.IsArray()) throw Error(Code::InvalidArgument, std::string(call) + ": " + name + " must be an array");
+  auto a = v.As<Napi::Array>();
+  if (a.Length() != n) {
+    std::ostringstream s;
+    s << call << ": " << name << " has " << a.Length() << " entries, expected one per rank (" << n << ")";
+    throw Error(Code::SizeMismatch, s.str());
+  }
+  std::vector<uint64_t> out(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    Napi::Value e = a.Get(i);
+    const double d = e.IsNumber() ? e.As<Napi::Number>().DoubleValue() : -1;
+    if (!(d >= 0 && d <= 9007199254740991.0) || d != static_cast<double>(static_cast<uint64_t>(d))) {
+      std::ostringstream s;
+      s << call << ": " << name << "[" << i << "] must be a non-negative integer";
+      throw Error(Code::InvalidArgument, s.str());
+    }
+    out[i] = static_cast<uint64_t>(d);
+  }
+  return out;
+}
+
+// Capped so that need()'s byte count cannot wrap around with many huge entries.
+uint64_t sum(const std::vector<uint64_t>& v, const char* name, const char* call) {
+  uint64_t t = 0;
+  for (uint64_t x : v) {
+    t += x;
+    if (t > (1ULL << 53)) throw Error(Code::SizeMismatch, std::string(call) + ": " + name + " add up to more than 2^53 elements");
+  }
+  return t;
+}
+
 }  // namespace
 
 Napi::Function CommWrap::Init(Napi::Env env) {
@@ -92,7 +125,8 @@ Napi::Promise CommWrap::Connect(Napi::Env env, int64_t timeoutMs) {
   return engine_->submit(env, std::move(p));
 }
 
-// submit(kind, dtype, redop, send, recv, count, rootOrPeer, timeoutMs, color, key)
+// submit(kind, dtype, redop, send, recv, count, rootOrPeer, timeoutMs, color, key, sendCounts, recvCounts);
+// the count arrays make allToAll the variable-size form, and count is then ignored.
 Napi::Value CommWrap::Submit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
@@ -140,6 +174,21 @@ Napi::Value CommWrap::Submit(const Napi::CallbackInfo& info) {
       case OpKind::AllGather: need(op.send, op.count, w, "input", call); need(op.recv, op.count * n, w, "output", call); break;
       case OpKind::ReduceScatter: need(op.send, op.count * n, w, "input", call); need(op.recv, op.count, w, "output", call); break;
       case OpKind::AllToAll:
+        if (info.Length() > 10 && !info[10].IsUndefined()) {
+          op.sendCounts = countsArg(info[10], n, "sendCounts", call);
+          op.recvCounts = countsArg(info[11], n, "recvCounts", call);
+          // The local block is a copy: a length that differs would be cut or overrun.
+          if (op.sendCounts[rank_] != op.recvCounts[rank_]) {
+            std::ostringstream s;
+            s << call << ": sendCounts[" << rank_ << "] (" << op.sendCounts[rank_] << ") must equal recvCounts["
+              << rank_ << "] (" << op.recvCounts[rank_] << "), the block this rank keeps";
+            throw Error(Code::SizeMismatch, s.str());
+          }
+          op.count = sum(op.sendCounts, "sendCounts", call);
+          need(op.send, op.count, w, "input", call);
+          need(op.recv, sum(op.recvCounts, "recvCounts", call), w, "output", call);
+          break;
+        }
         if (op.count % n != 0) throw Error(Code::SizeMismatch, "allToAll: element count must be a multiple of the world size");
         need(op.send, op.count, w, "input", call); need(op.recv, op.count, w, "output", call); break;
       case OpKind::Gather: need(op.send, op.count, w, "input", call); if (isRoot) need(op.recv, op.count * n, w, "output", call); break;

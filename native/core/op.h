@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dtype.h"
 #include "errors.h"
@@ -52,6 +53,9 @@ struct Op {
   BufferView send;   // may equal recv (in place)
   BufferView recv;
   size_t count = 0;  // elements per rank, as docs/collectives.md defines per call
+  // allToAll with per-peer counts (elements, packed in rank order); empty for the
+  // equal-block form. count is then the total this rank sends.
+  std::vector<uint64_t> sendCounts, recvCounts;
   int root = -1;     // root rank, or peer for send/recv
   int color = 0;     // split
   int key = 0;       // split

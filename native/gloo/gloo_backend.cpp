@@ -3,6 +3,7 @@
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -212,7 +213,11 @@ void GlooBackend::run(Op& op) {
   }
   try {
     if (op.kind != OpKind::Send && op.kind != OpKind::Recv && agree(op)) return;
-    if (op.count == 0 && op.kind != OpKind::Barrier && op.kind != OpKind::Send && op.kind != OpKind::Recv) return;
+    // Per-peer counts: a rank that sends nothing may still receive, so it always runs.
+    if (op.count == 0 && op.kind != OpKind::Barrier && op.kind != OpKind::Send && op.kind != OpKind::Recv &&
+        op.sendCounts.empty()) {
+      return;
+    }
     const size_t width = elementSize(op.dtype);
     const bool inPlace = op.send.data == op.recv.data;
     switch (op.kind) {
@@ -263,6 +268,10 @@ void GlooBackend::run(Op& op) {
         reduceScatter(op);
         break;
       case OpKind::AllToAll:
+        if (!op.sendCounts.empty()) {
+          allToAllV(op);
+          break;
+        }
         withWidth(width, [&](auto t) {
           using T = decltype(t);
           gloo::AlltoallOptions o(ctx_);
@@ -352,6 +361,32 @@ void GlooBackend::reduceScatter(Op& op) {
   for (int r = 1; r < cfg_.size; ++r) fn(scratch_.data(), scratch_.data(), scratch_.data() + r * chunk, op.count);
   if (op.redop == RedOp::Avg) divideInPlace(scratch_.data(), op.dtype, op.count, cfg_.size);
   std::memcpy(op.recv.data, scratch_.data(), chunk);
+}
+
+// All-to-all with per-peer counts. Gloo's TCP transport aborts the process when a
+// peer sends more bytes than the posted receive holds, so with checkCollectives
+// every rank's counts go around first and the data moves only when each rank's
+// sendCounts[j] equals rank j's recvCounts[i]; every rank reaches the same verdict.
+// Without the check this is the caller's promise (docs/gloo.md).
+void GlooBackend::allToAllV(Op& op) {
+  const size_t n = static_cast<size_t>(cfg_.size);
+  if (cfg_.checkAgreement && n > 1) {
+    std::vector<uint64_t> mine(op.sendCounts);
+    mine.insert(mine.end(), op.recvCounts.begin(), op.recvCounts.end());
+    std::vector<uint64_t> all(2 * n * n);
+    allGatherBytes(mine.data(), mine.size() * sizeof(uint64_t), all.data(), op.timeout);
+    checkPeerCounts(all, cfg_.size);
+  }
+  const std::vector<int64_t> in(op.sendCounts.begin(), op.sendCounts.end());
+  const std::vector<int64_t> out(op.recvCounts.begin(), op.recvCounts.end());
+  withWidth(elementSize(op.dtype), [&](auto t) {
+    using T = decltype(t);
+    gloo::AlltoallvOptions o(ctx_);
+    o.setInput(static_cast<T*>(op.send.data), in);
+    o.setOutput(static_cast<T*>(op.recv.data), out);
+    o.setTimeout(op.timeout);
+    gloo::alltoallv(o);
+  });
 }
 
 // The sender announces dtype and count; the receiver answers with an ack carrying

@@ -60,6 +60,7 @@ class GlooBackend : public Backend {
   void allGatherBytes(const void* in, size_t bytes, void* out, std::chrono::milliseconds timeout);
   void allReduce(Op& op);
   void reduceScatter(Op& op);
+  void allToAllV(Op& op);
   void send(Op& op);
   void recv(Op& op);
   [[noreturn]] void rethrow(const Op& op, std::exception_ptr e);

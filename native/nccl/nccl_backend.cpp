@@ -303,7 +303,8 @@ void NcclBackend::launch(Op& op, const OpTag& tag) {
       call(api_.ReduceScatter(s, r, op.count, dt, redop, comm_, stream_), "ncclReduceScatter");
       break;
     case OpKind::AllToAll:
-      if (api_.AlltoAll) call(api_.AlltoAll(s, r, op.count / n, dt, comm_, stream_), "ncclAlltoAll");
+      if (!op.sendCounts.empty()) allToAllV(op);
+      else if (api_.AlltoAll) call(api_.AlltoAll(s, r, op.count / n, dt, comm_, stream_), "ncclAlltoAll");
       else p2pFallback(op);
       break;
     case OpKind::Gather:
@@ -352,6 +353,31 @@ void NcclBackend::p2pFallback(Op& op) {
       if (self) { cuCheck(cu.cuMemcpyDtoDAsync(at(op.recv, 0), at(op.send, p * bytes), bytes, stream_), "cuMemcpyDtoDAsync"); continue; }
       call(api_.Send(reinterpret_cast<void*>(at(op.send, p * bytes)), count, dt, p, comm_, stream_), "ncclSend");
     }
+  }
+  call(api_.GroupEnd(), "ncclGroupEnd");
+}
+
+// All-to-all with per-peer counts, as PyTorch's all_to_all_single with split sizes:
+// grouped sends and receives at each peer's offset, zero counts skipped, the local
+// block a device-to-device copy. NCCL has no way to check that rank i's
+// sendCounts[j] matches rank j's recvCounts[i]; that is the caller's promise.
+void NcclBackend::allToAllV(Op& op) {
+  const CudaApi& cu = cuda();
+  const int dt = static_cast<int>(op.dtype);
+  const size_t width = elementSize(op.dtype);
+  auto at = [](const BufferView& v, size_t off) { return reinterpret_cast<CUdeviceptr>(v.data) + off; };
+  size_t sendOff = 0, recvOff = 0;  // bytes
+  call(api_.GroupStart(), "ncclGroupStart");
+  for (int p = 0; p < cfg_.size; ++p) {
+    const size_t sc = op.sendCounts[p], rc = op.recvCounts[p];
+    if (p == cfg_.rank) {
+      if (sc > 0) cuCheck(cu.cuMemcpyDtoDAsync(at(op.recv, recvOff), at(op.send, sendOff), sc * width, stream_), "cuMemcpyDtoDAsync");
+    } else {
+      if (sc > 0) call(api_.Send(reinterpret_cast<void*>(at(op.send, sendOff)), sc, dt, p, comm_, stream_), "ncclSend");
+      if (rc > 0) call(api_.Recv(reinterpret_cast<void*>(at(op.recv, recvOff)), rc, dt, p, comm_, stream_), "ncclRecv");
+    }
+    sendOff += sc * width;
+    recvOff += rc * width;
   }
   call(api_.GroupEnd(), "ncclGroupEnd");
 }

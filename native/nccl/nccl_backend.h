@@ -54,6 +54,7 @@ class NcclBackend : public Backend {
  private:
   void launch(Op& op, const OpTag& tag);
   void p2pFallback(Op& op);
+  void allToAllV(Op& op);
   void waitReady(ncclComm comm, std::chrono::steady_clock::time_point deadline, const char* what);
   void waitDone(Op& op, uint64_t frId);
   // Launches op on the communicator's stream (group bookkeeping included). Returns

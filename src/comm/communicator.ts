@@ -18,6 +18,7 @@ import { NcclNodeError, fromNative } from '../errors.js';
 import { OpKind, type NativeBuffer, type NativeComm, type OpName } from '../native.js';
 import {
   allReduceSchema,
+  allToAllSchema,
   barrierSchema,
   commonSchema,
   parse,
@@ -26,6 +27,7 @@ import {
   rootedSchema,
   splitSchema,
   type AllReduceOptions,
+  type AllToAllOptions,
   type BarrierOptions,
   type CommonOptions,
   type ReduceOptions,
@@ -59,6 +61,8 @@ interface Submission {
   timeoutMs?: number | undefined;
   color?: number;
   key?: number;
+  sendCounts?: number[];
+  recvCounts?: number[];
 }
 
 export interface CommunicatorInit {
@@ -161,16 +165,23 @@ export class Communicator {
     return this.#submit('reduceScatter', { send: input, recv: output, count, dtype, op: o.op, timeoutMs: o.timeoutMs });
   }
 
-  /** Block j of rank i's `input` lands in block i of rank j's `output`. Lengths must divide by size. */
-  allToAll(input: Buffer, output: Buffer, options?: CommonOptions): Work {
-    const o = options ? parse(commonSchema, options, this.#where('allToAll')) : {};
-    const dtype = dtypeOf(input, o.dtype, this.#where('allToAll'));
+  /**
+   * Block j of rank i's `input` lands in block i of rank j's `output`. Equal blocks
+   * (lengths divide by size), or with `{ sendCounts, recvCounts }` per-peer element
+   * counts, blocks packed in rank order (torch's all_to_all_single with split
+   * sizes); rank i's sendCounts[j] must equal rank j's recvCounts[i].
+   */
+  allToAll(input: Buffer, output: Buffer, options?: AllToAllOptions): Work {
+    const where = this.#where('allToAll');
+    const o = options ? parse(allToAllSchema, options, where) : {};
+    const dtype = dtypeOf(input, o.dtype, where);
     const count = lengthOf(input, dtype);
+    if (o.sendCounts && o.recvCounts) return this.#allToAllV(input, output, dtype, o.sendCounts, o.recvCounts, o.timeoutMs);
     this.#expectLength('allToAll', 'output', output, dtype, count, 'the input length');
     if (count % this.size !== 0) {
       throw new NcclNodeError(
         'ERR_SIZE_MISMATCH',
-        `${this.#where('allToAll')}: the input length must be a multiple of the world size ${this.size}, received ${count} elements`,
+        `${where}: the input length must be a multiple of the world size ${this.size}, received ${count} elements`,
       );
     }
     return this.#submit('allToAll', { send: input, recv: output, count, dtype, timeoutMs: o.timeoutMs });
@@ -319,6 +330,38 @@ export class Communicator {
     }
   }
 
+  #allToAllV(input: Buffer, output: Buffer, dtype: DType, sendCounts: number[], recvCounts: number[], timeoutMs?: number): Work {
+    const where = this.#where('allToAll');
+    dtypeOf(output, dtype, `${where}: output`);
+    if (input === output) {
+      throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${where}: with per-rank counts, input and output must be different buffers`);
+    }
+    for (const [name, c, buf] of [['sendCounts', sendCounts, input], ['recvCounts', recvCounts, output]] as const) {
+      if (c.length !== this.size) {
+        throw new NcclNodeError('ERR_SIZE_MISMATCH', `${where}: ${name} has ${c.length} entries, expected one per rank (${this.size})`);
+      }
+      const total = c.reduce((a, b) => a + b, 0);
+      const held = lengthOf(buf, dtype);
+      if (total > held) {
+        const what = name === 'sendCounts' ? 'input' : 'output';
+        throw new NcclNodeError(
+          'ERR_SIZE_MISMATCH',
+          `${where}: ${name} add up to ${total} elements, the ${what} holds ${held} ${dtype} elements`,
+          { expected: total, received: held },
+        );
+      }
+    }
+    // The block a rank keeps is copied locally; both sides of it are this rank's.
+    if (sendCounts[this.rank] !== recvCounts[this.rank]) {
+      throw new NcclNodeError(
+        'ERR_SIZE_MISMATCH',
+        `${where}: sendCounts[${this.rank}] (${sendCounts[this.rank]}) must equal recvCounts[${this.rank}] (${recvCounts[this.rank]}), the block this rank keeps`,
+      );
+    }
+    const count = sendCounts.reduce((a, b) => a + b, 0);
+    return this.#submit('allToAll', { send: input, recv: output, count, dtype, timeoutMs, sendCounts, recvCounts });
+  }
+
   #p2p(call: 'send' | 'recv', buf: Buffer, peer: number, options?: CommonOptions): Work {
     const o = options ? parse(commonSchema, options, this.#where(call)) : {};
     const dtype = dtypeOf(buf, o.dtype, this.#where(call));
@@ -350,6 +393,8 @@ export class Communicator {
       s.timeoutMs ?? this.timeoutMs,
       s.color,
       s.key,
+      s.sendCounts,
+      s.recvCounts,
       );
     } catch (err) {
       throw fromNative(err);

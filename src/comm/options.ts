@@ -40,6 +40,14 @@ export const allReduceSchema = commonSchema.extend({ op: op.optional(), out: z.u
 export const reduceSchema = allReduceSchema.extend({ root: rank.optional() });
 export const rootedSchema = commonSchema.extend({ root: rank.optional() });
 export const reduceScatterSchema = commonSchema.extend({ op: op.optional() });
+const counts = z.array(z.number().int().min(0).max(Number.MAX_SAFE_INTEGER));
+/** allToAll: element counts per peer, in rank order; both or neither (equal blocks). */
+export const allToAllSchema = commonSchema
+  .extend({ sendCounts: counts.optional(), recvCounts: counts.optional() })
+  .refine((o) => (o.sendCounts === undefined) === (o.recvCounts === undefined), {
+    message: 'sendCounts and recvCounts must be given together',
+    path: ['sendCounts'],
+  });
 export const barrierSchema = z.strictObject({ timeoutMs: timeoutMs.optional() });
 export const splitSchema = z.strictObject({
   color: z.number().int().min(-1).max(2 ** 31 - 1),
@@ -52,6 +60,7 @@ export type AllReduceOptions<B> = Omit<z.infer<typeof allReduceSchema>, 'out'> &
 export type ReduceOptions<B> = Omit<z.infer<typeof reduceSchema>, 'out'> & { out?: B };
 export type RootedOptions = z.infer<typeof rootedSchema>;
 export type ReduceScatterOptions = z.infer<typeof reduceScatterSchema>;
+export type AllToAllOptions = z.infer<typeof allToAllSchema>;
 export type BarrierOptions = z.infer<typeof barrierSchema>;
 export type SplitOptions = z.infer<typeof splitSchema>;
 

@@ -37,12 +37,14 @@ export class NcclComm implements NativeComm {
   submit(
     kind: number, dtype: number, redop: number, send: NativeBuffer | undefined, recv: NativeBuffer | undefined,
     count: number, rootOrPeer: number, timeoutMs: number, color?: number, key?: number,
+    sendCounts?: readonly number[], recvCounts?: readonly number[],
   ): Promise<NativeComm | null | undefined> {
     const scalar = pending.preMulSum;
     pending.preMulSum = undefined;
     const grouped = pending.group !== undefined && kind !== OpKind.split;
     return this.#submitTagged(grouped ? TagKind.inGroup : TagKind.none, scalar,
-      () => this.#native.submit(kind, dtype, redop, send, recv, count, rootOrPeer, timeoutMs, color, key),
+      () => this.#native.submit(kind, dtype, redop, send, recv, count, rootOrPeer, timeoutMs, color, key, sendCounts,
+        recvCounts),
       kind === OpKind.split, grouped);
   }
 

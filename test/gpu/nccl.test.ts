@@ -20,6 +20,19 @@ describe('nccl backend on the stand-ins', () => {
     }, 120000);
   }
 
+  for (const n of [2, 4]) {
+    it(`allToAll with per-peer counts (zeros included) at ${n} ranks`, async () => {
+      const results = await runRanks(n, 'alltoallv');
+      for (const r of results) {
+        expect(r.result?.fatal, r.stderr).toBeUndefined();
+        expect(r.code).toBe(0);
+        expect(r.result?.failures).toEqual([]);
+      }
+      // The table has zeros (skipped sends and receives) at every size tested.
+      expect(results.flatMap((r) => r.result?.counts as number[])).toContain(0);
+    }, 60000);
+  }
+
   it('watchdog: a stalled rank makes its peer fail with ERR_TIMEOUT and writes flight records', async () => {
     // Rank 1 stops moving data in its 2nd AllReduce; rank 0's deadline is shorter.
     const results = await runRanks(2, 'fault', {

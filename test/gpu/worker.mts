@@ -96,12 +96,35 @@ async function collectives(comm: Communicator) {
   return { backend: comm.backend, version: comm.backendVersion };
 }
 
+/** allToAll with per-peer counts (zeros included) on DeviceBuffers, as MoE token routing does. */
+async function allToAllCounts(comm: Communicator) {
+  // counts[i][j]: what rank i sends to rank j (the diagonal, kept locally, is never 0).
+  const counts = range(n, (i) => range(n, (j) => ((i * 3 + j * 5 + 1) % 4) * (j + 1)));
+  const sendCounts = counts[rank]!;
+  const recvCounts = counts.map((row) => row[rank]!);
+  const total = (a: number[]) => a.reduce((s, v) => s + v, 0);
+  for (const dtype of ['float32', 'int64', 'bfloat16', 'uint8'] as DType[]) {
+    const input = await dev(dtype, range(total(sendCounts), (i) => val(rank, i)));
+    const output = await dev(dtype, range(total(recvCounts) + 1, () => 0));  // one spare element stays 0
+    await comm.allToAll(input, output, { sendCounts, recvCounts });
+    const want = counts.flatMap((row, i) => {
+      const from = total(row.slice(0, rank));
+      return range(row[rank]!, (k) => val(i, from + k));
+    });
+    await expectEq(`${dtype} allToAll with counts`, output, [...want, 0]);
+    input.dispose();
+    output.dispose();
+  }
+  return { backend: comm.backend, counts: sendCounts };
+}
+
 async function main() {
   const scenario = process.env.SCENARIO ?? 'collectives';
   const timeoutMs = Number(process.env[`OP_TIMEOUT_MS_RANK${rank}`] ?? process.env.OP_TIMEOUT_MS ?? 30000);
   const comm = await init({ backend: 'nccl', timeoutMs });
   const result: Record<string, unknown> = { scenario, rank };
   if (scenario === 'collectives') Object.assign(result, await collectives(comm));
+  if (scenario === 'alltoallv') Object.assign(result, await allToAllCounts(comm));
   if (scenario === 'fault') {
     const b = await dev('float32', [1, 2, 3]);
     await comm.allReduce(b);  // a healthy op first, for the flight record
