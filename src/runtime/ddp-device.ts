@@ -3,7 +3,8 @@
  * with gradients in float32 DeviceBuffers (param.grad becomes a view of its
  * device bucket) all-reduced by an NCCL communicator. Compression casts with the
  * kernels and pre-divides with NCCL's premulsum. The optimizer step and the
- * clipping arithmetic use the host fallback documented in device.ts.
+ * clipping arithmetic use the host fallback documented in device.ts, so the
+ * optimizer state (and its checkpoint pieces) lives in host memory.
  */
 import type { Communicator } from '../comm/communicator.js';
 import type { DeviceBuffer } from '../gpu/device-buffer.js';
@@ -13,11 +14,17 @@ import { assignBuckets } from './ddp.js';
 import { cast, deviceSumSquares, scaleBy, slice, SubmitQueue, zeros, type DeviceParam } from './device.js';
 import { clipCoefficient, type Optimizer } from './optim.js';
 import { ddpSchema, parse, type DDPOptions } from './options.js';
-import type { DataParallel, MemoryReport, ModelHooks } from './types.js';
+import { rangePieces, slotState, sub } from './state-dict.js';
+import type { DataParallel, DataParallelState, DevicePieceData, FlatPiece, MemoryReport, ModelHooks } from './types.js';
 import { BucketOrder } from './bucket-order.js';
 
-/** DataParallel on DeviceParams; checkpoint accessors (stateDict) are host-only for now. */
-export type DeviceDataParallel = Omit<DataParallel<DeviceParam>, 'stateDict' | 'loadStateDict'>;
+/**
+ * DataParallel on DeviceParams. State-dict pieces of parameters are DeviceBuffer
+ * views, those of optimizer state host Float32Arrays (where the host-fallback
+ * optimizer keeps it). A DeviceParam may carry `shape` (read when present) for
+ * the global shape recorded in checkpoints.
+ */
+export type DeviceDataParallel = DataParallel<DeviceParam, DevicePieceData>;
 
 interface Bucket {
   params: DeviceParam[];
@@ -120,6 +127,38 @@ export class DeviceDistributedDataParallel implements DeviceDataParallel {
     })));
     this.optimizer.step(slots);
     await Promise.all(slots.map((s, i) => need(this.params[i]!, 'data').copyFrom(s.param)));
+  }
+
+  /**
+   * As DistributedDataParallel.stateDict: parameters and optimizer state are
+   * replicated, so each rank saves its 1/world flat slice of every tensor (the
+   * parameter slice a view of the live DeviceBuffer). Call after step() resolved.
+   */
+  stateDict(): DataParallelState<DevicePieceData> {
+    const { rank, size } = this.comm;
+    const tensors: Record<string, FlatPiece<DevicePieceData>> = {};
+    for (const p of this.params) {
+      const per = Math.ceil(p.size / size);
+      const lo = rank * per;
+      if (lo >= p.size) continue; // the last ranks may hold none of a small tensor (and a view cannot be empty)
+      const arrays: Record<string, DevicePieceData> = { '': need(p, 'data'), ...slotState(this.optimizer, p.name, p.size) };
+      for (const k of Object.keys(arrays)) arrays[k] = sub(arrays[k]!, lo, p.size);
+      Object.assign(tensors, rangePieces([p], [0], lo, lo + per, arrays));
+    }
+    return { tensors, optimizerStep: this.optimizer.state([]).step };
+  }
+
+  /**
+   * Every rank reads every tensor whole into its parameters (device) and optimizer
+   * state (host), so replicas agree again without a broadcast.
+   */
+  async loadStateDict(fill: (targets: Record<string, FlatPiece<DevicePieceData>>) => Promise<{ optimizerStep: number }>): Promise<void> {
+    const targets: Record<string, FlatPiece<DevicePieceData>> = {};
+    for (const p of this.params) {
+      Object.assign(targets, rangePieces<DevicePieceData>([p], [0], 0, p.size, { '': need(p, 'data'), ...slotState(this.optimizer, p.name, p.size) }));
+    }
+    const { optimizerStep } = await fill(targets);
+    this.optimizer.loadState({ step: optimizerStep });
   }
 
   memory(): MemoryReport {

@@ -24,6 +24,8 @@ import { sumSquares } from './optim.js';
 export interface DeviceParam {
   readonly name: string;
   readonly size: number;
+  /** Row-major shape recorded in checkpoints; flat [size] when absent. */
+  readonly shape?: readonly number[];
   data: DeviceBuffer | null;
   /** Accumulated by backward; zeroed by the runtime's zeroGrad(). */
   grad: DeviceBuffer | null;

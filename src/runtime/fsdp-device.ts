@@ -5,7 +5,8 @@
  * bf16/fp16 conversions are the cast kernel; 16-bit reduce-scatters pre-divide
  * with premulsum. A unit's first reduction of a step is copied into its float32
  * gradient shard on the device; accumulating a second one, clipping and the
- * optimizer step use the host fallback documented in device.ts.
+ * optimizer step use the host fallback documented in device.ts (so optimizer
+ * state, and its checkpoint pieces, live in host memory).
  */
 import type { Communicator } from '../comm/communicator.js';
 import type { DeviceBuffer } from '../gpu/device-buffer.js';
@@ -16,7 +17,8 @@ import { addInto, cast, deviceSumSquares, scaleBy, slice, SubmitQueue, zeros, ty
 import { shardLayout } from './fsdp.js';
 import { clipCoefficient, type Optimizer } from './optim.js';
 import { fsdpSchema, parse, type FSDPOptions } from './options.js';
-import type { MemoryReport, ModelHooks } from './types.js';
+import { rangePieces, slotState } from './state-dict.js';
+import type { DataParallelState, DevicePieceData, FlatPiece, MemoryReport, ModelHooks } from './types.js';
 
 interface Unit {
   params: DeviceParam[];
@@ -245,6 +247,32 @@ export class DeviceFullyShardedDataParallel implements DeviceDataParallel {
     })));
     this.optimizer.step(slots);
     await Promise.all(slots.map((s, i) => this.units[i]!.master.copyFrom(s.param)));
+    await this.#publish();
+  }
+
+  /** FullyShardedDataParallel's pieces: master shards as DeviceBuffer views, optimizer state on the host. Call between steps. */
+  stateDict(): DataParallelState<DevicePieceData> {
+    const tensors: Record<string, FlatPiece<DevicePieceData>> = {};
+    this.units.forEach((u, i) => {
+      const lo = this.comm.rank * u.shard;
+      Object.assign(tensors, rangePieces<DevicePieceData>(u.params, u.offsets, lo, lo + u.shard, { '': u.master, ...slotState(this.optimizer, `unit${i}`, u.shard) }));
+    });
+    return { tensors, optimizerStep: this.optimizer.state([]).step };
+  }
+
+  /**
+   * Fills masters and optimizer state in place, drops any unit still gathered from the
+   * old masters (a stage-3 unit, a bf16 compute copy), and re-gathers stages 1-2 (collective).
+   */
+  async loadStateDict(fill: (targets: Record<string, FlatPiece<DevicePieceData>>) => Promise<{ optimizerStep: number }>): Promise<void> {
+    const { optimizerStep } = await fill(this.stateDict().tensors);
+    this.optimizer.loadState({ step: optimizerStep });
+    for (const u of this.units) if (u.gather) await u.gather.then(() => this.#reshard(u));
+    await this.#publish();
+  }
+
+  /** Brings the unsharded parameters of stages 1-2 up to date with the masters. */
+  async #publish(): Promise<void> {
     if (this.#o.stage === 3) return; // gathered from the masters before the next forward
     const half = this.#half;
     await Promise.all(this.units.map((u) => this.#queue.run(async () => {

@@ -1,5 +1,5 @@
 /** The training runtime: DDP bucketing, FSDP/ZeRO sharding, optimizers, device mesh. */
-export type { ParamLike, ModelHooks, DataParallel, MemoryReport, FlatPiece, DataParallelState } from './types.js';
+export type { ParamLike, ModelHooks, DataParallel, MemoryReport, FlatPiece, DataParallelState, DevicePieceData } from './types.js';
 export { DistributedDataParallel, assignBuckets } from './ddp.js';
 export { FullyShardedDataParallel, shardLayout } from './fsdp.js';
 export { AdamW, SGD, createOptimizer, type Optimizer, type OptimizerState, type Slot } from './optim.js';

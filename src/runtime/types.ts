@@ -1,3 +1,5 @@
+import type { DeviceBuffer } from '../gpu/device-buffer.js';
+
 /**
  * The contract between a hand-written model and the runtime. The runtime never
  * sees layers or tensors, only named flat parameters and five hooks; a model
@@ -37,8 +39,11 @@ export interface ModelHooks<P = ParamLike> {
   gradReady?(p: P): void;
 }
 
-/** What a training loop needs from DDP or FSDP, so either can be picked by config. */
-export interface DataParallel<P = ParamLike> {
+/**
+ * What a training loop needs from DDP or FSDP, so either can be picked by config.
+ * D is what state-dict pieces hold: host arrays, or on the GPU path DevicePieceData.
+ */
+export interface DataParallel<P = ParamLike, D = Float32Array> {
   readonly hooks: ModelHooks<P>;
   /** false: backward only accumulates locally (no_sync); true again on the last micro-batch. */
   setRequiresGradSync(sync: boolean): void;
@@ -52,27 +57,34 @@ export interface DataParallel<P = ParamLike> {
   /** Bytes this rank holds for parameters, gradients and optimizer state between steps. */
   memory(): MemoryReport;
   /** What this rank saves: live views of parameters and optimizer state (state-dict.ts). Call between steps. */
-  stateDict(): DataParallelState;
+  stateDict(): DataParallelState<D>;
   /**
    * Restores a saved state: `fill` writes the pieces this rank needs into the given
    * live views (e.g. src/checkpoint's load) and returns the saved optimizer step.
    * Collective for FSDP stages 1-2 (unsharded parameters are re-gathered).
    */
-  loadStateDict(fill: (targets: Record<string, FlatPiece>) => Promise<{ optimizerStep: number }>): Promise<void>;
+  loadStateDict(fill: (targets: Record<string, FlatPiece<D>>) => Promise<{ optimizerStep: number }>): Promise<void>;
 }
 
+/**
+ * Piece data of the GPU runtime: parameters are DeviceBuffer views; optimizer
+ * state is host Float32Arrays, because the device optimizer step is the host
+ * fallback (device.ts) and its moments live only in host memory.
+ */
+export type DevicePieceData = Float32Array | DeviceBuffer;
+
 /** A flat range of a named global tensor, as src/checkpoint's TensorShard / LoadTarget take it. */
-export interface FlatPiece {
-  data: Float32Array;
+export interface FlatPiece<D = Float32Array> {
+  data: D;
   globalShape: readonly number[];
   /** Row-major element offset of data[0] in the global tensor. */
   offset: number;
   length: number;
 }
 
-export interface DataParallelState {
+export interface DataParallelState<D = Float32Array> {
   /** `name` (parameter) and `name.exp_avg` etc. (optimizer state), as pieces. */
-  tensors: Record<string, FlatPiece>;
+  tensors: Record<string, FlatPiece<D>>;
   /** The optimizer's step count (AdamW's bias correction depends on it). */
   optimizerStep: number;
 }
