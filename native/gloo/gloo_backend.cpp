@@ -36,20 +36,6 @@ void withWidth(size_t width, F&& f) {
   }
 }
 
-// Slots above Gloo's own prefixes, for our point-to-point traffic. Gloo matches
-// slots per pair and direction, so the k-th send from A to B meets B's k-th recv
-// from A on slot prefix|k.
-constexpr uint64_t kP2PHeaderSlot = 0xfcULL << 56;
-constexpr uint64_t kP2PAckSlot = 0xfdULL << 56;
-constexpr uint64_t kP2PDataSlot = 0xfeULL << 56;
-constexpr uint64_t kP2PIndexMask = 0xffffffffffffULL;
-
-struct P2PHeader {
-  int32_t dtype;
-  int32_t ok;  // ack: 1 when the receiver accepts
-  uint64_t count;
-};
-
 }  // namespace
 
 GlooBackend::GlooBackend(GlooConfig config, std::shared_ptr<StoreClient> store)
@@ -140,68 +126,6 @@ void GlooBackend::allGatherBytes(const void* in, size_t bytes, void* out, std::c
   o.setOutput(static_cast<uint8_t*>(out), bytes * cfg_.size);
   o.setTimeout(timeout);
   gloo::allgather(o);
-}
-
-// Small all-reduces travel whole to every peer and are reduced locally in rank
-// order: one round instead of Gloo's ring. The choice depends only on the call and
-// the world size, so ranks that agree on the call agree on the path.
-bool GlooBackend::meshAllReduce(const Op& op) const {
-  return op.kind == OpKind::AllReduce && cfg_.size > 1 &&
-         op.count * elementSize(op.dtype) + sizeof(Fingerprint) <= mesh_->cap();
-}
-
-bool GlooBackend::usesMesh(const Op& op) const {
-  return (cfg_.checkAgreement && cfg_.size > 1) || meshAllReduce(op);
-}
-
-void GlooBackend::postMesh(const Op& op) {
-  const bool check = cfg_.checkAgreement && cfg_.size > 1;
-  const Fingerprint mine = fingerprintOf(op);
-  const size_t bytes = meshAllReduce(op) ? op.count * elementSize(op.dtype) : 0;
-  mesh_->post(&mine, check ? sizeof mine : 0, op.send.data, bytes);
-}
-
-bool GlooBackend::prepost(Op& op) {
-  if (!ctx_ || broken_ || op.kind == OpKind::Send || op.kind == OpKind::Recv || op.kind == OpKind::Split) return false;
-  if (op.send.mem == MemKind::Device || op.recv.mem == MemKind::Device || !usesMesh(op)) return false;
-  try {
-    postMesh(op);
-  } catch (...) {
-    op.prepostError = std::current_exception();
-  }
-  op.preposted = true;
-  return true;
-}
-
-// One mesh round carries every rank's fingerprint (when checking) and, for a small
-// all-reduce, the data too. Every rank then holds every fingerprint, so all of them
-// reach the same verdict, naming the same odd rank out. Returns true when the
-// round already completed the call (a small all-reduce, or a barrier: a full
-// exchange is one).
-bool GlooBackend::agree(const Op& op) {
-  if (!usesMesh(op)) return false;
-  const bool check = cfg_.checkAgreement && cfg_.size > 1;
-  const bool withData = meshAllReduce(op);
-  const Fingerprint mine = fingerprintOf(op);
-  const size_t head = check ? sizeof mine : 0;
-  if (op.preposted) {
-    if (op.prepostError) std::rethrow_exception(op.prepostError);
-  } else {
-    postMesh(op);
-  }
-  mesh_->wait(op.timeout);
-  if (check) {
-    std::vector<Fingerprint> all(cfg_.size);
-    for (int r = 0; r < cfg_.size; ++r) std::memcpy(&all[r], mesh_->from(r), sizeof mine);
-    checkAgreement(op, all, cfg_.rank);
-  }
-  if (withData) {
-    reduceInRankOrder(*mesh_, head, cfg_.size, reduceFunction(op.dtype, op.redop), op.recv.data, op.count,
-                      elementSize(op.dtype));
-    if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
-    return true;
-  }
-  return op.kind == OpKind::Barrier;
 }
 
 void GlooBackend::run(Op& op) {
@@ -387,56 +311,6 @@ void GlooBackend::allToAllV(Op& op) {
     o.setTimeout(op.timeout);
     gloo::alltoallv(o);
   });
-}
-
-// The sender announces dtype and count; the receiver answers with an ack carrying
-// its own, and the data moves only when they agree, so a mismatch fails on both
-// sides with the same facts instead of truncating or overrunning a buffer.
-void GlooBackend::send(Op& op) {
-  const int peer = op.root;
-  const uint64_t k = op.p2pIndex & kP2PIndexMask;
-  P2PHeader mine{static_cast<int32_t>(op.dtype), 1, op.count};
-  P2PHeader ack{};
-  auto hdr = ctx_->createUnboundBuffer(&mine, sizeof mine);
-  auto ackBuf = ctx_->createUnboundBuffer(&ack, sizeof ack);
-  ackBuf->recv(peer, kP2PAckSlot | k);
-  hdr->send(peer, kP2PHeaderSlot | k);
-  hdr->waitSend(op.timeout);
-  ackBuf->waitRecv(op.timeout);
-  if (!ack.ok) {
-    std::ostringstream s;
-    s << "send to rank " << peer << ": sending " << op.count << " x " << dtypeName(op.dtype)
-      << ", the peer's matching recv expects " << ack.count << " x " << dtypeName(static_cast<DType>(ack.dtype));
-    throw Error(Code::SizeMismatch, s.str());
-  }
-  if (op.count == 0) return;
-  auto data = ctx_->createUnboundBuffer(op.send.data, op.count * elementSize(op.dtype));
-  data->send(peer, kP2PDataSlot | k);
-  data->waitSend(op.timeout);
-}
-
-void GlooBackend::recv(Op& op) {
-  const int peer = op.root;
-  const uint64_t k = op.p2pIndex & kP2PIndexMask;
-  P2PHeader theirs{};
-  auto hdr = ctx_->createUnboundBuffer(&theirs, sizeof theirs);
-  hdr->recv(peer, kP2PHeaderSlot | k);
-  hdr->waitRecv(op.timeout);
-  const bool ok = theirs.dtype == static_cast<int32_t>(op.dtype) && theirs.count == op.count;
-  P2PHeader ack{static_cast<int32_t>(op.dtype), ok ? 1 : 0, op.count};
-  auto ackBuf = ctx_->createUnboundBuffer(&ack, sizeof ack);
-  ackBuf->send(peer, kP2PAckSlot | k);
-  ackBuf->waitSend(op.timeout);
-  if (!ok) {
-    std::ostringstream s;
-    s << "recv from rank " << peer << ": expected " << op.count << " x " << dtypeName(op.dtype)
-      << ", the peer's matching send has " << theirs.count << " x " << dtypeName(static_cast<DType>(theirs.dtype));
-    throw Error(Code::SizeMismatch, s.str());
-  }
-  if (op.count == 0) return;
-  auto data = ctx_->createUnboundBuffer(op.recv.data, op.count * elementSize(op.dtype));
-  data->recv(peer, kP2PDataSlot | k);
-  data->waitRecv(op.timeout);
 }
 
 std::unique_ptr<Backend> GlooBackend::split(int color, int key, std::chrono::milliseconds timeout) {
