@@ -14,7 +14,7 @@ import { assignBuckets } from './ddp.js';
 import { cast, deviceSumSquares, scaleBy, slice, SubmitQueue, zeros, type DeviceParam } from './device.js';
 import { clipCoefficient, type Optimizer } from './optim.js';
 import { ddpSchema, parse, type DDPOptions } from './options.js';
-import { rangePieces, slotState, sub } from './state-dict.js';
+import { replicatedSlices, wholeTensors } from './state-dict.js';
 import type { DataParallel, DataParallelState, DevicePieceData, FlatPiece, MemoryReport, ModelHooks } from './types.js';
 import { BucketOrder } from './bucket-order.js';
 
@@ -135,16 +135,7 @@ export class DeviceDistributedDataParallel implements DeviceDataParallel {
    * parameter slice a view of the live DeviceBuffer). Call after step() resolved.
    */
   stateDict(): DataParallelState<DevicePieceData> {
-    const { rank, size } = this.comm;
-    const tensors: Record<string, FlatPiece<DevicePieceData>> = {};
-    for (const p of this.params) {
-      const per = Math.ceil(p.size / size);
-      const lo = rank * per;
-      if (lo >= p.size) continue; // the last ranks may hold none of a small tensor (and a view cannot be empty)
-      const arrays: Record<string, DevicePieceData> = { '': need(p, 'data'), ...slotState(this.optimizer, p.name, p.size) };
-      for (const k of Object.keys(arrays)) arrays[k] = sub(arrays[k]!, lo, p.size);
-      Object.assign(tensors, rangePieces([p], [0], lo, lo + per, arrays));
-    }
+    const tensors = replicatedSlices(this.params, (p) => need(p, 'data'), this.optimizer, this.comm.rank, this.comm.size);
     return { tensors, optimizerStep: this.optimizer.state([]).step };
   }
 
@@ -153,11 +144,7 @@ export class DeviceDistributedDataParallel implements DeviceDataParallel {
    * state (host), so replicas agree again without a broadcast.
    */
   async loadStateDict(fill: (targets: Record<string, FlatPiece<DevicePieceData>>) => Promise<{ optimizerStep: number }>): Promise<void> {
-    const targets: Record<string, FlatPiece<DevicePieceData>> = {};
-    for (const p of this.params) {
-      Object.assign(targets, rangePieces<DevicePieceData>([p], [0], 0, p.size, { '': need(p, 'data'), ...slotState(this.optimizer, p.name, p.size) }));
-    }
-    const { optimizerStep } = await fill(targets);
+    const { optimizerStep } = await fill(wholeTensors(this.params, (p) => need(p, 'data'), this.optimizer));
     this.optimizer.loadState({ step: optimizerStep });
   }
 

@@ -11,7 +11,7 @@ import type { Work } from '../comm/work.js';
 import { fromHalf, toHalf } from './cast.js';
 import { clipCoefficient, sumSquares, type Optimizer } from './optim.js';
 import { ddpSchema, parse, type DDPOptions } from './options.js';
-import { rangePieces, slotState } from './state-dict.js';
+import { replicatedSlices, wholeTensors } from './state-dict.js';
 import type { DataParallel, DataParallelState, FlatPiece, MemoryReport, ModelHooks, ParamLike } from './types.js';
 import { BucketOrder } from './bucket-order.js';
 
@@ -140,23 +140,13 @@ export class DistributedDataParallel implements DataParallel {
    * 1/world flat slice of every tensor: all ranks write in parallel, nothing twice.
    */
   stateDict(): DataParallelState {
-    const { rank, size } = this.comm;
-    const tensors: Record<string, FlatPiece> = {};
-    for (const p of this.params) {
-      const slice = Math.ceil(p.size / size);
-      const lo = Math.min(rank * slice, p.size);
-      const arrays: Record<string, Float32Array> = { '': p.data, ...slotState(this.optimizer, p.name, p.size) };
-      for (const k of Object.keys(arrays)) arrays[k] = arrays[k]!.subarray(lo);
-      Object.assign(tensors, rangePieces([p], [0], lo, lo + slice, arrays));
-    }
+    const tensors = replicatedSlices(this.params, (p) => p.data, this.optimizer, this.comm.rank, this.comm.size);
     return { tensors, optimizerStep: this.optimizer.state([]).step };
   }
 
   /** Every rank reads every tensor whole (from whichever ranks' slices hold it). */
   async loadStateDict(fill: (targets: Record<string, FlatPiece>) => Promise<{ optimizerStep: number }>): Promise<void> {
-    const targets: Record<string, FlatPiece> = {};
-    for (const p of this.params) Object.assign(targets, rangePieces([p], [0], 0, p.size, { '': p.data, ...slotState(this.optimizer, p.name, p.size) }));
-    const { optimizerStep } = await fill(targets);
+    const { optimizerStep } = await fill(wholeTensors(this.params, (p) => p.data, this.optimizer));
     this.optimizer.loadState({ step: optimizerStep });
   }
 

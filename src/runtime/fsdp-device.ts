@@ -17,7 +17,7 @@ import { addInto, cast, deviceSumSquares, scaleBy, slice, SubmitQueue, zeros, ty
 import { shardLayout } from './fsdp.js';
 import { clipCoefficient, type Optimizer } from './optim.js';
 import { fsdpSchema, parse, type FSDPOptions } from './options.js';
-import { rangePieces, slotState } from './state-dict.js';
+import { shardedPieces } from './state-dict.js';
 import type { DataParallelState, DevicePieceData, FlatPiece, MemoryReport, ModelHooks } from './types.js';
 
 interface Unit {
@@ -252,12 +252,7 @@ export class DeviceFullyShardedDataParallel implements DeviceDataParallel {
 
   /** FullyShardedDataParallel's pieces: master shards as DeviceBuffer views, optimizer state on the host. Call between steps. */
   stateDict(): DataParallelState<DevicePieceData> {
-    const tensors: Record<string, FlatPiece<DevicePieceData>> = {};
-    this.units.forEach((u, i) => {
-      const lo = this.comm.rank * u.shard;
-      Object.assign(tensors, rangePieces<DevicePieceData>(u.params, u.offsets, lo, lo + u.shard, { '': u.master, ...slotState(this.optimizer, `unit${i}`, u.shard) }));
-    });
-    return { tensors, optimizerStep: this.optimizer.state([]).step };
+    return { tensors: shardedPieces(this.units, this.optimizer, this.comm.rank), optimizerStep: this.optimizer.state([]).step };
   }
 
   /**

@@ -11,7 +11,7 @@ import type { Communicator } from '../comm/communicator.js';
 import { fromHalf, toHalf, type HalfDType } from './cast.js';
 import { clipCoefficient, sumSquares, type Optimizer } from './optim.js';
 import { fsdpSchema, parse, type FSDPOptions } from './options.js';
-import { rangePieces, slotState } from './state-dict.js';
+import { shardedPieces } from './state-dict.js';
 import type { DataParallel, DataParallelState, FlatPiece, MemoryReport, ModelHooks, ParamLike } from './types.js';
 
 const EMPTY = new Float32Array(0);
@@ -225,12 +225,7 @@ export class FullyShardedDataParallel implements DataParallel {
 
   /** Per-parameter pieces of this rank's master shards and optimizer state (padding dropped). */
   stateDict(): DataParallelState {
-    const tensors: Record<string, FlatPiece> = {};
-    this.units.forEach((u, i) => {
-      const lo = this.comm.rank * u.shard;
-      Object.assign(tensors, rangePieces(u.params, u.offsets, lo, lo + u.shard, { '': u.master, ...slotState(this.optimizer, `unit${i}`, u.shard) }));
-    });
-    return { tensors, optimizerStep: this.optimizer.state([]).step };
+    return { tensors: shardedPieces(this.units, this.optimizer, this.comm.rank), optimizerStep: this.optimizer.state([]).step };
   }
 
   /** Fills the masters and optimizer state in place, then rebuilds the unsharded parameters. */

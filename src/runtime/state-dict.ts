@@ -66,3 +66,51 @@ export function rangePieces<D extends PieceArray = Float32Array>(params: readonl
   });
   return out;
 }
+
+/**
+ * DDP: parameters and optimizer state are replicated, so each rank saves only its
+ * 1/world flat slice of every tensor: all ranks write in parallel, nothing twice.
+ * `dataOf` gives a parameter's storage (host array or DeviceBuffer).
+ */
+export function replicatedSlices<P extends NamedParam, D extends PieceArray>(params: readonly P[], dataOf: (p: P) => D,
+  optimizer: Optimizer, rank: number, size: number): Record<string, FlatPiece<D | Float32Array>> {
+  const out: Record<string, FlatPiece<D | Float32Array>> = {};
+  for (const p of params) {
+    const per = Math.ceil(p.size / size);
+    const lo = rank * per;
+    if (lo >= p.size) continue; // the last ranks may hold none of a small tensor (and a device view cannot be empty)
+    const arrays: Record<string, D | Float32Array> = { '': dataOf(p), ...slotState(optimizer, p.name, p.size) };
+    for (const k of Object.keys(arrays)) arrays[k] = sub(arrays[k]!, lo, p.size);
+    Object.assign(out, rangePieces([p], [0], lo, lo + per, arrays));
+  }
+  return out;
+}
+
+/** DDP load targets: every tensor whole, so replicas agree again without a broadcast. */
+export function wholeTensors<P extends NamedParam, D extends PieceArray>(params: readonly P[], dataOf: (p: P) => D,
+  optimizer: Optimizer): Record<string, FlatPiece<D | Float32Array>> {
+  const out: Record<string, FlatPiece<D | Float32Array>> = {};
+  for (const p of params) {
+    Object.assign(out, rangePieces<D | Float32Array>([p], [0], 0, p.size, { '': dataOf(p), ...slotState(optimizer, p.name, p.size) }));
+  }
+  return out;
+}
+
+/** A ZeRO/FSDP unit as the state dict sees it: parameters back to back, this rank's master shard. */
+export interface ShardedUnit<D extends PieceArray> {
+  readonly params: readonly NamedParam[];
+  readonly offsets: readonly number[];
+  readonly shard: number;
+  readonly master: D;
+}
+
+/** FSDP: each rank's master shard and optimizer shard, cut at parameter borders (padding dropped). */
+export function shardedPieces<D extends PieceArray>(units: readonly ShardedUnit<D>[], optimizer: Optimizer,
+  rank: number): Record<string, FlatPiece<D | Float32Array>> {
+  const out: Record<string, FlatPiece<D | Float32Array>> = {};
+  units.forEach((u, i) => {
+    const lo = rank * u.shard;
+    Object.assign(out, rangePieces<D | Float32Array>(u.params, u.offsets, lo, lo + u.shard, { '': u.master, ...slotState(optimizer, `unit${i}`, u.shard) }));
+  });
+  return out;
+}
