@@ -85,6 +85,8 @@ int intArg(const Napi::Value& v) { return v.IsNumber() ? v.As<Napi::Number>().In
 uint64_t u64Arg(const Napi::Value& v) { return v.IsNumber() ? static_cast<uint64_t>(v.As<Napi::Number>().Int64Value()) : 0; }
 
 // A device scratch word: zeroed, written by a kernel, read back when the stream gets there.
+// An 8-byte device counter a kernel adds into (wrong elements, a checksum), zeroed
+// on the stream, read back once the stream reaches the read.
 struct Scratch {
   int device;
   CUdeviceptr dev = 0;
@@ -94,6 +96,26 @@ struct Scratch {
     try { useDevice(device); cuda().cuMemFree(dev); } catch (...) {}
   }
 };
+
+std::shared_ptr<Scratch> zeroedCounter(int device, CUstream s) {
+  auto c = std::make_shared<Scratch>();
+  c->device = device;
+  useDevice(device);
+  cuCheck(cuda().cuMemAlloc(&c->dev, 8), "cuMemAlloc");
+  cuCheck(cuda().cuMemsetD8Async(c->dev, 0, 8, s), "cuMemsetD8Async");
+  return c;
+}
+
+// Copies the counter back after the kernel and resolves with value(counter).
+Napi::Promise counterResult(Napi::Env env, const std::shared_ptr<Scratch>& c, CUstream s,
+                            Napi::Value (*value)(Napi::Env, uint64_t), std::vector<Napi::Value> keep) {
+  cuCheck(cuda().cuMemcpyDtoHAsync(&c->host, c->dev, 8, s), "cuMemcpyDtoHAsync");
+  return gpuEnv(env).poller->afterStream(env, c->device, s, [c, value](Napi::Env e) { return value(e, c->host); },
+                                         std::move(keep));
+}
+
+Napi::Value asNumber(Napi::Env env, uint64_t v) { return Napi::Number::New(env, static_cast<double>(v)); }
+Napi::Value asBigInt(Napi::Env env, uint64_t v) { return Napi::BigInt::New(env, v); }
 
 // fill(buf, count, dtype, rank, seed, stream?) -> Promise<void>
 Napi::Value Fill(const Napi::CallbackInfo& info) {
@@ -120,17 +142,10 @@ Napi::Value Verify(const Napi::CallbackInfo& info) {
     int dtype = intArg(info[2]), nranks = intArg(info[3]);
     uint64_t seed = u64Arg(info[4]);
     CUstream s = streamArg(info[5]);
-    auto scratch = std::make_shared<Scratch>();
-    scratch->device = b->device();
-    useDevice(b->device());
-    const CudaApi& cu = cuda();
-    cuCheck(cu.cuMemAlloc(&scratch->dev, 8), "cuMemAlloc");
-    cuCheck(cu.cuMemsetD8Async(scratch->dev, 0, 8, s), "cuMemsetD8Async");
-    CUdeviceptr errors = scratch->dev;
+    auto counter = zeroedCounter(b->device(), s);
+    CUdeviceptr errors = counter->dev;
     launch(b->device(), "nccl_node_verify", n, s, {&p, &n, &dtype, &nranks, &seed, &errors});
-    cuCheck(cu.cuMemcpyDtoHAsync(&scratch->host, scratch->dev, 8, s), "cuMemcpyDtoHAsync");
-    return gpuEnv(env).poller->afterStream(env, b->device(), s,
-        [scratch](Napi::Env e) { return Napi::Number::New(e, static_cast<double>(scratch->host)); }, {info[0]});
+    return counterResult(env, counter, s, asNumber, {info[0]});
   });
 }
 
@@ -163,17 +178,10 @@ Napi::Value Checksum(const Napi::CallbackInfo& info) {
     uint64_t n = u64Arg(info[1]);
     if (n > b->bytes()) throw Error(Code::SizeMismatch, "checksum: byte count exceeds the buffer");
     CUstream s = streamArg(info[2]);
-    auto scratch = std::make_shared<Scratch>();
-    scratch->device = b->device();
-    useDevice(b->device());
-    const CudaApi& cu = cuda();
-    cuCheck(cu.cuMemAlloc(&scratch->dev, 8), "cuMemAlloc");
-    cuCheck(cu.cuMemsetD8Async(scratch->dev, 0, 8, s), "cuMemsetD8Async");
-    CUdeviceptr out = scratch->dev;
+    auto counter = zeroedCounter(b->device(), s);
+    CUdeviceptr out = counter->dev;
     launch(b->device(), "nccl_node_checksum", n, s, {&p, &n, &out});
-    cuCheck(cu.cuMemcpyDtoHAsync(&scratch->host, scratch->dev, 8, s), "cuMemcpyDtoHAsync");
-    return gpuEnv(env).poller->afterStream(env, b->device(), s,
-        [scratch](Napi::Env e) { return Napi::BigInt::New(e, scratch->host); }, {info[0]});
+    return counterResult(env, counter, s, asBigInt, {info[0]});
   });
 }
 
@@ -213,17 +221,10 @@ Napi::Value VerifiableCompare(const Napi::CallbackInfo& info) {
     if (bytes > a->bytes() || bytes > e->bytes()) throw Error(Code::SizeMismatch, "verifiableCompare: count exceeds a buffer");
     if (a->device() != e->device()) throw Error(Code::InvalidArgument, "verifiableCompare: buffers on different devices");
     CUstream s = streamArg(info[5]);
-    auto scratch = std::make_shared<Scratch>();
-    scratch->device = a->device();
-    useDevice(a->device());
-    const CudaApi& cu = cuda();
-    cuCheck(cu.cuMemAlloc(&scratch->dev, 8), "cuMemAlloc");
-    cuCheck(cu.cuMemsetD8Async(scratch->dev, 0, 8, s), "cuMemsetD8Async");
-    CUdeviceptr errors = scratch->dev;
+    auto counter = zeroedCounter(a->device(), s);
+    CUdeviceptr errors = counter->dev;
     launch(a->device(), "nccl_node_verifiable_compare", n, s, {&pa, &pe, &n, &dtype, &op, &errors});
-    cuCheck(cu.cuMemcpyDtoHAsync(&scratch->host, scratch->dev, 8, s), "cuMemcpyDtoHAsync");
-    return gpuEnv(env).poller->afterStream(env, a->device(), s,
-        [scratch](Napi::Env en) { return Napi::Number::New(en, static_cast<double>(scratch->host)); }, {info[0], info[1]});
+    return counterResult(env, counter, s, asNumber, {info[0], info[1]});
   });
 }
 
