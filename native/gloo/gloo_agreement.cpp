@@ -15,15 +15,15 @@ bool GlooBackend::meshAllReduce(const Op& op) const {
          op.count * elementSize(op.dtype) + sizeof(Fingerprint) <= mesh_->cap();
 }
 
-bool GlooBackend::usesMesh(const Op& op) const {
-  return (cfg_.checkAgreement && cfg_.size > 1) || meshAllReduce(op);
-}
+bool GlooBackend::checking() const { return cfg_.checkAgreement && cfg_.size > 1; }
 
+bool GlooBackend::usesMesh(const Op& op) const { return checking() || meshAllReduce(op); }
+
+// The round's message: the fingerprint when checking, then the data of a small all-reduce.
 void GlooBackend::postMesh(const Op& op) {
-  const bool check = cfg_.checkAgreement && cfg_.size > 1;
   const Fingerprint mine = fingerprintOf(op);
   const size_t bytes = meshAllReduce(op) ? op.count * elementSize(op.dtype) : 0;
-  mesh_->post(&mine, check ? sizeof mine : 0, op.send.data, bytes);
+  mesh_->post(&mine, checking() ? sizeof mine : 0, op.send.data, bytes);
 }
 
 bool GlooBackend::prepost(Op& op) {
@@ -45,22 +45,19 @@ bool GlooBackend::prepost(Op& op) {
 // exchange is one).
 bool GlooBackend::agree(const Op& op) {
   if (!usesMesh(op)) return false;
-  const bool check = cfg_.checkAgreement && cfg_.size > 1;
-  const bool withData = meshAllReduce(op);
-  const Fingerprint mine = fingerprintOf(op);
-  const size_t head = check ? sizeof mine : 0;
   if (op.preposted) {
     if (op.prepostError) std::rethrow_exception(op.prepostError);
   } else {
     postMesh(op);
   }
   mesh_->wait(op.timeout);
-  if (check) {
+  if (checking()) {
     std::vector<Fingerprint> all(cfg_.size);
-    for (int r = 0; r < cfg_.size; ++r) std::memcpy(&all[r], mesh_->from(r), sizeof mine);
+    for (int r = 0; r < cfg_.size; ++r) std::memcpy(&all[r], mesh_->from(r), sizeof(Fingerprint));
     checkAgreement(op, all, cfg_.rank);
   }
-  if (withData) {
+  if (meshAllReduce(op)) {
+    const size_t head = checking() ? sizeof(Fingerprint) : 0;
     reduceInRankOrder(*mesh_, head, cfg_.size, reduceFunction(op.dtype, op.redop), op.recv.data, op.count,
                       elementSize(op.dtype));
     if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);

@@ -294,7 +294,7 @@ void GlooBackend::reduceScatter(Op& op) {
 // Without the check this is the caller's promise (docs/gloo.md).
 void GlooBackend::allToAllV(Op& op) {
   const size_t n = static_cast<size_t>(cfg_.size);
-  if (cfg_.checkAgreement && n > 1) {
+  if (checking()) {
     std::vector<uint64_t> mine(op.sendCounts);
     mine.insert(mine.end(), op.recvCounts.begin(), op.recvCounts.end());
     std::vector<uint64_t> all(2 * n * n);

@@ -54,6 +54,7 @@ class GlooBackend : public Backend {
 
  private:
   bool agree(const Op& op);
+  bool checking() const;  // checkCollectives on a group of more than one rank
   bool usesMesh(const Op& op) const;
   void postMesh(const Op& op);
   bool meshAllReduce(const Op& op) const;
