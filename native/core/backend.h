@@ -32,8 +32,8 @@ class Backend {
   // Called on the submitting (JS) thread when the worker is idle and nothing is
   // queued: may start the network part of `op` without blocking, so peers receive
   // this rank's data without waiting for the worker to wake; run() then finishes
-  // it. Returns whether it started anything. Must not throw: a failure is kept in
-  // op.prepostError for run() to raise.
+  // it. Never called for split or concurrent() operations. Returns whether it
+  // started anything. Must not throw: a failure is kept in op.prepostError for run().
   virtual bool prepost(Op& op) { return false; }
 
   // Makes a new backend for the ranks sharing `color`, ordered by (key, rank).

@@ -27,7 +27,7 @@ void GlooBackend::postMesh(const Op& op) {
 }
 
 bool GlooBackend::prepost(Op& op) {
-  if (!ctx_ || broken_ || op.kind == OpKind::Send || op.kind == OpKind::Recv || op.kind == OpKind::Split) return false;
+  if (!ctx_ || broken_) return false;
   if (op.send.mem == MemKind::Device || op.recv.mem == MemKind::Device || !usesMesh(op)) return false;
   try {
     postMesh(op);

@@ -192,7 +192,7 @@ void NcclBackend::run(Op& op) {
 // thread); the worker then only waits for the event.
 bool NcclBackend::prepost(Op& op) {
   // NCCL's group depth is per thread: calls inside group() stay on the worker.
-  if (broken_ || op.kind == OpKind::Split || inGroup_ || ctl_->peekKind(ordinal_) != OpTag::None) return false;
+  if (broken_ || inGroup_ || ctl_->peekKind(ordinal_) != OpTag::None) return false;
   try {
     preposted_ = start(op);
   } catch (...) {
