@@ -66,8 +66,11 @@ Loaded& loaded() {
     bind(a, a.GetUniqueId, "ncclGetUniqueId", 0, &missing);
     bind(a, a.CommInitRankConfig, "ncclCommInitRankConfig", 0, &missing);
     bind(a, a.CommSplit, "ncclCommSplit", 0, &missing);
+    bind(a, a.CommFinalize, "ncclCommFinalize", 0, &missing);
     bind(a, a.CommDestroy, "ncclCommDestroy", 0, &missing);
     bind(a, a.CommAbort, "ncclCommAbort", 0, &missing);
+    bind(a, a.CommCount, "ncclCommCount", 0, &missing);
+    bind(a, a.CommUserRank, "ncclCommUserRank", 0, &missing);
     bind(a, a.CommGetAsyncError, "ncclCommGetAsyncError", 0, &missing);
     bind(a, a.GetErrorString, "ncclGetErrorString", 0, &missing);
     bind(a, a.GetLastError, "ncclGetLastError", 0, &missing);
@@ -91,6 +94,8 @@ Loaded& loaded() {
     bind(a, a.AlltoAll, "ncclAlltoAll", 22800, nullptr);
     bind(a, a.Gather, "ncclGather", 22800, nullptr);
     bind(a, a.Scatter, "ncclScatter", 22800, nullptr);
+    bind(a, a.CommShrink, "ncclCommShrink", 22700, nullptr);
+    bind(a, a.CommRevoke, "ncclCommRevoke", 22807, nullptr);
     if (!missing.empty()) {
       l.why = "the loaded libnccl (" + ncclVersionString(a.version) + ") lacks " + missing;
       return;

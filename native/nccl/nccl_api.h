@@ -18,7 +18,9 @@ struct ncclWindowOpaque;
 using ncclWindow = ncclWindowOpaque*;
 struct ncclUniqueIdBytes { char internal[128]; };  // passed by value, as the ABI says
 
-constexpr ncclResult kNcclSuccess = 0, kNcclInvalidArgument = 4, kNcclRemoteError = 6, kNcclInProgress = 7;
+constexpr ncclResult kNcclSuccess = 0, kNcclInvalidArgument = 4, kNcclRemoteError = 6, kNcclInProgress = 7,
+                     kNcclTimeout = 8;
+constexpr int kNcclShrinkDefault = 0, kNcclShrinkAbort = 1;  // ncclCommShrink's flags
 constexpr int kNcclScalarHostImmediate = 1;
 constexpr int kMinNccl = 21800;
 
@@ -43,8 +45,11 @@ struct NcclApi {
   ncclResult (*GetUniqueId)(ncclUniqueIdBytes*);
   ncclResult (*CommInitRankConfig)(ncclComm*, int, ncclUniqueIdBytes, int, ncclConfigV23007*);
   ncclResult (*CommSplit)(ncclComm, int, int, ncclComm*, ncclConfigV23007*);
+  ncclResult (*CommFinalize)(ncclComm);
   ncclResult (*CommDestroy)(ncclComm);
   ncclResult (*CommAbort)(ncclComm);
+  ncclResult (*CommCount)(ncclComm, int*);
+  ncclResult (*CommUserRank)(ncclComm, int*);
   ncclResult (*CommGetAsyncError)(ncclComm, ncclResult*);
   const char* (*GetErrorString)(ncclResult);
   const char* (*GetLastError)(ncclComm);
@@ -69,6 +74,8 @@ struct NcclApi {
   ncclResult (*AlltoAll)(const void*, void*, size_t, int, ncclComm, CUstream);   // 2.28
   ncclResult (*Gather)(const void*, void*, size_t, int, int, ncclComm, CUstream);  // 2.28
   ncclResult (*Scatter)(const void*, void*, size_t, int, int, ncclComm, CUstream); // 2.28
+  ncclResult (*CommShrink)(ncclComm, int*, int, ncclComm*, ncclConfigV23007*, int);  // 2.27
+  ncclResult (*CommRevoke)(ncclComm, int);                                  // 2.28.7
 
   // Throws Error(Unavailable) "<feature> needs NCCL >= x.y (loaded: a.b.c)" when fn is null.
   template <class F>
