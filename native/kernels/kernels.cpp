@@ -16,6 +16,7 @@
 #include "../cuda/device_buffer.h"
 #include "../cuda/gpu_env.h"
 #include "../cuda/poller.h"
+#include "verifiable_defs.h"
 
 namespace ncclnode {
 
@@ -197,7 +198,7 @@ Napi::Value VerifiablePrepare(const Napi::CallbackInfo& info) {
     int dtype = intArg(info[2]), op = intArg(info[3]), nranks = intArg(info[4]), rank = intArg(info[5]);
     unsigned seed = static_cast<unsigned>(u64Arg(info[6]));
     uint64_t offset = u64Arg(info[7]);
-    if (dtype < 0 || dtype >= kNumDTypes || op < 0 || op > 5 || nranks < 1 || rank >= nranks) {
+    if (dtype < 0 || dtype >= kNumVerifiableDTypes || op < 0 || op > 5 || nranks < 1 || rank >= nranks) {
       throw Error(Code::InvalidArgument, "verifiablePrepare: bad dtype, op, nranks or rank");
     }
     if (n * elementSize(static_cast<DType>(dtype)) > b->bytes()) throw Error(Code::SizeMismatch, "verifiablePrepare: count exceeds the buffer");
@@ -216,7 +217,7 @@ Napi::Value VerifiableCompare(const Napi::CallbackInfo& info) {
     CUdeviceptr pa = a->ptr(), pe = e->ptr();
     uint64_t n = u64Arg(info[2]);
     int dtype = intArg(info[3]), op = intArg(info[4]);
-    if (dtype < 0 || dtype >= kNumDTypes || op < 0 || op > 5) throw Error(Code::InvalidArgument, "verifiableCompare: bad dtype or op");
+    if (dtype < 0 || dtype >= kNumVerifiableDTypes || op < 0 || op > 5) throw Error(Code::InvalidArgument, "verifiableCompare: bad dtype or op");
     const uint64_t bytes = n * elementSize(static_cast<DType>(dtype));
     if (bytes > a->bytes() || bytes > e->bytes()) throw Error(Code::SizeMismatch, "verifiableCompare: count exceeds a buffer");
     if (a->device() != e->device()) throw Error(Code::InvalidArgument, "verifiableCompare: buffers on different devices");
