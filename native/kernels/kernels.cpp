@@ -36,6 +36,26 @@ std::string kernelsPath() {
   return addonDir() + "/../kernels/nccl_node_kernels.fatbin";
 }
 
+// CUDA version codes (cuDriverGetVersion's 1000 * major + 10 * minor) as text.
+std::string cudaVersionText(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+
+// The image built by CUDA X.Y loads only on a driver that supports X.Y; say so
+// instead of failing in cuModuleLoadData (CUDA_ERROR_UNSUPPORTED_PTX_VERSION or a
+// bare "no kernel image"). The version sits beside the image (cmake/gpu.cmake).
+void checkDriverFor(const std::string& imagePath) {
+  std::ifstream f(imagePath.substr(0, imagePath.rfind('.')) + ".cuda-version");
+  int built = 0;
+  if (!(f >> built) || built <= 0) return;  // unknown: let the driver decide
+  int driver = 0;
+  cuCheck(cuda().cuDriverGetVersion(&driver), "cuDriverGetVersion");
+  if (driver >= built) return;
+  throw Error(Code::Unavailable,
+              "the CUDA kernels were built with CUDA " + cudaVersionText(built) + " and need a driver that supports it" +
+                  (built >= 13000 ? " (R580 or newer)" : "") + "; this driver supports CUDA " +
+                  cudaVersionText(driver) + ": update the driver, or rebuild with an nvcc no newer than " +
+                  cudaVersionText(driver));
+}
+
 std::mutex mu;
 std::vector<char>& image() {
   static std::vector<char> bytes;
@@ -56,6 +76,7 @@ CUfunction function(int device, const char* name) {
       throw Error(Code::Unavailable, "the CUDA kernels are not built: " + path +
                                          " is missing (build with nvcc on PATH, or set NCCL_NODE_KERNELS)");
     }
+    checkDriverFor(path);
     image().assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
     image().push_back('\0');  // PTX images must be NUL-terminated
   }

@@ -130,7 +130,13 @@ int cuInit(unsigned flags) {
   initialized = true;
   return OK;
 }
-int cuDriverGetVersion(int* v) { if (!v) return INVALID_VALUE; *v = 13000; return OK; }
+// CUDA_STANDIN_DRIVER_VERSION=12080 plays an older driver (default: CUDA 13.0, R580).
+int cuDriverGetVersion(int* v) {
+  if (!v) return INVALID_VALUE;
+  const char* e = std::getenv("CUDA_STANDIN_DRIVER_VERSION");
+  *v = e && *e ? std::atoi(e) : 13000;
+  return OK;
+}
 int cuGetErrorName(int r, const char** s) {
   static const std::map<int, const char*> names = {
       {OK, "CUDA_SUCCESS"}, {INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE"}, {OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY"},

@@ -40,7 +40,7 @@ const LAYOUT: Partial<Record<DType, Layout>> = {
 export const VERIFIABLE_DTYPES: readonly DType[] = DTYPES.filter((d) => LAYOUT[d] !== undefined);
 
 function layoutOf(dtype: DType): Layout {
-  const l = layoutOf(dtype);
+  const l = LAYOUT[dtype];
   if (!l) throw new Error(`verifiable data does not cover ${dtype}`);
   return l;
 }

@@ -2,7 +2,7 @@
 // PinnedHostBuffer, dmabuf export and the kernels, in child processes so each
 // case gets its own library environment.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { addon, build, root, standinEnv } from './helpers.js';
@@ -98,6 +98,25 @@ describe('CUDA kernels', () => {
     for (const k of ['fill', 'verify', 'cast_f32_bf16', 'cast_f32_f16', 'cast_bf16_f32', 'cast_f16_f32', 'checksum']) {
       expect(text).toContain(`nccl_node_${k}`);
     }
+  });
+
+  it.skipIf(!existsSync(fatbin))('kernels built with CUDA 13 on an older driver: ERR_UNAVAILABLE naming both versions, before cuModuleLoadData', () => {
+    const built = readFileSync(fatbin.replace(/\.fatbin$/, '.cuda-version'), 'utf8').trim();
+    expect(Number(built)).toBeGreaterThanOrEqual(12000);
+    const older = String(Number(built) - 10);
+    const out = run(`
+      const b = nn.DeviceBuffer.alloc({ dtype: 'float32', length: 64 });
+      try { await nn.kernels.fill(b, 1, 3); return { ok: true }; } catch (e) { return { code: e.code, message: e.message }; }`,
+    standinEnv({ CUDA_STANDIN_DRIVER_VERSION: older }));
+    expect(out.code).toBe('ERR_UNAVAILABLE');
+    const text = (v: number) => `${Math.floor(v / 1000)}.${(v % 1000) / 10}`;
+    expect(out.message).toContain(`built with CUDA ${text(Number(built))}`);
+    expect(out.message).toContain(`this driver supports CUDA ${text(Number(older))}`);
+    // The same build on a driver as new as the toolkit loads and runs.
+    const ok = run(`
+      const b = nn.DeviceBuffer.alloc({ dtype: 'float32', length: 64 });
+      await nn.kernels.fill(b, 1, 3); return { ok: true };`, standinEnv({ CUDA_STANDIN_DRIVER_VERSION: built }));
+    expect(ok.ok).toBe(true);
   });
 
   it.skipIf(!existsSync(fatbin))('fill / verify / casts / checksum give what the kernels define', () => {
