@@ -209,7 +209,7 @@ export class Checkpointer {
         await uncommit(dir).catch(() => undefined);
       }
       if (!error) {
-        faultPoint('exit-after-commit');
+        faultPoint('exit-after-commit', step);
         const keep = this.#o.keep ?? 3;
         try {
           if (keep > 0) pruned = await prune(this.#root, keep);
@@ -251,12 +251,14 @@ export async function save(state: CheckpointState, root: string, options: Checkp
 }
 
 /**
- * Fault injection for tests: NCCL_NODE_CKPT_FAULT=exit-after-commit makes the
- * process SIGKILL itself right after rank 0's commit is durable, before the
- * verdict reaches the other ranks (test/checkpoint/ranks.test.ts).
+ * Fault injection for tests: NCCL_NODE_CKPT_FAULT=exit-after-commit (every save) or
+ * exit-after-commit@N (the save of step N) makes the process SIGKILL itself right
+ * after rank 0's commit is durable, before the verdict reaches the other ranks
+ * (test/checkpoint/ranks.test.ts).
  */
-function faultPoint(point: 'exit-after-commit'): void {
-  if (process.env.NCCL_NODE_CKPT_FAULT === point) process.kill(process.pid, 'SIGKILL');
+function faultPoint(point: 'exit-after-commit', step: number): void {
+  const f = process.env.NCCL_NODE_CKPT_FAULT;
+  if (f === point || f === `${point}@${step}`) process.kill(process.pid, 'SIGKILL');
 }
 
 /** How long a rank that lost the verdict waits for rank 0's commit to appear on disk. */
