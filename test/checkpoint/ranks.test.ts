@@ -73,7 +73,7 @@ describe('multi-rank DeviceBuffer checkpoints on the stand-ins', () => {
 
   for (const backend of ['gloo', 'nccl'] as const) {
     it(`3 ranks over ${backend}, rank 0 killed right after its commit: the others report step 2 committed, as the disk says`, async () => {
-      const { dir, res } = await run(3, backend, { SAVE_STEP2: '1' }, (rank) => (rank === 0 ? { NCCL_NODE_CKPT_FAULT: 'exit-after-commit@2' } : {}));
+      const { dir, res } = await run(3, backend, { SAVE_STEP2: '1' }, (rank): Record<string, string> => (rank === 0 ? { NCCL_NODE_CKPT_FAULT: 'exit-after-commit@2' } : {}));
       expect(res[0]!.signal, describeRanks(res)).toBe('SIGKILL');
       const ckpt = await latest(dir);
       expect(ckpt).toBe(join(dir, 'step-0000000002'));
