@@ -31,7 +31,7 @@ export interface LoadTarget {
 }
 
 export interface LoadOptions {
-  /** If the newest checkpoint is corrupt, try older committed ones (default false). */
+  /** If the newest checkpoint is damaged (ERR_CHECKSUM) or unreadable (ERR_IO), try older committed ones (default false). */
   fallback?: boolean;
   /** Tensors in the checkpoint but not in targets are fine; targets missing from it are an error unless strict is false. */
   strict?: boolean;
@@ -53,9 +53,6 @@ export interface LoadResult {
   /** Why files with DeviceBuffer ranges were read through host memory instead. */
   gdsFallback: { file: string; reason: string }[];
 }
-
-/** A damaged or truncated checkpoint (ERR_CHECKSUM); details name the file and tensor. */
-export const corrupt = damaged;
 
 /** `dir` is a root of step directories or one checkpoint directory. */
 export async function load(dir: string, targets: Record<string, LoadTarget>, options: LoadOptions = {}): Promise<LoadResult> {

@@ -10,9 +10,9 @@ import { crc32cCombine } from './crc.js';
 import { encodeHeader } from './format.js';
 import { io, settle } from './io.js';
 import { hex, load, tensorAt, type LoadTarget } from './load.js';
-import { HEADER, PAST_END, damaged, numelOf, readManifest, unreadable, type Manifest } from './manifest.js';
+import { COMMIT, HEADER, MANIFEST, PAST_END, damaged, numelOf, readManifest, unreadable, type Manifest } from './manifest.js';
 import { arrayTypeOf, type HostArray } from '../dtypes.js';
-import { latest } from './layout.js';
+import { committed } from './layout.js';
 
 export interface VerifyProblem {
   file: string;
@@ -87,16 +87,23 @@ export async function verify(dir: string): Promise<{ manifest: Manifest | null; 
   return { manifest: m, problems, bytes };
 }
 
-/** Resolves a root to its newest committed checkpoint; a checkpoint dir is returned as is. */
+/**
+ * A checkpoint directory (it has a commit marker or a manifest) is returned as is,
+ * damaged or not; a root gives its newest committed checkpoint, so `verify ROOT`
+ * checks the one a load would try first.
+ */
 export async function resolveCheckpoint(dir: string): Promise<string> {
-  try {
-    await readManifest(dir);
-    return dir;
-  } catch (err) {
-    const l = await latest(dir);
-    if (l) return l;
-    throw err;
+  for (const f of [COMMIT, MANIFEST]) {
+    try {
+      await stat(join(dir, f));
+      return dir;
+    } catch {
+      // not a checkpoint directory: a root
+    }
   }
+  const newest = (await committed(dir))[0];
+  if (!newest) throw new NcclNodeError('ERR_IO', `checkpoint: no committed checkpoint in ${dir}`, { dir });
+  return newest.dir;
 }
 
 /**
