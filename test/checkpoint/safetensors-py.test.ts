@@ -1,11 +1,11 @@
 /**
  * The shard files and the consolidated file are standard safetensors: Python's
- * own `safetensors` library (venv under the scratch dir, from the local pip
+ * own `safetensors` library (a venv from test/helpers/python.ts, from the local pip
  * index) loads them with safetensors.numpy.load_file and sees the same names,
  * dtypes, shapes and bytes. BF16 is left out: numpy has no bfloat16 dtype.
- * Skipped, saying why, only if pip cannot install safetensors and numpy.
+ * Fails with pip's words if safetensors and numpy cannot be installed.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,17 +13,15 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Checkpointer, consolidate } from '../../src/checkpoint/index.js';
 import type { DType } from '../../src/dtypes.js';
+import { pythonWith } from '../helpers/python.js';
 
 const scratch = mkdtempSync(join(tmpdir(), 'ckpt-py-'));
-const venv = join(scratch, 'venv');
-let skipWhy = '';
+let python = '';
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
 beforeAll(() => {
-  const mk = spawnSync('python3', ['-m', 'venv', venv], { encoding: 'utf8' });
-  const pip = mk.status === 0 ? spawnSync(join(venv, 'bin', 'pip'), ['install', '-q', 'safetensors', 'numpy'], { encoding: 'utf8', timeout: 240_000 }) : mk;
-  if (pip.status !== 0) skipWhy = `pip could not install safetensors and numpy into ${venv}: ${(pip.stderr || String(pip.error)).trim().split('\n').slice(-3).join(' | ')}`;
-}, 300_000);
+  python = pythonWith(['safetensors', 'numpy']);
+}, 600_000);
 
 const PY = `
 import hashlib, json, sys
@@ -41,8 +39,7 @@ function sha(a: ArrayBufferView): string {
 }
 
 describe('Python safetensors reads what the checkpointer writes', () => {
-  it('shards and the consolidated file load in safetensors.numpy.load_file with the same values', async (ctx) => {
-    if (skipWhy) ctx.skip(skipWhy);
+  it('shards and the consolidated file load in safetensors.numpy.load_file with the same values', async () => {
     const tensors = {
       'w.f32': { data: new Float32Array(3000).map((_, i) => Math.sin(i) * 1e3), dtype: 'float32' as const, globalShape: [30, 100] },
       'w.f16': { data: new Uint16Array(517).map((_, i) => (i * 97) & 0x7bff), dtype: 'float16' as const, globalShape: [517] },
@@ -60,7 +57,7 @@ describe('Python safetensors reads what the checkpointer writes', () => {
     const shards = readdirSync(info.dir).filter((f) => f.endsWith('.safetensors')).map((f) => join(info.dir, f));
     expect(shards.length).toBe(1);
     writeFileSync(join(scratch, 'read.py'), PY);
-    const got = JSON.parse(execFileSync(join(venv, 'bin', 'python'), [join(scratch, 'read.py'), ...shards, consolidated], { encoding: 'utf8' })) as
+    const got = JSON.parse(execFileSync(python, [join(scratch, 'read.py'), ...shards, consolidated], { encoding: 'utf8' })) as
       Record<string, Record<string, { dtype: string; shape: number[]; sha256: string }>>;
     for (const [path, flat] of [[shards[0]!, true], [consolidated, false]] as const) {
       const want = Object.fromEntries(Object.entries(tensors).map(([k, t]) => [k, { dtype: NUMPY[t.dtype]!, shape: flat ? [t.data.length] : t.globalShape, sha256: sha(t.data) }]));
