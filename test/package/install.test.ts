@@ -102,6 +102,13 @@ await comm.destroy();
     })));
   });
 
+  it('npx nccl-node bench runs from the installed package', () => {
+    const r = run('npx', ['--no-install', 'nccl-node', 'bench', 'all_reduce', '-b', '8', '-e', '64', '-f', '8', '-n', '1', '--nproc-per-node', '2'], app, 120_000);
+    expect(r.code, r.all).toBe(0);
+    expect(r.out).toMatch(/# Out of bounds values : 0 OK\n/);
+    expect(r.out.split('\n').filter((l) => /^\s+\d+\s+\d+\s+float\s+sum/.test(l))).toHaveLength(2);
+  });
+
   it('every exports subpath loads from ESM and from CommonJS (await import)', () => {
     const pkg = JSON.parse(readFileSync(join(installed, 'package.json'), 'utf8'));
     const subpaths = Object.keys(pkg.exports).filter((s) => s !== './package.json');
