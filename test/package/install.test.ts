@@ -6,7 +6,7 @@
  * subpath, and every name the docs and examples import from the package.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -91,7 +91,15 @@ const r = await load(process.argv[2], { w: { data: back, offset: other * 4 } });
 console.log('RESULT ' + JSON.stringify({ rank: comm.rank, sum: [...x], loaded: [...back], step: r.train.step }));
 await comm.destroy();
 `);
-    const r = run('npx', ['--no-install', 'nccl-node', 'run', '--nproc-per-node', '2', 'job.mjs', join(scratch, 'ckpt')], app, 120_000);
+    // A JavaScript job needs neither tsx nor the TypeScript sources: hide tsx while it runs.
+    const tsx = join(app, 'node_modules', 'tsx');
+    renameSync(tsx, `${tsx}.hidden`);
+    let r;
+    try {
+      r = run('npx', ['--no-install', 'nccl-node', 'run', '--nproc-per-node', '2', 'job.mjs', join(scratch, 'ckpt')], app, 120_000);
+    } finally {
+      renameSync(`${tsx}.hidden`, tsx);
+    }
     expect(r.code, r.all).toBe(0);
     const results = [...r.out.matchAll(/RESULT (.*)/g)].map((m) => JSON.parse(m[1]!)).sort((a, b) => a.rank - b.rank);
     expect(results).toEqual([0, 1].map((rank) => ({
