@@ -47,7 +47,7 @@ if(NN_NVCC)
     COMMAND ${NN_NVCC} -fatbin -O3 ${NN_GENCODE} --no-compress
             -o ${NN_KERNELS_OUT} ${CMAKE_CURRENT_SOURCE_DIR}/native/kernels/kernels.cu
     DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/native/kernels/kernels.cu ${CMAKE_CURRENT_SOURCE_DIR}/native/kernels/kernel_defs.h
-            ${CMAKE_CURRENT_SOURCE_DIR}/native/kernels/verifiable_defs.h
+            ${CMAKE_CURRENT_SOURCE_DIR}/native/kernels/verifiable_defs.h ${CMAKE_CURRENT_SOURCE_DIR}/native/kernels/optim_defs.h
     COMMENT "nvcc: CUDA kernels -> ${NN_KERNELS_OUT}")
   add_custom_target(nccl_node_kernels ALL DEPENDS ${NN_KERNELS_OUT})
   # The toolkit's CUDA version beside the image (e.g. 13000): code from CUDA X.Y needs a

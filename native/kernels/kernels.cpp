@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "../cuda/device_buffer.h"
 #include "../cuda/gpu_env.h"
 #include "../cuda/poller.h"
+#include "optim_defs.h"
 #include "verifiable_defs.h"
 
 namespace ncclnode {
@@ -250,6 +252,112 @@ Napi::Value VerifiableCompare(const Napi::CallbackInfo& info) {
   });
 }
 
+// ---- The training step on float32 DeviceBuffers (optim_defs.h) ----
+
+// A float32 buffer holding at least `count` elements on `device` (-1: any).
+CUdeviceptr f32Arg(const Napi::Value& v, uint64_t count, int device, const char* call) {
+  auto* b = bufferArg(v, call);
+  if (count * 4 > b->bytes()) {
+    throw Error(Code::SizeMismatch, std::string(call) + ": " + std::to_string(count) + " float32 elements need " +
+                                        std::to_string(count * 4) + " bytes, the buffer has " + std::to_string(b->bytes()));
+  }
+  if (device >= 0 && b->device() != device) throw Error(Code::InvalidArgument, std::string(call) + ": buffers on different devices");
+  return b->ptr();
+}
+
+double doubleAt(const Napi::Value& v, uint32_t i, const char* call) {
+  if (!v.IsArray() || !v.As<Napi::Array>().Get(i).IsNumber()) {
+    throw Error(Code::InvalidArgument, std::string(call) + ": expected an array of numbers (hyper-parameters)");
+  }
+  return v.As<Napi::Array>().Get(i).As<Napi::Number>().DoubleValue();
+}
+
+// add(dst, src, count, stream?): dst += src
+Napi::Value Add(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    uint64_t n = u64Arg(info[2]);
+    const int device = bufferArg(info[0], "add")->device();
+    CUdeviceptr d = f32Arg(info[0], n, device, "add"), src = f32Arg(info[1], n, device, "add");
+    CUstream s = streamArg(info[3]);
+    launch(device, "nccl_node_add_f32", n, s, {&d, &src, &n});
+    return gpuEnv(env).poller->afterStream(env, device, s, nullptr, {info[0], info[1]});
+  });
+}
+
+// scale(buf, count, c, stream?): buf *= c
+Napi::Value Scale(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    uint64_t n = u64Arg(info[1]);
+    const int device = bufferArg(info[0], "scale")->device();
+    CUdeviceptr b = f32Arg(info[0], n, device, "scale");
+    double c = info[2].IsNumber() ? info[2].As<Napi::Number>().DoubleValue() : 1.0;
+    CUstream s = streamArg(info[3]);
+    launch(device, "nccl_node_scale_f32", n, s, {&b, &c, &n});
+    return gpuEnv(env).poller->afterStream(env, device, s, nullptr, {info[0]});
+  });
+}
+
+// sumSquares(buf, count, stream?) -> Promise<number>: chunk sums, then their sum, in a fixed order.
+Napi::Value SumSquares(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    uint64_t n = u64Arg(info[1]);
+    const int device = bufferArg(info[0], "sumSquares")->device();
+    CUdeviceptr in = f32Arg(info[0], n, device, "sumSquares");
+    CUstream s = streamArg(info[2]);
+    uint64_t chunks = (n + kSumSquaresChunk - 1) / kSumSquaresChunk;
+    auto scratch = std::make_shared<Scratch>();
+    scratch->device = device;
+    useDevice(device);
+    cuCheck(cuda().cuMemAlloc(&scratch->dev, (chunks + 1) * 8), "cuMemAlloc");
+    CUdeviceptr partials = scratch->dev, out = scratch->dev + chunks * 8;
+    launch(device, "nccl_node_sumsq_chunks", chunks, s, {&in, &n, &partials});
+    launch(device, "nccl_node_sum_f64", 1, s, {&partials, &chunks, &out});
+    cuCheck(cuda().cuMemcpyDtoHAsync(&scratch->host, out, 8, s), "cuMemcpyDtoHAsync");
+    return gpuEnv(env).poller->afterStream(env, device, s, [scratch](Napi::Env e) {
+      double v;
+      std::memcpy(&v, &scratch->host, 8);
+      return Napi::Number::New(e, v);
+    }, {info[0]});
+  });
+}
+
+// adamw(param, grad, expAvg, expAvgSq, count, [lr, beta1, beta2, eps, weightDecay, bc1, bc2], stream?)
+Napi::Value AdamW(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    uint64_t n = u64Arg(info[4]);
+    const int device = bufferArg(info[0], "adamw")->device();
+    CUdeviceptr p = f32Arg(info[0], n, device, "adamw"), g = f32Arg(info[1], n, device, "adamw");
+    CUdeviceptr m = f32Arg(info[2], n, device, "adamw"), v = f32Arg(info[3], n, device, "adamw");
+    NnAdamW o{doubleAt(info[5], 0, "adamw"), doubleAt(info[5], 1, "adamw"), doubleAt(info[5], 2, "adamw"),
+              doubleAt(info[5], 3, "adamw"), doubleAt(info[5], 4, "adamw"), doubleAt(info[5], 5, "adamw"),
+              doubleAt(info[5], 6, "adamw")};
+    CUstream s = streamArg(info[6]);
+    launch(device, "nccl_node_adamw_f32", n, s, {&p, &g, &m, &v, &n, &o});
+    return gpuEnv(env).poller->afterStream(env, device, s, nullptr, {info[0], info[1], info[2], info[3]});
+  });
+}
+
+// sgd(param, grad, momentumBuffer | null, count, [lr, momentum, weightDecay], stream?)
+Napi::Value Sgd(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    uint64_t n = u64Arg(info[3]);
+    const int device = bufferArg(info[0], "sgd")->device();
+    CUdeviceptr p = f32Arg(info[0], n, device, "sgd"), g = f32Arg(info[1], n, device, "sgd");
+    CUdeviceptr buf = info[2].IsNull() || info[2].IsUndefined() ? 0 : f32Arg(info[2], n, device, "sgd");
+    NnSgd o{doubleAt(info[4], 0, "sgd"), doubleAt(info[4], 1, "sgd"), doubleAt(info[4], 2, "sgd")};
+    CUstream s = streamArg(info[5]);
+    launch(device, "nccl_node_sgd_f32", n, s, {&p, &g, &buf, &n, &o});
+    std::vector<Napi::Value> keep{info[0], info[1]};
+    if (buf) keep.push_back(info[2]);  // only objects can be held
+    return gpuEnv(env).poller->afterStream(env, device, s, nullptr, std::move(keep));
+  });
+}
+
 Napi::Value KernelsPath(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), kernelsPath()); }
 
 }  // namespace
@@ -262,6 +370,11 @@ void registerKernels(Napi::Env env, Napi::Object exports) {
   k.Set("checksum", Napi::Function::New(env, Checksum, "checksum"));
   k.Set("verifiablePrepare", Napi::Function::New(env, VerifiablePrepare, "verifiablePrepare"));
   k.Set("verifiableCompare", Napi::Function::New(env, VerifiableCompare, "verifiableCompare"));
+  k.Set("add", Napi::Function::New(env, Add, "add"));
+  k.Set("scale", Napi::Function::New(env, Scale, "scale"));
+  k.Set("sumSquares", Napi::Function::New(env, SumSquares, "sumSquares"));
+  k.Set("adamw", Napi::Function::New(env, AdamW, "adamw"));
+  k.Set("sgd", Napi::Function::New(env, Sgd, "sgd"));
   k.Set("path", Napi::Function::New(env, KernelsPath, "path"));
   exports.Set("kernels", k);
 }

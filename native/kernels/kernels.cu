@@ -3,6 +3,7 @@
 // these (native/standins/cuda_standin_kernels.cpp) with the same definitions.
 // extern "C": the names are the lookup keys for cuModuleGetFunction.
 #include "kernel_defs.h"
+#include "optim_defs.h"
 #include "verifiable_defs.h"
 
 namespace {
@@ -89,4 +90,42 @@ extern "C" __global__ void nccl_node_verifiable_compare(const void* actual, cons
   unsigned long long local = 0;
   GRID_STRIDE(i, n) local += vWrong(actual, expected, i, dtype, op) ? 1 : 0;
   if (local) atomicAdd(errors, local);
+}
+
+// ---- The training step (optim_defs.h): no shard leaves the GPU. ----
+
+// dst += src, float32 (gradient accumulation).
+extern "C" __global__ void nccl_node_add_f32(float* dst, const float* src, unsigned long long n) {
+  GRID_STRIDE(i, n) dst[i] = __fadd_rn(dst[i], src[i]);
+}
+
+// buf *= c in double, rounded once to float32 (gradient clipping).
+extern "C" __global__ void nccl_node_scale_f32(float* buf, double c, unsigned long long n) {
+  GRID_STRIDE(i, n) buf[i] = static_cast<float>(__dmul_rn(static_cast<double>(buf[i]), c));
+}
+
+// partials[c] = sum of squares of chunk c (kSumSquaresChunk elements), in order.
+extern "C" __global__ void nccl_node_sumsq_chunks(const float* in, unsigned long long n, double* partials) {
+  const unsigned long long chunks = (n + kSumSquaresChunk - 1) / kSumSquaresChunk;
+  GRID_STRIDE(c, chunks) {
+    const unsigned long long end = (c + 1) * kSumSquaresChunk < n ? (c + 1) * kSumSquaresChunk : n;
+    partials[c] = nnChunkSumSquares(in, c * kSumSquaresChunk, end);
+  }
+}
+
+// out[0] = the n partials summed in order (one thread: n is small).
+extern "C" __global__ void nccl_node_sum_f64(const double* in, unsigned long long n, double* out) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  double s = 0;
+  for (unsigned long long i = 0; i < n; ++i) s = __dadd_rn(s, in[i]);
+  out[0] = s;
+}
+
+extern "C" __global__ void nccl_node_adamw_f32(float* p, const float* g, float* m, float* v, unsigned long long n,
+                                               NnAdamW o) {
+  GRID_STRIDE(i, n) nnAdamWStep(p, g, m, v, i, o);
+}
+
+extern "C" __global__ void nccl_node_sgd_f32(float* p, const float* g, float* buf, unsigned long long n, NnSgd o) {
+  GRID_STRIDE(i, n) nnSgdStep(p, g, buf, i, o);
 }

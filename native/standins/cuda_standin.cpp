@@ -264,8 +264,23 @@ int cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s)
   streamOf(s)->push([=] { std::memcpy(d, src, n); });
   return OK;
 }
+// CUDA_STANDIN_DTOH_TRACE=PATH: every device-to-host copy appends its size to
+// PATH.<pid>, so a test can show that a training step keeps its shards on the GPU.
+void traceDtoH(size_t n) {
+  static const char* path = std::getenv("CUDA_STANDIN_DTOH_TRACE");
+  if (!path || !*path) return;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  const std::string file = std::string(path) + "." + std::to_string(getpid());
+  if (FILE* f = std::fopen(file.c_str(), "a")) {
+    std::fprintf(f, "%zu\n", n);
+    std::fclose(f);
+  }
+}
+
 int cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
   if (int rc = checkCtx()) return rc;
+  traceDtoH(n);
   void* h = hostOf(src, n);
   if (!h || (!dst && n)) return INVALID_VALUE;
   streamOf(s)->push([=] { std::memcpy(dst, h, n); });

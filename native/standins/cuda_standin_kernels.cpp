@@ -1,5 +1,6 @@
 // Host twins of native/kernels/kernels.cu. Each computes exactly what the CUDA
 // kernel defines (same formulas, same rounding), on the stand-in's host memory.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -7,6 +8,7 @@
 
 #include "../core/dtype.h"
 #include "../kernels/kernel_defs.h"
+#include "../kernels/optim_defs.h"
 #include "../kernels/verifiable_defs.h"
 #include "cuda_standin_kernels.h"
 #include "standin_cuda_ext.h"
@@ -20,6 +22,8 @@ const Kernel kKernels[] = {
     {"nccl_node_fill", 0}, {"nccl_node_verify", 1}, {"nccl_node_cast_f32_bf16", 2},
     {"nccl_node_cast_f32_f16", 3}, {"nccl_node_cast_bf16_f32", 4}, {"nccl_node_cast_f16_f32", 5},
     {"nccl_node_checksum", 6}, {"nccl_node_verifiable_prepare", 7}, {"nccl_node_verifiable_compare", 8},
+    {"nccl_node_add_f32", 9}, {"nccl_node_scale_f32", 10}, {"nccl_node_sumsq_chunks", 11}, {"nccl_node_sum_f64", 12},
+    {"nccl_node_adamw_f32", 13}, {"nccl_node_sgd_f32", 14},
 };
 
 struct Module { std::vector<int> present; };
@@ -110,6 +114,76 @@ int prepareVerifiable(int id, void** params, std::function<void()>* work) {
   return 0;
 }
 
+// The training-step kernels (optim_defs.h): the same element functions in a loop.
+int prepareOptim(int id, void** params, std::function<void()>* work) {
+  constexpr int kInvalid = 1;
+  auto f32 = [&](int i, uint64_t n) { return dev<float>(arg<CUdeviceptr>(params, i), n); };
+  switch (id) {
+    case 9: {  // add: dst, src, n
+      const uint64_t n = arg<uint64_t>(params, 2);
+      float* dst = f32(0, n);
+      const float* src = f32(1, n);
+      if (n && (!dst || !src)) return kInvalid;
+      *work = [=] { for (uint64_t i = 0; i < n; ++i) dst[i] = dst[i] + src[i]; };
+      return 0;
+    }
+    case 10: {  // scale: buf, c, n
+      const double c = arg<double>(params, 1);
+      const uint64_t n = arg<uint64_t>(params, 2);
+      float* buf = f32(0, n);
+      if (n && !buf) return kInvalid;
+      *work = [=] { for (uint64_t i = 0; i < n; ++i) buf[i] = static_cast<float>(static_cast<double>(buf[i]) * c); };
+      return 0;
+    }
+    case 11: {  // sumsq chunks: in, n, partials
+      const uint64_t n = arg<uint64_t>(params, 1);
+      const uint64_t chunks = (n + kSumSquaresChunk - 1) / kSumSquaresChunk;
+      const float* in = f32(0, n);
+      double* partials = dev<double>(arg<CUdeviceptr>(params, 2), chunks);
+      if (n && (!in || !partials)) return kInvalid;
+      *work = [=] {
+        for (uint64_t c = 0; c < chunks; ++c) {
+          partials[c] = nnChunkSumSquares(in, c * kSumSquaresChunk, std::min(n, (c + 1) * kSumSquaresChunk));
+        }
+      };
+      return 0;
+    }
+    case 12: {  // sum f64: in, n, out
+      const uint64_t n = arg<uint64_t>(params, 1);
+      const double* in = dev<double>(arg<CUdeviceptr>(params, 0), n);
+      double* out = dev<double>(arg<CUdeviceptr>(params, 2), 1);
+      if ((n && !in) || !out) return kInvalid;
+      *work = [=] {
+        double s = 0;
+        for (uint64_t i = 0; i < n; ++i) s += in[i];
+        out[0] = s;
+      };
+      return 0;
+    }
+    case 13: {  // adamw: p, g, m, v, n, options
+      const uint64_t n = arg<uint64_t>(params, 4);
+      float *p = f32(0, n), *m = f32(2, n), *v = f32(3, n);
+      const float* g = f32(1, n);
+      const NnAdamW o = arg<NnAdamW>(params, 5);
+      if (n && (!p || !g || !m || !v)) return kInvalid;
+      *work = [=] { for (uint64_t i = 0; i < n; ++i) nnAdamWStep(p, g, m, v, i, o); };
+      return 0;
+    }
+    case 14: {  // sgd: p, g, buf (0 without momentum), n, options
+      const uint64_t n = arg<uint64_t>(params, 3);
+      float* p = f32(0, n);
+      const float* g = f32(1, n);
+      const CUdeviceptr bufPtr = arg<CUdeviceptr>(params, 2);
+      float* buf = bufPtr ? f32(2, n) : nullptr;
+      const NnSgd o = arg<NnSgd>(params, 4);
+      if (n && (!p || !g || (bufPtr && !buf))) return kInvalid;
+      *work = [=] { for (uint64_t i = 0; i < n; ++i) nnSgdStep(p, g, buf, i, o); };
+      return 0;
+    }
+  }
+  return kInvalid;
+}
+
 }  // namespace
 
 void* standinModuleLoad(const void* image) {
@@ -186,6 +260,7 @@ int standinPrepareLaunch(void* fn, void** params, std::function<void()>* work) {
     return 0;
   }
   if (id == 7 || id == 8) return prepareVerifiable(id, params, work);
+  if (id >= 9) return prepareOptim(id, params, work);
   // checksum: sum over i of (byte[i] + 1) * (i + 1), modulo 2^64
   const uint64_t bytes = arg<uint64_t>(params, 1);
   auto* in = dev<uint8_t>(arg<CUdeviceptr>(params, 0), bytes);

@@ -79,6 +79,13 @@ export interface GpuBinding {
     verify(buf: NativeDeviceBuffer, count: number, dtype: number, nranks: number, seed: number, stream?: NativeStream): Promise<number>;
     cast(src: NativeDeviceBuffer, dst: NativeDeviceBuffer, kind: number, count: number, stream?: NativeStream): Promise<void>;
     checksum(buf: NativeDeviceBuffer, byteLength: number, stream?: NativeStream): Promise<bigint>;
+    add(dst: NativeDeviceBuffer, src: NativeDeviceBuffer, count: number, stream?: NativeStream): Promise<void>;
+    scale(buf: NativeDeviceBuffer, count: number, c: number, stream?: NativeStream): Promise<void>;
+    sumSquares(buf: NativeDeviceBuffer, count: number, stream?: NativeStream): Promise<number>;
+    adamw(param: NativeDeviceBuffer, grad: NativeDeviceBuffer, expAvg: NativeDeviceBuffer, expAvgSq: NativeDeviceBuffer,
+      count: number, hyper: number[], stream?: NativeStream): Promise<void>;
+    sgd(param: NativeDeviceBuffer, grad: NativeDeviceBuffer, momentumBuffer: NativeDeviceBuffer | null, count: number,
+      hyper: number[], stream?: NativeStream): Promise<void>;
     path(): string;
   };
   health(): Promise<unknown>;

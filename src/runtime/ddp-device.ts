@@ -2,9 +2,9 @@
  * DDP bucketing on the GPU path: the same buckets, order and overlap as ddp.ts,
  * with gradients in float32 DeviceBuffers (param.grad becomes a view of its
  * device bucket) all-reduced by an NCCL communicator. Compression casts with the
- * kernels and pre-divides with NCCL's premulsum. The optimizer step and the
- * clipping arithmetic use the host fallback documented in device.ts, so the
- * optimizer state (and its checkpoint pieces) lives in host memory.
+ * kernels and pre-divides with NCCL's premulsum. Clipping and the optimizer step
+ * run in kernels (optim-device.ts): optimizer state lives in DeviceBuffers and is
+ * checkpointed from there.
  */
 import type { Communicator } from '../comm/communicator.js';
 import type { DeviceBuffer } from '../gpu/device-buffer.js';
@@ -13,15 +13,15 @@ import { NcclNodeError } from '../errors.js';
 import { assignBuckets } from './ddp.js';
 import { cast, deviceSumSquares, scaleBy, slice, SubmitQueue, zeros, type DeviceParam } from './device.js';
 import { clipCoefficient, type Optimizer } from './optim.js';
+import { DeviceOptimizer } from './optim-device.js';
 import { ddpSchema, parse, type DDPOptions } from './options.js';
 import { replicatedSlices, wholeTensors } from './state-dict.js';
 import type { DataParallel, DataParallelState, DevicePieceData, FlatPiece, MemoryReport, ModelHooks } from './types.js';
 import { BucketOrder } from './bucket-order.js';
 
 /**
- * DataParallel on DeviceParams. State-dict pieces of parameters are DeviceBuffer
- * views, those of optimizer state host Float32Arrays (where the host-fallback
- * optimizer keeps it). A DeviceParam may carry `shape` (read when present) for
+ * DataParallel on DeviceParams. State-dict pieces of parameters and optimizer
+ * state are DeviceBuffer views. A DeviceParam may carry `shape` (read when present) for
  * the global shape recorded in checkpoints.
  */
 export type DeviceDataParallel = DataParallel<DeviceParam, DevicePieceData>;
@@ -41,8 +41,12 @@ export class DeviceDistributedDataParallel implements DeviceDataParallel {
   /** zeroGrad's memsets; forward waits for them (zeroGrad itself is synchronous). */
   #zeroing: Promise<unknown> = Promise.resolve();
 
-  private constructor(readonly comm: Communicator, readonly params: DeviceParam[], readonly optimizer: Optimizer, readonly buckets: Bucket[], o: ReturnType<typeof ddpSchema.parse>) {
+  readonly #opt: DeviceOptimizer;
+
+  /** `optimizer` gives the hyper-parameters; its state lives on the device (#opt), not in it. */
+  private constructor(readonly comm: Communicator, readonly params: DeviceParam[], readonly optimizer: Optimizer, readonly buckets: Bucket[], o: ReturnType<typeof ddpSchema.parse>, opt: DeviceOptimizer) {
     this.#o = o;
+    this.#opt = opt;
     this.#order = new BucketOrder('DeviceDistributedDataParallel', buckets, (b) => this.#launch(b));
     this.hooks = {
       beforeForward: (u) => (u === 0 ? this.#zeroing.then(() => undefined) : undefined),
@@ -67,7 +71,8 @@ export class DeviceDistributedDataParallel implements DeviceDataParallel {
       return { params: ps, flat, work: null };
     }));
     if (o.broadcastParams && comm.size > 1) await Promise.all(params.map((p) => comm.broadcast(need(p, 'data'), { root: 0 })));
-    return new DeviceDistributedDataParallel(comm, params, optimizer, buckets, o);
+    const opt = await DeviceOptimizer.create(optimizer, params.map((p) => ({ key: p.name, size: p.size })));
+    return new DeviceDistributedDataParallel(comm, params, optimizer, buckets, o, opt);
   }
 
   setRequiresGradSync(sync: boolean): void {
@@ -109,7 +114,7 @@ export class DeviceDistributedDataParallel implements DeviceDataParallel {
     this.#order.reset();
   }
 
-  /** Gradients are identical on every rank after finish(): no communication (host fallback arithmetic). */
+  /** Gradients are identical on every rank after finish(): no communication, kernels only. */
   async clipGradNorm(maxNorm: number): Promise<number> {
     const flats = this.buckets.map((b) => b.flat);
     const norm = Math.sqrt(await deviceSumSquares(flats));
@@ -118,15 +123,9 @@ export class DeviceDistributedDataParallel implements DeviceDataParallel {
     return norm;
   }
 
-  /** Host fallback: each parameter and gradient to the host, the shared optimizer, parameters back. */
+  /** The optimizer step in kernels, on every parameter in place. */
   async step(): Promise<void> {
-    const slots = await Promise.all(this.params.map(async (p) => ({
-      key: p.name,
-      param: (await need(p, 'data').toHost()) as Float32Array,
-      grad: (await need(p, 'grad').toHost()) as Float32Array,
-    })));
-    this.optimizer.step(slots);
-    await Promise.all(slots.map((s, i) => need(this.params[i]!, 'data').copyFrom(s.param)));
+    await this.#opt.step(this.params.map((p) => ({ key: p.name, param: need(p, 'data'), grad: need(p, 'grad') })));
   }
 
   /**
@@ -135,27 +134,28 @@ export class DeviceDistributedDataParallel implements DeviceDataParallel {
    * parameter slice a view of the live DeviceBuffer). Call after step() resolved.
    */
   stateDict(): DataParallelState<DevicePieceData> {
-    const tensors = replicatedSlices(this.params, (p) => need(p, 'data'), this.optimizer, this.comm.rank, this.comm.size);
-    return { tensors, optimizerStep: this.optimizer.state([]).step };
+    const tensors = replicatedSlices(this.params, (p) => need(p, 'data'), this.#opt, this.comm.rank, this.comm.size);
+    return { tensors, optimizerStep: this.#opt.state([]).step };
   }
 
   /**
-   * Every rank reads every tensor whole into its parameters (device) and optimizer
-   * state (host), so replicas agree again without a broadcast.
+   * Every rank reads every tensor whole into its parameters and optimizer state
+   * (both on the device), so replicas agree again without a broadcast.
    */
   async loadStateDict(fill: (targets: Record<string, FlatPiece<DevicePieceData>>) => Promise<{ optimizerStep: number }>): Promise<void> {
-    const { optimizerStep } = await fill(wholeTensors(this.params, (p) => need(p, 'data'), this.optimizer));
-    this.optimizer.loadState({ step: optimizerStep });
+    const { optimizerStep } = await fill(wholeTensors(this.params, (p) => need(p, 'data'), this.#opt));
+    this.#opt.loadState({ step: optimizerStep });
   }
 
   memory(): MemoryReport {
     const n = this.buckets.reduce((a, b) => a + b.flat.length, 0);
-    return { params: 4 * n, grads: 4 * n, optimizer: this.optimizer.stateBytes(), peakTransient: 0 };
+    return { params: 4 * n, grads: 4 * n, optimizer: this.#opt.stateBytes(), peakTransient: 0 };
   }
 
-  /** Frees the device buckets (parameters belong to the caller). */
+  /** Frees the device buckets and optimizer state (parameters belong to the caller). */
   dispose(): void {
     for (const b of this.buckets) b.flat.dispose();
+    this.#opt.dispose();
   }
 }
 

@@ -1,20 +1,13 @@
 /**
  * What the GPU runtime (ddp-device.ts, fsdp-device.ts) needs beyond DeviceBuffer:
- * float32 views by element, zeroed allocations, casts through the CUDA kernels,
- * a submission queue that keeps collectives in program order, and the host
- * fallbacks for arithmetic that has no device kernel yet.
- *
- * Host fallback: the kernels (native/kernels/kernels.cu) are fill, verify, cast
- * and checksum only, so accumulation (a += b), scaling (clipping), sums of squares
- * (norms) and the optimizer step copy the shard to the host, compute there with
- * the same code as the host path, and copy the result back. It is correct and
- * bit-identical to the host path, but each step moves every shard over PCIe
- * twice; device kernels for axpy / scale / sumsq / AdamW would remove that.
+ * float32 views by element, zeroed allocations, casts, accumulation, scaling and
+ * sums of squares through the CUDA kernels (native/kernels: no shard is copied to
+ * the host), and a submission queue that keeps collectives in program order. The
+ * arithmetic is the host path's, bit for bit (native/kernels/optim_defs.h).
  */
 import type { DType } from '../dtypes.js';
 import { DeviceBuffer } from '../gpu/device-buffer.js';
-import { cast as castKernel } from '../gpu/kernels.js';
-import { sumSquares } from './optim.js';
+import { add, cast as castKernel, scale, sumSquares } from '../gpu/kernels.js';
 
 /**
  * A parameter whose storage lives on the GPU. The runtime rebinds `data` and `grad`
@@ -48,25 +41,21 @@ export function cast(src: DeviceBuffer, dst: DeviceBuffer): Promise<void> {
   return castKernel(src, dst);
 }
 
-/** Host fallback: dst += src (float32). */
-export async function addInto(dst: DeviceBuffer, src: DeviceBuffer): Promise<void> {
-  const [a, b] = await Promise.all([dst.toHost() as Promise<Float32Array>, src.toHost() as Promise<Float32Array>]);
-  for (let i = 0; i < a.length; i++) a[i] = a[i]! + b[i]!;
-  await dst.copyFrom(a);
+/** dst += src (float32). */
+export function addInto(dst: DeviceBuffer, src: DeviceBuffer): Promise<void> {
+  return add(dst, src);
 }
 
-/** Host fallback: buf *= c (float32), the same float32 rounding as the host path's clipping. */
+/** buf *= c (float32), the same rounding as the host path's clipping. */
 export async function scaleBy(bufs: DeviceBuffer[], c: number): Promise<void> {
-  await Promise.all(bufs.map(async (buf) => {
-    const a = (await buf.toHost()) as Float32Array;
-    for (let i = 0; i < a.length; i++) a[i] = a[i]! * c;
-    await buf.copyFrom(a);
-  }));
+  await Promise.all(bufs.map((b) => scale(b, c)));
 }
 
-/** Host fallback: Σ x² in float64 over the buffers (the local part of a norm). */
+/** Σ x² in float64 over the buffers (the local part of a norm), in the host path's order. */
 export async function deviceSumSquares(bufs: DeviceBuffer[]): Promise<number> {
-  return sumSquares(await Promise.all(bufs.map((b) => b.toHost() as Promise<Float32Array>)));
+  let total = 0;
+  for (const s of await Promise.all(bufs.map((b) => sumSquares(b)))) total += s;
+  return total;
 }
 
 /**

@@ -5,8 +5,8 @@
  * bf16/fp16 conversions are the cast kernel; 16-bit reduce-scatters pre-divide
  * with premulsum. A unit's first reduction of a step is copied into its float32
  * gradient shard on the device; accumulating a second one, clipping and the
- * optimizer step use the host fallback documented in device.ts (so optimizer
- * state, and its checkpoint pieces, live in host memory).
+ * optimizer step are kernels too (optim-device.ts), so no shard leaves the GPU and
+ * optimizer state, and its checkpoint pieces, live in DeviceBuffers.
  */
 import type { Communicator } from '../comm/communicator.js';
 import type { DeviceBuffer } from '../gpu/device-buffer.js';
@@ -16,6 +16,7 @@ import type { DeviceDataParallel } from './ddp-device.js';
 import { addInto, cast, deviceSumSquares, scaleBy, slice, SubmitQueue, zeros, type DeviceParam } from './device.js';
 import { shardLayout } from './fsdp.js';
 import { clipCoefficient, type Optimizer } from './optim.js';
+import { DeviceOptimizer } from './optim-device.js';
 import { fsdpSchema, parse, type FSDPOptions } from './options.js';
 import { shardedPieces } from './state-dict.js';
 import type { DataParallelState, DevicePieceData, FlatPiece, MemoryReport, ModelHooks } from './types.js';
@@ -49,8 +50,12 @@ export class DeviceFullyShardedDataParallel implements DeviceDataParallel {
   #sync = true;
   #zeroing: Promise<unknown> = Promise.resolve();
 
-  private constructor(readonly comm: Communicator, readonly units: Unit[], readonly optimizer: Optimizer, o: ReturnType<typeof fsdpSchema.parse>, replicate: Communicator | null) {
+  readonly #opt: DeviceOptimizer;
+
+  /** `optimizer` gives the hyper-parameters; its state lives on the device (#opt), one shard per unit. */
+  private constructor(readonly comm: Communicator, readonly units: Unit[], readonly optimizer: Optimizer, o: ReturnType<typeof fsdpSchema.parse>, replicate: Communicator | null, opt: DeviceOptimizer) {
     this.#o = o;
+    this.#opt = opt;
     this.#replicate = replicate && replicate.size > 1 ? replicate : null;
     this.#half = o.paramDtype === 'bfloat16' ? 'bfloat16' : null;
     const rd = o.reduceDtype ?? o.paramDtype;
@@ -80,7 +85,8 @@ export class DeviceFullyShardedDataParallel implements DeviceDataParallel {
         full: null, compute: null, grad: null, gather: null, reduce: null };
       return u;
     }));
-    const f = new DeviceFullyShardedDataParallel(comm, built, optimizer, o, replicate ?? null);
+    const opt = await DeviceOptimizer.create(optimizer, built.map((u, i) => ({ key: `unit${i}`, size: u.shard })));
+    const f = new DeviceFullyShardedDataParallel(comm, built, optimizer, o, replicate ?? null, opt);
     for (const u of built) await f.#shardInitial(u); // one unit at a time: broadcasts in the same order everywhere
     return f;
   }
@@ -214,7 +220,7 @@ export class DeviceFullyShardedDataParallel implements DeviceDataParallel {
         await cast(out!, f32);
       }
       if (u.fresh) await u.gradShard.copyFromDevice(f32);
-      else await addInto(u.gradShard, f32); // host fallback: only accumulated reductions get here
+      else await addInto(u.gradShard, f32); // accumulated reductions (kernel)
       u.fresh = false;
       if (f32 !== out) f32.dispose();
     }).finally(() => {
@@ -228,7 +234,7 @@ export class DeviceFullyShardedDataParallel implements DeviceDataParallel {
     for (const u of this.units) u.reduce = null;
   }
 
-  /** Shards are disjoint (padding is zero): local Σx² (host fallback), then one float64 all-reduce on the device. */
+  /** Shards are disjoint (padding is zero): local Σx² (kernel), then one float64 all-reduce on the device. */
   async clipGradNorm(maxNorm: number): Promise<number> {
     const local = await zeros('float64', 1);
     await local.copyFrom(new Float64Array([await deviceSumSquares(this.units.map((u) => u.gradShard))]));
@@ -240,19 +246,15 @@ export class DeviceFullyShardedDataParallel implements DeviceDataParallel {
     return norm;
   }
 
-  /** Host fallback step on the shards (keys unit<i>, as the host FSDP), then stages 1-2 re-gather. */
+  /** The optimizer step in kernels on the shards (keys unit<i>, as the host FSDP), then stages 1-2 re-gather. */
   async step(): Promise<void> {
-    const slots = await Promise.all(this.units.map(async (u, i) => ({
-      key: `unit${i}`, param: (await u.master.toHost()) as Float32Array, grad: (await u.gradShard.toHost()) as Float32Array,
-    })));
-    this.optimizer.step(slots);
-    await Promise.all(slots.map((s, i) => this.units[i]!.master.copyFrom(s.param)));
+    await this.#opt.step(this.units.map((u, i) => ({ key: `unit${i}`, param: u.master, grad: u.gradShard })));
     await this.#publish();
   }
 
-  /** FullyShardedDataParallel's pieces: master shards as DeviceBuffer views, optimizer state on the host. Call between steps. */
+  /** FullyShardedDataParallel's pieces: master and optimizer shards as DeviceBuffer views. Call between steps. */
   stateDict(): DataParallelState<DevicePieceData> {
-    return { tensors: shardedPieces(this.units, this.optimizer, this.comm.rank), optimizerStep: this.optimizer.state([]).step };
+    return { tensors: shardedPieces(this.units, this.#opt, this.comm.rank), optimizerStep: this.#opt.state([]).step };
   }
 
   /**
@@ -261,7 +263,7 @@ export class DeviceFullyShardedDataParallel implements DeviceDataParallel {
    */
   async loadStateDict(fill: (targets: Record<string, FlatPiece<DevicePieceData>>) => Promise<{ optimizerStep: number }>): Promise<void> {
     const { optimizerStep } = await fill(this.stateDict().tensors);
-    this.optimizer.loadState({ step: optimizerStep });
+    this.#opt.loadState({ step: optimizerStep });
     for (const u of this.units) if (u.gather) await u.gather.then(() => this.#reshard(u));
     await this.#publish();
   }
@@ -284,7 +286,7 @@ export class DeviceFullyShardedDataParallel implements DeviceDataParallel {
       params += u.master.byteLength + (this.#o.stage < 3 ? u.full!.byteLength : 0);
       grads += u.gradShard.byteLength + (this.#o.stage === 1 ? u.grad!.byteLength : 0);
     }
-    return { params, grads, optimizer: this.optimizer.stateBytes(), peakTransient: 0 };
+    return { params, grads, optimizer: this.#opt.stateBytes(), peakTransient: 0 };
   }
 
   /** Full, unpadded parameter values on the host (a collective: every rank must call it). */

@@ -144,10 +144,28 @@ function bytesOf(map: Map<string, Float32Array>): number {
   return b;
 }
 
-/** Σ x² in float64 over several arrays: the local part of a global gradient norm. */
+/** The chunk of sumSquares' fixed summation order (native/kernels/optim_defs.h). */
+export const SUM_SQUARES_CHUNK = 4096;
+
+/**
+ * Σ x² in float64 over several arrays: the local part of a global gradient norm.
+ * Each array is summed in 4096-element chunks, then over its chunks, in order, so
+ * the device kernel (which sums chunks in parallel) gives the same bits.
+ */
 export function sumSquares(arrays: Iterable<Float32Array>): number {
+  let total = 0;
+  for (const a of arrays) total += sumSquaresOf(a);
+  return total;
+}
+
+function sumSquaresOf(a: Float32Array): number {
   let s = 0;
-  for (const a of arrays) for (let i = 0; i < a.length; i++) s += a[i]! * a[i]!;
+  for (let c = 0; c < a.length; c += SUM_SQUARES_CHUNK) {
+    let chunk = 0;
+    const end = Math.min(a.length, c + SUM_SQUARES_CHUNK);
+    for (let i = c; i < end; i++) chunk += a[i]! * a[i]!;
+    s += chunk;
+  }
   return s;
 }
 

@@ -5,11 +5,13 @@
  * per FSDP unit, so a checkpoint written by FSDP at one world size loads into
  * DDP or FSDP at any other: a unit's padded shard is cut at parameter borders
  * and the padding is never saved. The same mapping serves the GPU path, whose
- * pieces may be DeviceBuffer views (parameters) beside host arrays (optimizer
- * state, which its host-fallback optimizer keeps on the host).
+ * pieces are DeviceBuffer views (parameters and the device optimizer's state).
  */
 import type { DeviceBuffer } from '../gpu/device-buffer.js';
-import type { Optimizer } from './optim.js';
+/** What the state dict reads of an optimizer: its live state per slot (host arrays or DeviceBuffers). */
+export interface OptimizerStateSource<A extends PieceArray = PieceArray> {
+  state(slots: readonly { key: string; size: number }[]): { step: number; tensors: Record<string, A> };
+}
 import type { FlatPiece } from './types.js';
 
 /** What a piece's data may be: a host array or (GPU path) a float32 DeviceBuffer. */
@@ -31,8 +33,8 @@ export function shapeOf(p: { readonly size: number; readonly shape?: readonly nu
  * The optimizer's live state for one slot, by state name (`exp_avg`, ...).
  * Allocates state the optimizer has not created yet (zeros, as a first step would).
  */
-export function slotState(optimizer: Optimizer, key: string, size: number): Record<string, Float32Array> {
-  const out: Record<string, Float32Array> = {};
+export function slotState<A extends PieceArray>(optimizer: OptimizerStateSource<A>, key: string, size: number): Record<string, A> {
+  const out: Record<string, A> = {};
   for (const [name, a] of Object.entries(optimizer.state([{ key, size }]).tensors)) out[name.slice(key.length + 1)] = a;
   return out;
 }
@@ -72,14 +74,14 @@ export function rangePieces<D extends PieceArray = Float32Array>(params: readonl
  * 1/world flat slice of every tensor: all ranks write in parallel, nothing twice.
  * `dataOf` gives a parameter's storage (host array or DeviceBuffer).
  */
-export function replicatedSlices<P extends NamedParam, D extends PieceArray>(params: readonly P[], dataOf: (p: P) => D,
-  optimizer: Optimizer, rank: number, size: number): Record<string, FlatPiece<D | Float32Array>> {
-  const out: Record<string, FlatPiece<D | Float32Array>> = {};
+export function replicatedSlices<P extends NamedParam, D extends PieceArray, A extends PieceArray>(params: readonly P[],
+  dataOf: (p: P) => D, optimizer: OptimizerStateSource<A>, rank: number, size: number): Record<string, FlatPiece<D | A>> {
+  const out: Record<string, FlatPiece<D | A>> = {};
   for (const p of params) {
     const per = Math.ceil(p.size / size);
     const lo = rank * per;
     if (lo >= p.size) continue; // the last ranks may hold none of a small tensor (and a device view cannot be empty)
-    const arrays: Record<string, D | Float32Array> = { '': dataOf(p), ...slotState(optimizer, p.name, p.size) };
+    const arrays: Record<string, D | A> = { '': dataOf(p), ...slotState(optimizer, p.name, p.size) };
     for (const k of Object.keys(arrays)) arrays[k] = sub(arrays[k]!, lo, p.size);
     Object.assign(out, rangePieces([p], [0], lo, lo + per, arrays));
   }
@@ -87,11 +89,11 @@ export function replicatedSlices<P extends NamedParam, D extends PieceArray>(par
 }
 
 /** DDP load targets: every tensor whole, so replicas agree again without a broadcast. */
-export function wholeTensors<P extends NamedParam, D extends PieceArray>(params: readonly P[], dataOf: (p: P) => D,
-  optimizer: Optimizer): Record<string, FlatPiece<D | Float32Array>> {
-  const out: Record<string, FlatPiece<D | Float32Array>> = {};
+export function wholeTensors<P extends NamedParam, D extends PieceArray, A extends PieceArray>(params: readonly P[],
+  dataOf: (p: P) => D, optimizer: OptimizerStateSource<A>): Record<string, FlatPiece<D | A>> {
+  const out: Record<string, FlatPiece<D | A>> = {};
   for (const p of params) {
-    Object.assign(out, rangePieces<D | Float32Array>([p], [0], 0, p.size, { '': dataOf(p), ...slotState(optimizer, p.name, p.size) }));
+    Object.assign(out, rangePieces<D | A>([p], [0], 0, p.size, { '': dataOf(p), ...slotState(optimizer, p.name, p.size) }));
   }
   return out;
 }
@@ -105,12 +107,12 @@ export interface ShardedUnit<D extends PieceArray> {
 }
 
 /** FSDP: each rank's master shard and optimizer shard, cut at parameter borders (padding dropped). */
-export function shardedPieces<D extends PieceArray>(units: readonly ShardedUnit<D>[], optimizer: Optimizer,
-  rank: number): Record<string, FlatPiece<D | Float32Array>> {
-  const out: Record<string, FlatPiece<D | Float32Array>> = {};
+export function shardedPieces<D extends PieceArray, A extends PieceArray>(units: readonly ShardedUnit<D>[],
+  optimizer: OptimizerStateSource<A>, rank: number): Record<string, FlatPiece<D | A>> {
+  const out: Record<string, FlatPiece<D | A>> = {};
   units.forEach((u, i) => {
     const lo = rank * u.shard;
-    Object.assign(out, rangePieces<D | Float32Array>(u.params, u.offsets, lo, lo + u.shard, { '': u.master, ...slotState(optimizer, `unit${i}`, u.shard) }));
+    Object.assign(out, rangePieces<D | A>(u.params, u.offsets, lo, lo + u.shard, { '': u.master, ...slotState(optimizer, `unit${i}`, u.shard) }));
   });
   return out;
 }

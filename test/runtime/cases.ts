@@ -27,6 +27,8 @@ export interface RunOut {
   gradNorms: (number | null)[];
   memory: { params: number; grads: number; optimizer: number; peakTransient: number };
   params: Float32Array;
+  /** GPU path: the largest device-to-host copy during finish + clip + step (stand-in trace). */
+  stepDtoHMax?: number;
 }
 
 /** Trains every config on `world` ranks in one set of processes; returns rank 0's view of each run. */

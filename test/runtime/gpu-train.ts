@@ -8,6 +8,7 @@
  * hook. On the stand-ins device memory is host memory, so this costs little; what
  * the test exercises is the runtime's device-side bucketing, sharding and casts.
  */
+import { existsSync, readFileSync } from 'node:fs';
 import type { Communicator } from '../../src/comm/communicator.js';
 import { DeviceBuffer } from '../../src/gpu/device-buffer.js';
 import { DeviceDistributedDataParallel, type DeviceDataParallel } from '../../src/runtime/ddp-device.js';
@@ -87,6 +88,8 @@ export interface GpuRun {
   gradNorms: number[];
   params: Float32Array[];
   dp: DeviceDataParallel;
+  /** The largest device-to-host copy during finish + clip + step (0 without the stand-in trace). */
+  stepDtoHMax: number;
 }
 
 export async function trainOnDevice(comm: Communicator, cfg: TrainConfig): Promise<GpuRun> {
@@ -104,6 +107,7 @@ export async function trainOnDevice(comm: Communicator, cfg: TrainConfig): Promi
   const T = cfg.model.seqLen;
   const gradScale = 1 / (microRows * T * cfg.microBatches);
   const losses: number[] = [], gradNorms: number[] = [];
+  let stepDtoHMax = 0; // the largest device-to-host copy of finish + clip + step (stand-in trace)
   const lossBuf = DeviceBuffer.alloc({ dtype: 'float64', length: 1 });
   for (let step = 0; step < cfg.steps; step++) {
     const batch = globalBatch(step, cfg.globalBatch, T, cfg.model.vocab, cfg.dataSeed);
@@ -115,9 +119,11 @@ export async function trainOnDevice(comm: Communicator, cfg: TrainConfig): Promi
       loss += (await model.forwardBackward(rows, microRows, { gradScale, hooks })) / cfg.microBatches;
       await dm.flush();
     }
+    const traced = dtohTrace();
     await dp.finish();
     gradNorms.push(cfg.clipNorm ? await dp.clipGradNorm(cfg.clipNorm) : NaN);
     await dp.step();
+    stepDtoHMax = Math.max(stepDtoHMax, ...traced());
     await lossBuf.copyFrom(new Float64Array([loss / comm.size]));
     await comm.allReduce(lossBuf, { op: 'sum' });
     losses.push(((await lossBuf.toHost()) as Float64Array)[0]!);
@@ -125,5 +131,18 @@ export async function trainOnDevice(comm: Communicator, cfg: TrainConfig): Promi
   const params = dp instanceof DeviceFullyShardedDataParallel
     ? await dp.gatherParams()
     : await Promise.all(dm.dev.map(async (p) => (await p.data!.toHost()) as Float32Array));
-  return { losses, gradNorms, params, dp };
+  return { losses, gradNorms, params, dp, stepDtoHMax };
+}
+
+/**
+ * Sizes of the device-to-host copies made from now until the returned function is
+ * called, from the stand-in libcuda's trace (CUDA_STANDIN_DTOH_TRACE); [] without it.
+ */
+function dtohTrace(): () => number[] {
+  const base = process.env.CUDA_STANDIN_DTOH_TRACE;
+  if (!base) return () => [];
+  const file = `${base}.${process.pid}`;
+  const read = () => (existsSync(file) ? readFileSync(file, 'utf8').split('\n').filter(Boolean).map(Number) : []);
+  const before = read().length;
+  return () => read().slice(before);
 }

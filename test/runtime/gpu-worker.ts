@@ -15,7 +15,7 @@ const results = [];
 const params: Float32Array[] = [];
 for (const cfg of runs) {
   const r = await trainOnDevice(comm, cfg);
-  results.push({ losses: r.losses, gradNorms: r.gradNorms, memory: r.dp.memory() });
+  results.push({ losses: r.losses, gradNorms: r.gradNorms, memory: r.dp.memory(), stepDtoHMax: r.stepDtoHMax });
   params.push(concat(r.params));
 }
 writeResult(results, comm.rank === 0 ? concat(params) : undefined);
