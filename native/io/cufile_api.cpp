@@ -68,19 +68,8 @@ const CufileApi* tryCufile(std::string* why) {
 }
 
 std::string cufileErrorText(int err) {
-  // CUfileOpError values from cufile.h (CUFILEOP_BASE_ERR = 5000); the ones a writer meets.
-  static const struct { int code; const char* name; } names[] = {
-      {0, "CU_FILE_SUCCESS"}, {5001, "CU_FILE_DRIVER_NOT_INITIALIZED"}, {5007, "CU_FILE_PLATFORM_NOT_SUPPORTED"},
-      {5008, "CU_FILE_IO_NOT_SUPPORTED"}, {5009, "CU_FILE_DEVICE_NOT_SUPPORTED"}, {5010, "CU_FILE_NVFS_DRIVER_ERROR"},
-      {5011, "CU_FILE_CUDA_DRIVER_ERROR"}, {5012, "CU_FILE_CUDA_POINTER_INVALID"}, {5018, "CU_FILE_INVALID_FILE_TYPE"},
-      {5019, "CU_FILE_INVALID_FILE_OPEN_FLAG"}, {5020, "CU_FILE_DIO_NOT_SET"}, {5022, "CU_FILE_INVALID_VALUE"},
-      {5023, "CU_FILE_MEMORY_ALREADY_REGISTERED"}, {5024, "CU_FILE_MEMORY_NOT_REGISTERED"},
-      {5025, "CU_FILE_PERMISSION_DENIED"}, {5027, "CU_FILE_HANDLE_NOT_REGISTERED"}, {5030, "CU_FILE_INTERNAL_ERROR"},
-      {5034, "CU_FILE_IO_DISABLED"}, {5036, "CU_FILE_GPU_MEMORY_PINNING_FAILED"}};
-  for (const auto& n : names) {
-    if (n.code == err) return std::string(n.name) + " (" + std::to_string(err) + ")";
-  }
-  return "cuFile error " + std::to_string(err);
+  const char* name = cufileErrorName(err);
+  return name ? std::string(name) + " (" + std::to_string(err) + ")" : "cuFile error " + std::to_string(err);
 }
 
 std::string cufileIoErrorText(ssize_t r, int savedErrno) {
