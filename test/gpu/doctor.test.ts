@@ -40,7 +40,7 @@ describe('nccl-node doctor', () => {
     expect(report.probe.health.devices[1].problems).toEqual(['GPU is lost (NVML_ERROR_GPU_IS_LOST): reset or reboot']);
   }, 60000);
 
-  it('lists the optional NCCL features the loaded library enables: the stand-in's, most absent at 2.18.6', () => {
+  it("lists the optional NCCL features the loaded library enables: the stand-in's, and most absent at 2.18.6", () => {
     const all = doctor({}, ['--json']);
     expect(JSON.parse(all.out).probe.info.ncclFeatures).toMatchObject({ register: true, symmetricWindows: true,
       memAlloc: true, alltoall: true, gather: true, scatter: true, finalize: true });
