@@ -1,5 +1,7 @@
 #include "cufile_api.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -24,6 +26,22 @@ bool bind(CufileApi& a, F& fn, const char* name, std::string* missing) {
   return fn != nullptr;
 }
 
+// cuFile writes cufile.log into the working directory unless told otherwise
+// (CUFILE_LOGFILE_PATH, or logging.dir in the JSON config CUFILE_ENV_PATH_JSON names).
+// When the user set neither, the log goes to the OS temp dir, one file per process
+// (ranks would overwrite a shared one). Returns the log's path, or "" when the user's
+// own configuration decides.
+std::string placeCufileLog() {
+  const char* file = std::getenv("CUFILE_LOGFILE_PATH");
+  if (file && *file) return file;
+  const char* json = std::getenv("CUFILE_ENV_PATH_JSON");
+  if (json && *json) return "";
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/nccl-node-cufile-" + std::to_string(getpid()) + ".log";
+  setenv("CUFILE_LOGFILE_PATH", path.c_str(), 0);
+  return path;
+}
+
 Loaded& loaded() {
   static Loaded l;
   static std::once_flag once;
@@ -31,6 +49,7 @@ Loaded& loaded() {
     // cuFileDriverOpen needs a working CUDA driver; a missing one is the better message.
     if (!tryCuda(&l.why)) return;
     CufileApi& a = l.api;
+    const std::string log = placeCufileLog();  // before the library reads its environment
     a.lib = openLibrary("NCCL_NODE_LIBCUFILE", "libcufile.so.0", "GPUDirect Storage (libcufile.so.0)", &l.why);
     if (!a.lib) return;
     const char* env = std::getenv("NCCL_NODE_LIBCUFILE");
@@ -51,7 +70,8 @@ Loaded& loaded() {
     }
     const CUfileError e = a.DriverOpen();
     if (e.err != kCufileSuccess) {
-      l.why = "cuFileDriverOpen failed: " + cufileErrorText(e.err) + (e.cu_err ? " (CUDA error " + std::to_string(e.cu_err) + ")" : "");
+      l.why = "cuFileDriverOpen failed: " + cufileErrorText(e.err) + (e.cu_err ? " (" + cuErrorText(e.cu_err) + ")" : "") +
+              (log.empty() ? "" : "; cuFile's log: " + log);
       return;
     }
     l.ok = true;
