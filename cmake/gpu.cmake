@@ -47,6 +47,12 @@ if(NN_NVCC)
             ${CMAKE_CURRENT_SOURCE_DIR}/native/kernels/verifiable_defs.h
     COMMENT "nvcc: CUDA kernels -> ${NN_KERNELS_OUT}")
   add_custom_target(nccl_node_kernels ALL DEPENDS ${NN_KERNELS_OUT})
+  # The toolkit's CUDA version beside the image (e.g. 13000): code from CUDA X.Y needs a
+  # driver that supports X.Y, which the addon checks before cuModuleLoadData.
+  execute_process(COMMAND ${NN_NVCC} --version OUTPUT_VARIABLE NN_NVCC_VERSION_TEXT)
+  string(REGEX MATCH "release ([0-9]+)\\.([0-9]+)" _ "${NN_NVCC_VERSION_TEXT}")
+  math(EXPR NN_KERNELS_CUDA "${CMAKE_MATCH_1} * 1000 + ${CMAKE_MATCH_2} * 10")
+  file(WRITE ${CMAKE_BINARY_DIR}/kernels/nccl_node_kernels.cuda-version "${NN_KERNELS_CUDA}\n")
 else()
   message(STATUS "nvcc not found: the CUDA kernels are not built (kernel calls will say so)")
 endif()

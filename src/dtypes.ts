@@ -12,6 +12,8 @@ export const DTYPES = [
   'float32',
   'float64',
   'bfloat16',
+  'float8e4m3',
+  'float8e5m2',
 ] as const;
 export type DType = (typeof DTYPES)[number];
 
@@ -26,6 +28,8 @@ export const DTYPE_CODE: Record<DType, number> = {
   float32: 7,
   float64: 8,
   bfloat16: 9,
+  float8e4m3: 10,
+  float8e5m2: 11,
 };
 
 export const DTYPE_BYTES: Record<DType, number> = {
@@ -39,6 +43,8 @@ export const DTYPE_BYTES: Record<DType, number> = {
   float32: 4,
   float64: 8,
   bfloat16: 2,
+  float8e4m3: 1,
+  float8e5m2: 1,
 };
 
 export const REDUCE_OPS = ['sum', 'prod', 'max', 'min', 'avg'] as const;
@@ -61,7 +67,7 @@ export type HostArray =
 export function arrayTypeOf(dtype: DType) {
   switch (dtype) {
     case 'int8': return Int8Array;
-    case 'uint8': return Uint8Array;
+    case 'uint8': case 'float8e4m3': case 'float8e5m2': return Uint8Array;
     case 'int32': return Int32Array;
     case 'uint32': return Uint32Array;
     case 'int64': return BigInt64Array;
@@ -81,7 +87,8 @@ function describe(value: unknown): string {
 
 /**
  * The dtype of a buffer: inferred from its TypedArray class, or the explicit one,
- * which must agree with the class (a Uint16Array carries float16 or bfloat16).
+ * which must agree with the class (a Uint16Array carries float16 or bfloat16, a
+ * Uint8Array uint8 or, with an explicit dtype, fp8 on the NCCL backend or Gloo).
  */
 export function dtypeOf(buf: unknown, explicit: DType | undefined, where: string): DType {
   const inferred = inferDType(buf);

@@ -21,6 +21,7 @@ export type {
 export { NcclNodeError, isNcclNodeError, ERROR_CODES, type ErrorCode } from './errors.js';
 export { DTYPES, REDUCE_OPS, DTYPE_BYTES, arrayTypeOf, type DType, type ReduceOp, type HostArray } from './dtypes.js';
 export { bf16ToFloat, floatToBf16, halfToFloat, floatToHalf } from './util/half.js';
+export { fp8e4m3ToFloat, floatToFp8e4m3, fp8e5m2ToFloat, floatToFp8e5m2 } from './util/fp8.js';
 export { resolveJobEnv, type JobEnv } from './launch/env.js';
 export { StoreClient } from './rendezvous/client.js';
 export { StoreServer } from './rendezvous/server.js';

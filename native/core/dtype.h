@@ -19,8 +19,10 @@ enum class DType : int32_t {
   Float32 = 7,
   Float64 = 8,
   Bfloat16 = 9,
+  Float8e4m3 = 10,  // OCP E4M3 ("fn": no infinities, NaN = S.1111.111), NCCL >= 2.24
+  Float8e5m2 = 11,  // OCP E5M2 (IEEE-like), NCCL >= 2.24
 };
-constexpr int32_t kNumDTypes = 10;
+constexpr int32_t kNumDTypes = 12;
 
 enum class RedOp : int32_t { Sum = 0, Prod = 1, Max = 2, Min = 3, Avg = 4 };
 constexpr int32_t kNumRedOps = 5;
@@ -36,6 +38,11 @@ using ReduceFn = void (*)(void* out, const void* a, const void* b, size_t n);
 // Avg reduces as Sum; divideInPlace finishes it.
 ReduceFn reduceFunction(DType t, RedOp op);
 void divideInPlace(void* data, DType t, size_t n, int divisor);
+
+// fp8 as CUDA converts it: exact decode; encode rounds to nearest-even and saturates
+// to the largest finite value (__NV_SATFINITE), NaN stays NaN.
+float fp8ToFloat(uint8_t v, DType t);
+uint8_t floatToFp8(double f, DType t);
 
 float halfToFloat(uint16_t h);
 uint16_t floatToHalf(float f);

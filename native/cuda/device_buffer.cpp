@@ -1,5 +1,7 @@
 #include "device_buffer.h"
 
+#include <unistd.h>
+
 #include "../core/buffers.h"
 #include "../core/js_errors.h"
 #include "../nccl/nccl_api.h"
@@ -200,6 +202,15 @@ Napi::Value DeviceBufferWrap::ExportDmabuf(const Napi::CallbackInfo& info) {
     const CudaApi& cu = cuda();
     if (!cu.cuMemGetHandleForAddressRange) {
       throw Error(Code::Unavailable, "exportDmabuf needs cuMemGetHandleForAddressRange (CUDA driver >= 11.7)");
+    }
+    // The driver exports whole host pages; cuMemAlloc only promises 256-byte alignment.
+    const long page = sysconf(_SC_PAGESIZE);
+    if ((p + off) % page != 0 || n % page != 0) {
+      throw Error(Code::InvalidArgument,
+                  "exportDmabuf: the range must start at a page-aligned device address and span whole pages (" +
+                      std::to_string(page) + " bytes); got address " + std::to_string((p + off) % page) +
+                      " bytes past a page and " + std::to_string(n) + " bytes (allocate with ncclMemAlloc, "
+                      "which is page-aligned, or start at offset " + std::to_string((page - p % page) % page) + ")");
     }
     useDevice(device_);
     int fd = -1;

@@ -16,6 +16,7 @@
 #include "../cuda/device_buffer.h"
 #include "../cuda/gpu_env.h"
 #include "../cuda/poller.h"
+#include "verifiable_defs.h"
 
 namespace ncclnode {
 
@@ -33,6 +34,26 @@ std::string kernelsPath() {
   const char* env = std::getenv("NCCL_NODE_KERNELS");
   if (env && *env) return env;
   return addonDir() + "/../kernels/nccl_node_kernels.fatbin";
+}
+
+// CUDA version codes (cuDriverGetVersion's 1000 * major + 10 * minor) as text.
+std::string cudaVersionText(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+
+// The image built by CUDA X.Y loads only on a driver that supports X.Y; say so
+// instead of failing in cuModuleLoadData (CUDA_ERROR_UNSUPPORTED_PTX_VERSION or a
+// bare "no kernel image"). The version sits beside the image (cmake/gpu.cmake).
+void checkDriverFor(const std::string& imagePath) {
+  std::ifstream f(imagePath.substr(0, imagePath.rfind('.')) + ".cuda-version");
+  int built = 0;
+  if (!(f >> built) || built <= 0) return;  // unknown: let the driver decide
+  int driver = 0;
+  cuCheck(cuda().cuDriverGetVersion(&driver), "cuDriverGetVersion");
+  if (driver >= built) return;
+  throw Error(Code::Unavailable,
+              "the CUDA kernels were built with CUDA " + cudaVersionText(built) + " and need a driver that supports it" +
+                  (built >= 13000 ? " (R580 or newer)" : "") + "; this driver supports CUDA " +
+                  cudaVersionText(driver) + ": update the driver, or rebuild with an nvcc no newer than " +
+                  cudaVersionText(driver));
 }
 
 std::mutex mu;
@@ -55,6 +76,7 @@ CUfunction function(int device, const char* name) {
       throw Error(Code::Unavailable, "the CUDA kernels are not built: " + path +
                                          " is missing (build with nvcc on PATH, or set NCCL_NODE_KERNELS)");
     }
+    checkDriverFor(path);
     image().assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
     image().push_back('\0');  // PTX images must be NUL-terminated
   }
@@ -197,7 +219,7 @@ Napi::Value VerifiablePrepare(const Napi::CallbackInfo& info) {
     int dtype = intArg(info[2]), op = intArg(info[3]), nranks = intArg(info[4]), rank = intArg(info[5]);
     unsigned seed = static_cast<unsigned>(u64Arg(info[6]));
     uint64_t offset = u64Arg(info[7]);
-    if (dtype < 0 || dtype >= kNumDTypes || op < 0 || op > 5 || nranks < 1 || rank >= nranks) {
+    if (dtype < 0 || dtype >= kNumVerifiableDTypes || op < 0 || op > 5 || nranks < 1 || rank >= nranks) {
       throw Error(Code::InvalidArgument, "verifiablePrepare: bad dtype, op, nranks or rank");
     }
     if (n * elementSize(static_cast<DType>(dtype)) > b->bytes()) throw Error(Code::SizeMismatch, "verifiablePrepare: count exceeds the buffer");
@@ -216,7 +238,7 @@ Napi::Value VerifiableCompare(const Napi::CallbackInfo& info) {
     CUdeviceptr pa = a->ptr(), pe = e->ptr();
     uint64_t n = u64Arg(info[2]);
     int dtype = intArg(info[3]), op = intArg(info[4]);
-    if (dtype < 0 || dtype >= kNumDTypes || op < 0 || op > 5) throw Error(Code::InvalidArgument, "verifiableCompare: bad dtype or op");
+    if (dtype < 0 || dtype >= kNumVerifiableDTypes || op < 0 || op > 5) throw Error(Code::InvalidArgument, "verifiableCompare: bad dtype or op");
     const uint64_t bytes = n * elementSize(static_cast<DType>(dtype));
     if (bytes > a->bytes() || bytes > e->bytes()) throw Error(Code::SizeMismatch, "verifiableCompare: count exceeds a buffer");
     if (a->device() != e->device()) throw Error(Code::InvalidArgument, "verifiableCompare: buffers on different devices");

@@ -12,6 +12,9 @@
 
 #include "kernel_defs.h"
 
+// The data types these generators cover: int8 .. bfloat16 (not fp8 yet).
+enum { kNumVerifiableDTypes = 10 };
+
 // Op codes: the project's RedOp (sum 0, prod 1, max 2, min 3, avg 4) plus "nil", a copy.
 enum { kVOpSum = 0, kVOpProd = 1, kVOpMax = 2, kVOpMin = 3, kVOpAvg = 4, kVOpNil = 5 };
 

@@ -30,6 +30,7 @@ std::vector<char> scalarBytes(double s, DType t) {
     case DType::Uint64: put(static_cast<uint64_t>(s)); break;
     case DType::Float16: put(floatToHalf(static_cast<float>(s))); break;
     case DType::Bfloat16: put(floatToBf16(static_cast<float>(s))); break;
+    case DType::Float8e4m3: case DType::Float8e5m2: put(floatToFp8(s, t)); break;
     case DType::Float32: put(static_cast<float>(s)); break;
     case DType::Float64: put(s); break;
   }
@@ -54,14 +55,7 @@ NcclBackend::~NcclBackend() {
   ctl_->attach(nullptr);
   try {
     useDevice(cfg_.device);
-    {
-      std::lock_guard<std::mutex> lock(commMu_);
-      if (comm_ && !commAborted_) {
-        // A broken group may never quiesce: abort rather than destroy.
-        if (broken_) api_.CommAbort(comm_); else api_.CommDestroy(comm_);
-      }
-      comm_ = nullptr;
-    }
+    finalizeAndDestroy();
     const CudaApi& cu = cuda();
     if (barrierBuf_) cu.cuMemFree(barrierBuf_);
     if (event_) cu.cuEventDestroy(event_);
@@ -73,25 +67,45 @@ NcclBackend::~NcclBackend() {
 std::string NcclBackend::version() const { return "nccl " + api_.versionString(); }
 
 ncclResult NcclBackend::call(ncclResult r, const char* what) {
+  if (r == kNcclInProgress) {
+    pending_ = true;
+    return r;
+  }
   ncclCheck(api_, r, what, comm_);
   return r;
 }
 
+// How long registration from the JS thread waits for an operation NCCL has not
+// launched yet (not for its completion: a launch waits at most for peers' first
+// connection set-up).
+constexpr std::chrono::seconds kSettleForRegistration{300};
+// How long a destroy lets ncclCommFinalize flush the communicator before aborting it.
+constexpr std::chrono::seconds kFinalizeTimeout{10};
+
 void NcclBackend::withComm(const std::function<void(const NcclApi&, ncclComm)>& f) {
-  std::lock_guard<std::mutex> lock(commMu_);
+  std::unique_lock<std::mutex> lock(commMu_);
   if (!comm_ || commAborted_) throw Error(Code::CommAborted, "the communicator is not usable");
   useDevice(cfg_.device);
+  const auto deadline = Clock::now() + kSettleForRegistration;
+  settle(lock, deadline, "registration");
   f(api_, comm_);
+  // f's call may have answered ncclInProgress (ncclCommWindowRegister fills its
+  // handle from NCCL's thread): settle while f's caller still holds the output.
+  ncclResult state = kNcclSuccess;
+  api_.CommGetAsyncError(comm_, &state);
+  if (state == kNcclInProgress) pending_ = true;
+  settle(lock, deadline, "registration");
 }
 
-void NcclBackend::waitReady(ncclComm comm, Clock::time_point deadline, const char* what) {
+void NcclBackend::awaitProgress(std::unique_lock<std::mutex>& lock, ncclComm comm, Deadline deadline,
+                                const char* what) {
+  auto nap = std::chrono::microseconds(10);
   for (;;) {
-    ncclResult state = kNcclInProgress;
-    {
-      std::lock_guard<std::mutex> lock(commMu_);
-      if (aborted_) throw Error(Code::CommAborted, std::string(what) + ": the communicator was aborted");
-      api_.CommGetAsyncError(comm, &state);
+    if (aborted_ || (comm == comm_ && commAborted_)) {
+      throw Error(Code::CommAborted, std::string(what) + ": the communicator was aborted");
     }
+    ncclResult state = kNcclInProgress;
+    api_.CommGetAsyncError(comm, &state);
     if (state == kNcclSuccess) return;
     if (state != kNcclInProgress) {
       broken_ = true;
@@ -99,13 +113,59 @@ void NcclBackend::waitReady(ncclComm comm, Clock::time_point deadline, const cha
     }
     if (Clock::now() > deadline) {
       broken_ = true;
-      std::lock_guard<std::mutex> lock(commMu_);
       api_.CommAbort(comm);
       if (comm == comm_) commAborted_ = true;
-      throw Error(Code::Timeout, std::string(what) + ": timed out waiting for the other ranks to join");
+      throw Error(Code::Timeout, std::string(what) + ": NCCL did not finish in time (a peer may not have joined)");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    lock.unlock();  // abort() and the other thread's calls may run meanwhile
+    if (nap < std::chrono::microseconds(200)) std::this_thread::yield();
+    else std::this_thread::sleep_for(nap);
+    if (nap < std::chrono::milliseconds(1)) nap *= 2;
+    lock.lock();
   }
+}
+
+void NcclBackend::waitReady(ncclComm comm, Deadline deadline, const char* what) {
+  std::unique_lock<std::mutex> lock(commMu_);
+  awaitProgress(lock, comm, deadline, what);
+}
+
+void NcclBackend::settle(std::unique_lock<std::mutex>& lock, Deadline deadline, const char* what) {
+  if (!pending_) return;
+  awaitProgress(lock, comm_, deadline, what);
+  pending_ = false;
+}
+
+void NcclBackend::releaseRedOps() {
+  for (int op : redOpsToRelease_) api_.RedOpDestroy(op, comm_);
+  redOpsToRelease_.clear();
+}
+
+// As ProcessGroupNCCL's shutdown: ncclCommFinalize flushes what was issued (the
+// communicator is in progress until then), after which ncclCommDestroy does not
+// block. NCCL refuses to destroy a communicator in progress, and a broken one may
+// never quiesce: anything but a clean finalize ends in ncclCommAbort.
+void NcclBackend::finalizeAndDestroy() {
+  std::unique_lock<std::mutex> lock(commMu_);
+  if (!comm_ || commAborted_) {
+    comm_ = nullptr;
+    return;
+  }
+  bool clean = !broken_;
+  if (clean) {
+    try {
+      const auto deadline = Clock::now() + kFinalizeTimeout;
+      settle(lock, deadline, "ncclCommFinalize");
+      releaseRedOps();
+      call(api_.CommFinalize(comm_), "ncclCommFinalize");
+      settle(lock, deadline, "ncclCommFinalize");
+      clean = api_.CommDestroy(comm_) == kNcclSuccess;
+    } catch (const Error&) {
+      clean = false;
+    }
+  }
+  if (!clean && !commAborted_) api_.CommAbort(comm_);
+  comm_ = nullptr;
 }
 
 void NcclBackend::connect(std::chrono::milliseconds timeout) {
@@ -182,7 +242,6 @@ void NcclBackend::run(Op& op) {
     frId = start(op);
   }
   if (!frId) return;  // joined an open group: completes with the group's end
-  fr_.setState(*frId, "started");
   waitDone(op, *frId);
   fr_.setState(*frId, "completed");
 }
@@ -208,9 +267,12 @@ std::optional<uint64_t> NcclBackend::start(Op& op) {
   const bool groupEnd = tag.kind == OpTag::GroupEnd;
   const uint64_t frId = fr_.begin(op, groupEnd ? "groupEnd" : ncclOpName(op.kind));
   {
-    std::lock_guard<std::mutex> lock(commMu_);
+    std::unique_lock<std::mutex> lock(commMu_);
     if (!comm_ || commAborted_) throw Error(Code::CommAborted, "the communicator was aborted");
     try {
+      // Ops are waited for in order, so the previous one has settled; this only
+      // matters after registration raced ahead of the worker.
+      settle(lock, Clock::now() + op.timeout, ncclOpName(op.kind));
       if (tag.kind == OpTag::InGroup && !inGroup_) {
         call(api_.GroupStart(), "ncclGroupStart");
         inGroup_ = true;
@@ -223,11 +285,8 @@ std::optional<uint64_t> NcclBackend::start(Op& op) {
       } else {
         launch(op, tag);
       }
-      if (tag.kind == OpTag::InGroup) {
-        fr_.setState(frId, "enqueued");  // completes with the group's end
-        return std::nullopt;
-      }
-      cuCheck(cuda().cuEventRecord(event_, stream_), "cuEventRecord");
+      fr_.setState(frId, "enqueued");
+      if (tag.kind == OpTag::InGroup) return std::nullopt;  // completes with the group's end
     } catch (const Error& e) {
       fr_.setState(frId, "failed");
       if (e.code() != Code::InvalidArgument && e.code() != Code::Unavailable) broken_ = true;
@@ -240,6 +299,27 @@ std::optional<uint64_t> NcclBackend::start(Op& op) {
 void NcclBackend::waitDone(Op& op, uint64_t frId) {
   const CudaApi& cu = cuda();
   const auto deadline = Clock::now() + op.timeout;
+  {
+    // The event may only be recorded once NCCL has put the kernel on the stream.
+    std::unique_lock<std::mutex> lock(commMu_);
+    std::string failure;
+    Code code = Code::Nccl;
+    try {
+      settle(lock, deadline, ncclOpName(op.kind));
+      releaseRedOps();
+      cuCheck(cu.cuEventRecord(event_, stream_), "cuEventRecord");
+    } catch (const Error& e) {
+      if (e.code() == Code::CommAborted) {
+        fr_.setState(frId, "aborted");
+        throw;
+      }
+      failure = e.what();
+      code = e.code();
+    }
+    lock.unlock();
+    if (!failure.empty()) fatal(code, failure, frId, code == Code::Timeout ? "timeout" : "failed");
+  }
+  fr_.setState(frId, "started");
   // Small collectives finish in tens of microseconds, and a sleep costs at least
   // the timer slack (~50 us): poll hot, yielding the core, for a short window, then
   // back off to naps that double up to 1 ms.
@@ -324,7 +404,8 @@ void NcclBackend::launch(Op& op, const OpTag& tag) {
       break;
     case OpKind::Split: throw Error(Code::InvalidArgument, "split is not a data operation");
   }
-  if (premul) api_.RedOpDestroy(redop, comm_);  // allowed once the last call using it returned
+  // Freed once the call that uses it has settled (NCCL takes no call meanwhile).
+  if (premul) redOpsToRelease_.push_back(redop);
 }
 
 // AllToAll / Gather / Scatter before NCCL 2.28: grouped sends and receives, as
@@ -386,28 +467,37 @@ std::unique_ptr<Backend> NcclBackend::split(int color, int key, std::chrono::mil
   useDevice(cfg_.device);
   ctl_->take(ordinal_++);
   const auto deadline = Clock::now() + timeout;
+  // A nonblocking parent returns from ncclCommSplit before the child exists and NCCL's
+  // thread writes it (reading the config) later: both live on the heap until then.
+  struct SplitArgs {
+    ncclComm child = nullptr;
+    ncclConfigV23007 config = ncclConfigInit();
+  };
+  auto args = std::make_unique<SplitArgs>();
+  args->config.blocking = 0;
   ncclComm child = nullptr;
-  ncclConfigV23007 config = ncclConfigInit();
-  config.blocking = 0;
   {
-    std::lock_guard<std::mutex> lock(commMu_);
+    std::unique_lock<std::mutex> lock(commMu_);
     if (!comm_ || commAborted_) throw Error(Code::CommAborted, "the communicator was aborted");
-    call(api_.CommSplit(comm_, color < 0 ? -1 : color, key, &child, &config), "ncclCommSplit");
+    try {
+      settle(lock, deadline, "ncclCommSplit");
+      call(api_.CommSplit(comm_, color < 0 ? -1 : color, key, &args->child, &args->config), "ncclCommSplit");
+      settle(lock, deadline, "ncclCommSplit");
+    } catch (...) {
+      // NCCL's thread may still write into args after a timeout or an abort.
+      (void)args.release();
+      throw;
+    }
+    child = args->child;
   }
   const int id = splits_++;
-  if (color < 0) {
-    waitReady(comm_, deadline, "ncclCommSplit");
-    return nullptr;
-  }
+  if (color < 0) return nullptr;
   if (!child) throw Error(Code::Nccl, "ncclCommSplit returned no communicator for color " + std::to_string(color));
-  waitReady(child, deadline, "ncclCommSplit");
+  waitReady(child, deadline, "ncclCommSplit (child)");
   NcclConfig cc = cfg_;
   // The child's rank and size come from NCCL (ordered by key, then parent rank).
-  auto* commCount = reinterpret_cast<ncclResult (*)(ncclComm, int*)>(symbol(api_.lib, "ncclCommCount"));
-  auto* userRank = reinterpret_cast<ncclResult (*)(ncclComm, int*)>(symbol(api_.lib, "ncclCommUserRank"));
-  if (!commCount || !userRank) throw Error(Code::Unavailable, "libnccl lacks ncclCommCount / ncclCommUserRank");
-  commCount(child, &cc.size);
-  userRank(child, &cc.rank);
+  ncclCheck(api_, api_.CommCount(child, &cc.size), "ncclCommCount", child);
+  ncclCheck(api_, api_.CommUserRank(child, &cc.rank), "ncclCommUserRank", child);
   cc.prefix = cfg_.prefix + "split" + std::to_string(id) + "/c" + std::to_string(color) + "/";
   auto ctl = std::make_shared<NcclControl>();
   auto backend = std::make_unique<NcclBackend>(cc, store_, ctl);

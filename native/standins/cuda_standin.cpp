@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -32,11 +33,14 @@ namespace {
 enum : int {
   OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, INVALID_DEVICE = 101,
   INVALID_IMAGE = 200, INVALID_CONTEXT = 201, INVALID_HANDLE = 400, NOT_FOUND = 500, NOT_READY = 600,
-  NOT_SUPPORTED = 801,
+  HOST_MEMORY_ALREADY_REGISTERED = 712, HOST_MEMORY_NOT_REGISTERED = 713, NOT_SUPPORTED = 801,
 };
 
 constexpr CUdeviceptr kBase = 0x9000000000000000ULL;  // non-canonical: host loads fault
 constexpr size_t kAlign = 4096;
+// cuMemAlloc promises 256-byte alignment, not pages: allocations start 256 bytes past a
+// page boundary so code that assumes page alignment fails here as it would on a GPU.
+constexpr size_t kAllocSkew = 256;
 
 std::atomic<bool> initialized{false};
 int numDevices() {
@@ -48,7 +52,7 @@ struct Context { int device; };
 Context contexts[64];
 thread_local Context* current = nullptr;
 
-struct Alloc { void* host; size_t bytes; int fd; int device; };
+struct Alloc { void* host; size_t bytes; int fd; int device; size_t skew; };
 std::mutex allocMu;
 std::map<CUdeviceptr, Alloc> allocs;
 CUdeviceptr nextPtr = kBase;
@@ -105,6 +109,7 @@ Stream* defaultStream() {
 Stream* streamOf(CUstream s) { return s ? reinterpret_cast<Stream*>(s) : defaultStream(); }
 
 struct Event {
+  bool timing = true;  // false with CU_EVENT_DISABLE_TIMING
   std::atomic<uint64_t> recorded{0}, completed{0};
   std::chrono::steady_clock::time_point when;
 };
@@ -125,14 +130,22 @@ int cuInit(unsigned flags) {
   initialized = true;
   return OK;
 }
-int cuDriverGetVersion(int* v) { if (!v) return INVALID_VALUE; *v = 13000; return OK; }
+// CUDA_STANDIN_DRIVER_VERSION=12080 plays an older driver (default: CUDA 13.0, R580).
+int cuDriverGetVersion(int* v) {
+  if (!v) return INVALID_VALUE;
+  const char* e = std::getenv("CUDA_STANDIN_DRIVER_VERSION");
+  *v = e && *e ? std::atoi(e) : 13000;
+  return OK;
+}
 int cuGetErrorName(int r, const char** s) {
   static const std::map<int, const char*> names = {
       {OK, "CUDA_SUCCESS"}, {INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE"}, {OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY"},
       {NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED"}, {INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE"},
       {INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE"}, {INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT"},
       {INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE"}, {NOT_FOUND, "CUDA_ERROR_NOT_FOUND"},
-      {NOT_READY, "CUDA_ERROR_NOT_READY"}, {NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED"}};
+      {NOT_READY, "CUDA_ERROR_NOT_READY"}, {NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED"},
+      {HOST_MEMORY_ALREADY_REGISTERED, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"},
+      {HOST_MEMORY_NOT_REGISTERED, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED"}};
   auto it = names.find(r);
   if (!s) return INVALID_VALUE;
   *s = it == names.end() ? nullptr : it->second;
@@ -179,34 +192,70 @@ int cuDevicePrimaryCtxRetain(void** ctx, int dev) {
 int cuCtxSetCurrent(void* ctx) { current = static_cast<Context*>(ctx); return OK; }
 int cuCtxGetCurrent(void** ctx) { *ctx = current; return OK; }
 
-int cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
+}  // extern "C"
+
+namespace {
+
+// One allocation: a memfd mapping of whole pages; the device pointer sits `skew` bytes
+// into it (0 for page-aligned allocations, as ncclMemAlloc's granularity gives).
+int allocate(CUdeviceptr* p, size_t bytes, size_t skew) {
   if (int rc = checkCtx()) return rc;
   if (!p || bytes == 0) return INVALID_VALUE;
-  const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  const size_t usable = (bytes + 255) / 256 * 256;
+  const size_t mapped = (usable + skew + kAlign - 1) / kAlign * kAlign;
   const int fd = memfd_create("cuda-standin", MFD_CLOEXEC);
-  if (fd < 0 || ftruncate(fd, rounded) != 0) { if (fd >= 0) close(fd); return OUT_OF_MEMORY; }
-  void* host = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (fd < 0 || ftruncate(fd, mapped) != 0) { if (fd >= 0) close(fd); return OUT_OF_MEMORY; }
+  void* host = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (host == MAP_FAILED) { close(fd); return OUT_OF_MEMORY; }
   std::lock_guard<std::mutex> lock(allocMu);
-  *p = nextPtr;
-  nextPtr += rounded + kAlign;  // a guard gap: off-by-one ranges never hit a neighbour
-  allocs[*p] = Alloc{host, rounded, fd, current->device};
+  *p = nextPtr + skew;
+  nextPtr += mapped + kAlign;  // a guard gap: off-by-one ranges never hit a neighbour
+  allocs[*p] = Alloc{static_cast<char*>(host) + skew, usable, fd, current->device, skew};
   return OK;
 }
+
+}  // namespace
+
+extern "C" {
+
+int cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) { return allocate(p, bytes, kAllocSkew); }
+int cuStandinMemAllocAligned(CUdeviceptr* p, size_t bytes) { return allocate(p, bytes, 0); }
 int cuMemFree_v2(CUdeviceptr p) {
   if (int rc = checkCtx()) return rc;
   std::lock_guard<std::mutex> lock(allocMu);
   auto it = allocs.find(p);
   if (it == allocs.end()) return INVALID_VALUE;
-  munmap(it->second.host, it->second.bytes);
-  close(it->second.fd);
+  const Alloc& a = it->second;
+  munmap(static_cast<char*>(a.host) - a.skew, (a.bytes + a.skew + kAlign - 1) / kAlign * kAlign);
+  close(a.fd);
   allocs.erase(it);
   return OK;
 }
 int cuMemGetInfo_v2(size_t* free, size_t* total) { *free = *total = size_t(80) << 30; return OK; }
 
-int cuMemHostRegister_v2(void* p, size_t bytes, unsigned) { return p && bytes ? checkCtx() : INVALID_VALUE; }
-int cuMemHostUnregister(void* p) { return p ? checkCtx() : INVALID_VALUE; }
+// The driver refuses to page-lock a range that overlaps one already registered, and
+// to unregister an address that no registration starts at.
+std::mutex hostRegMu;
+std::map<uintptr_t, size_t> hostRegistered;
+int cuMemHostRegister_v2(void* p, size_t bytes, unsigned) {
+  if (!p || !bytes) return INVALID_VALUE;
+  if (int rc = checkCtx()) return rc;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(hostRegMu);
+  auto next = hostRegistered.lower_bound(a);
+  if (next != hostRegistered.end() && next->first < a + bytes) return HOST_MEMORY_ALREADY_REGISTERED;
+  if (next != hostRegistered.begin() && std::prev(next)->first + std::prev(next)->second > a) {
+    return HOST_MEMORY_ALREADY_REGISTERED;
+  }
+  hostRegistered[a] = bytes;
+  return OK;
+}
+int cuMemHostUnregister(void* p) {
+  if (!p) return INVALID_VALUE;
+  if (int rc = checkCtx()) return rc;
+  std::lock_guard<std::mutex> lock(hostRegMu);
+  return hostRegistered.erase(reinterpret_cast<uintptr_t>(p)) ? OK : HOST_MEMORY_NOT_REGISTERED;
+}
 
 int cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
   if (int rc = checkCtx()) return rc;
@@ -254,9 +303,11 @@ int cuStreamDestroy_v2(CUstream s) {
 int cuStreamQuery(CUstream s) { return streamOf(s)->idle() ? OK : NOT_READY; }
 int cuStreamSynchronize(CUstream s) { streamOf(s)->drain(); return OK; }
 
-int cuEventCreate(CUevent_st** e, unsigned) {
+int cuEventCreate(CUevent_st** e, unsigned flags) {
   if (int rc = checkCtx()) return rc;
-  *e = reinterpret_cast<CUevent_st*>(new Event());
+  auto* ev = new Event();
+  ev->timing = (flags & 2) == 0;
+  *e = reinterpret_cast<CUevent_st*>(ev);
   return OK;
 }
 int cuEventDestroy_v2(CUevent_st* e) { delete reinterpret_cast<Event*>(e); return OK; }
@@ -294,6 +345,9 @@ int cuStreamWaitEvent(CUstream s, CUevent_st* ev, unsigned) {
 static int elapsed(float* ms, CUevent_st* a, CUevent_st* b) {
   Event* x = reinterpret_cast<Event*>(a);
   Event* y = reinterpret_cast<Event*>(b);
+  if (!ms || !x || !y) return INVALID_VALUE;
+  // As the driver: events without timing, or never recorded, have no time to compare.
+  if (!x->timing || !y->timing || x->recorded.load() == 0 || y->recorded.load() == 0) return INVALID_HANDLE;
   if (cuEventQuery(a) != OK || cuEventQuery(b) != OK) return NOT_READY;
   *ms = std::chrono::duration<float, std::milli>(y->when - x->when).count();
   return OK;
@@ -301,15 +355,18 @@ static int elapsed(float* ms, CUevent_st* a, CUevent_st* b) {
 int cuEventElapsedTime(float* ms, CUevent_st* a, CUevent_st* b) { return elapsed(ms, a, b); }
 int cuEventElapsedTime_v2(float* ms, CUevent_st* a, CUevent_st* b) { return elapsed(ms, a, b); }
 
-// dmabuf export: a dup of the allocation's memfd, so the fd maps the live bytes.
+// dmabuf export: a dup of the allocation's memfd, so the fd maps the live bytes (from
+// the allocation's first page). The range must be page-aligned and inside one allocation.
 int cuMemGetHandleForAddressRange(void* handle, CUdeviceptr p, unsigned long long bytes, int type,
                                   unsigned long long flags) {
   if (int rc = checkCtx()) return rc;
   if (type != 1 || flags != 0 || !handle) return INVALID_VALUE;
   if (p % kAlign != 0 || bytes % kAlign != 0) return INVALID_VALUE;  // the driver wants page granularity
   std::lock_guard<std::mutex> lock(allocMu);
-  auto it = allocs.find(p);
-  if (it == allocs.end() || bytes > it->second.bytes) return INVALID_VALUE;
+  auto it = allocs.upper_bound(p);
+  if (it == allocs.begin()) return INVALID_VALUE;
+  --it;
+  if (p < it->first || p + bytes > it->first + it->second.bytes) return INVALID_VALUE;
   *static_cast<int*>(handle) = dup(it->second.fd);
   return OK;
 }

@@ -66,6 +66,11 @@ void fillOneFrom(void* out, int64_t raw, int dtype) {
     case DType::Bfloat16: { uint16_t v = nnFloatToBf16(static_cast<float>(raw)); std::memcpy(out, &v, 2); break; }
     case DType::Float32: { float v = static_cast<float>(raw); std::memcpy(out, &v, 4); break; }
     case DType::Float64: { double v = static_cast<double>(raw); std::memcpy(out, &v, 8); break; }
+    case DType::Float8e4m3: case DType::Float8e5m2: {
+      const uint8_t v = ncclnode::floatToFp8(static_cast<double>(raw), static_cast<DType>(dtype));
+      std::memcpy(out, &v, 1);
+      break;
+    }
   }
 }
 

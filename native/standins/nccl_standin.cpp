@@ -6,6 +6,10 @@
 // Test knobs (environment):
 //   NCCL_STANDIN_VERSION=21806   the NCCL_VERSION code to report; functions newer than
 //                                it fail with ncclInvalidUsage ("needs NCCL >= x.y")
+//   NCCL_STANDIN_LAUNCH_DELAY_US=200
+//                                how long after a call on a nonblocking communicator
+//                                NCCL's thread launches its work (the call returns
+//                                ncclInProgress meanwhile, as NCCL 2.30 does)
 //   NCCL_STANDIN_FAULT=<action>:<Collective>:<rank>[:<nth>]
 //                                action hang (stop moving data until aborted) or exit
 //                                (the process dies), at the nth (default 1st) call of
@@ -82,13 +86,15 @@ const char* ncclGetErrorString(int r) {
     case 5: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
     case 6: return "remote process exited or there was a network error";
     case 7: return "NCCL operation in progress";
+    case 8: return "timeout";
     default: return "unknown result code";
   }
 }
 
-const char* ncclGetLastError(ncclComm_t comm) {
+// NCCL keeps one last-error text for the whole process; the argument is unused.
+const char* ncclGetLastError(ncclComm_t) {
   std::lock_guard<std::mutex> lock(globalMu);
-  lastErrorCopy = comm ? comm->lastError : globalLastError;
+  lastErrorCopy = globalLastError;
   return lastErrorCopy.c_str();
 }
 
@@ -141,11 +147,24 @@ int ncclCommAbort(ncclComm_t comm) {
   return kSuccess;
 }
 int ncclCommDestroy(ncclComm_t comm) {
-  if (!comm) return kInvalidArgument;
+  if (!comm) return kSuccess;
+  // Destroy on a communicator still in progress is refused and does nothing.
+  if (comm->asyncError.load() == kInProgress) {
+    setError(comm, "ncclCommDestroy: communicator is still in progress (finalize or abort it first)");
+    return kInvalidArgument;
+  }
   freeComm(comm, false);
   return kSuccess;
 }
-int ncclCommFinalize(ncclComm_t comm) { return comm ? kSuccess : kInvalidArgument; }
+// Flushes the communicator's work: in progress until everything issued has finished.
+int ncclCommFinalize(ncclComm_t comm) {
+  if (!comm) return kInvalidArgument;
+  if (int rc = checkIdle(comm, "ncclCommFinalize")) return rc;
+  auto drain = [comm] { while (comm->pending.load() > (comm->blocking ? 0 : 1)) std::this_thread::sleep_for(std::chrono::microseconds(200)); };
+  if (!comm->blocking) return later(comm, drain);
+  drain();
+  return kSuccess;
+}
 
 int ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* out, Config* config) {
   if (!comm || !out) return kInvalidArgument;
@@ -199,7 +218,8 @@ int ncclScatter(const void* s, void* r, size_t count, int dt, int root, ncclComm
 }
 
 int ncclRedOpCreatePreMulSum(int* op, void* scalar, int dt, int residence, ncclComm_t comm) {
-  if (!op || !scalar || !comm || dt < 0 || dt > 9) return kInvalidArgument;
+  if (!op || !scalar || !comm || dt < 0 || dt > 11) return kInvalidArgument;
+  if (int rc = checkIdle(comm, "ncclRedOpCreatePreMulSum")) return rc;
   void* src = residence == 1 ? scalar : cuStandinHostPtr(reinterpret_cast<CUdeviceptr>(scalar), 8);
   if (!src) { setError(comm, "ncclRedOpCreatePreMulSum: scalar is not a device pointer"); return kInvalidArgument; }
   std::lock_guard<std::mutex> lock(comm->mu);
@@ -210,14 +230,15 @@ int ncclRedOpCreatePreMulSum(int* op, void* scalar, int dt, int residence, ncclC
 }
 int ncclRedOpDestroy(int op, ncclComm_t comm) {
   if (!comm) return kInvalidArgument;
+  if (int rc = checkIdle(comm, "ncclRedOpDestroy")) return rc;
   std::lock_guard<std::mutex> lock(comm->mu);
   return comm->premul.erase(op) ? kSuccess : kInvalidArgument;
 }
 
 int ncclMemAlloc(void** ptr, size_t bytes) {
   if (hidden(nullptr, "ncclMemAlloc", 21900)) return kInvalidUsage;
-  CUdeviceptr p = 0;
-  if (cuMemAlloc_v2(&p, bytes) != 0) { setError(nullptr, "ncclMemAlloc: cuMemAlloc failed"); return kUnhandledCuda; }
+  CUdeviceptr p = 0;  // NCCL allocates at the driver's granularity: page-aligned
+  if (cuStandinMemAllocAligned(&p, bytes) != 0) { setError(nullptr, "ncclMemAlloc: cuMemAlloc failed"); return kUnhandledCuda; }
   *ptr = reinterpret_cast<void*>(p);
   return kSuccess;
 }
@@ -229,6 +250,7 @@ int ncclMemFree(void* ptr) {
 int ncclCommRegister(ncclComm_t comm, void* buf, size_t bytes, void** handle) {
   if (hidden(comm, "ncclCommRegister", 21900)) return kInvalidUsage;
   if (!comm || !handle) return kInvalidArgument;
+  if (int rc = checkIdle(comm, "ncclCommRegister")) return rc;
   // Device memory must be a live allocation; a canonical (host) address is taken
   // as page-locked host memory, which the stand-in cannot check further.
   const bool host = (reinterpret_cast<uintptr_t>(buf) >> 47) == 0;
@@ -244,6 +266,7 @@ int ncclCommRegister(ncclComm_t comm, void* buf, size_t bytes, void** handle) {
 int ncclCommDeregister(ncclComm_t comm, void* handle) {
   if (hidden(comm, "ncclCommDeregister", 21900)) return kInvalidUsage;
   if (!comm) return kInvalidArgument;
+  if (int rc = checkIdle(comm, "ncclCommDeregister")) return rc;
   std::lock_guard<std::mutex> lock(comm->mu);
   if (!comm->registered.erase(handle)) { setError(comm, "ncclCommDeregister: unknown handle"); return kInvalidArgument; }
   delete static_cast<char*>(handle);
@@ -259,9 +282,16 @@ int ncclCommWindowRegister(ncclComm_t comm, void* buf, size_t bytes, void** win,
     setError(comm, "ncclCommWindowRegister: buffer is not device memory");
     return kInvalidArgument;
   }
-  std::lock_guard<std::mutex> lock(comm->mu);
-  *win = new char(1);
-  comm->registered.insert(*win);
+  if (int rc = checkIdle(comm, "ncclCommWindowRegister")) return rc;
+  auto reg = [comm, win] {
+    std::lock_guard<std::mutex> lock(comm->mu);
+    void* h = new char(1);
+    comm->registered.insert(h);
+    *win = h;
+  };
+  // Nonblocking: *win is written later by NCCL's thread, as the real library does.
+  if (!comm->blocking) { *win = nullptr; return later(comm, reg); }
+  reg();
   return kSuccess;
 }
 int ncclCommWindowDeregister(ncclComm_t comm, void* win) { return ncclCommDeregister(comm, win); }

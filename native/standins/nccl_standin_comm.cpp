@@ -76,6 +76,12 @@ void scale(char* data, int dtype, size_t n, double s) {
       case DType::Uint64: { uint64_t v; memcpy(&v, p, 8); v = v * uint64_t(s); memcpy(p, &v, 8); break; }
       case DType::Float16: { uint16_t v; memcpy(&v, p, 2); v = ncclnode::floatToHalf(ncclnode::halfToFloat(v) * float(s)); memcpy(p, &v, 2); break; }
       case DType::Bfloat16: { uint16_t v; memcpy(&v, p, 2); v = ncclnode::floatToBf16(ncclnode::bf16ToFloat(v) * float(s)); memcpy(p, &v, 2); break; }
+      case DType::Float8e4m3: case DType::Float8e5m2: {  // in half, as NCCL's fp8 pre-multiply
+        const DType t = static_cast<DType>(dtype);
+        const double v = ncclnode::fp8ToFloat(static_cast<uint8_t>(*p), t) * double(_Float16(s));
+        *p = static_cast<char>(ncclnode::floatToFp8(double(_Float16(v)), t));
+        break;
+      }
       case DType::Float32: { float v; memcpy(&v, p, 4); v = v * float(s); memcpy(p, &v, 4); break; }
       case DType::Float64: { double v; memcpy(&v, p, 8); v = v * s; memcpy(p, &v, 8); break; }
     }
@@ -98,7 +104,8 @@ void reduceAll(char* out, char* all, int n, size_t count, const Plan& p) {
 // transfers move together, then each plan finishes locally.
 void runBatch(Batch& b) {
   Comm* c = b.comm;
-  if (c->aborted || c->asyncError.load() != kSuccess) return;  // like kernels after an abort
+  const int state = c->asyncError.load();
+  if (c->aborted || (state != kSuccess && state != kInProgress)) return;  // like kernels after an abort
   const int n = c->nranks, me = c->rank;
   std::vector<Xfer> xfers;
   std::vector<std::unique_ptr<std::vector<char>>> scratch(b.plans.size());
@@ -173,8 +180,7 @@ void runBatch(Batch& b) {
     transferAll(c->fds, xfers, c->aborted);
   } catch (const NetError& e) {
     setError(c, std::string("rank ") + std::to_string(me) + ": " + e.what());
-    int expected = kSuccess;
-    c->asyncError.compare_exchange_strong(expected, e.result);
+    failComm(c, e.result);
     return;
   }
   for (size_t i = 0; i < b.plans.size(); ++i) {
@@ -194,7 +200,7 @@ void runBatchThunk(void* arg) {
 // Resolves a call's device pointers and checks its arguments, as NCCL does at enqueue.
 int plan(Comm* c, const Call& call, Plan* out) {
   if (!c) return kInvalidArgument;
-  if (call.dtype < 0 || call.dtype > 9) { setError(c, "invalid data type"); return kInvalidArgument; }
+  if (call.dtype < 0 || call.dtype > 11) { setError(c, "invalid data type"); return kInvalidArgument; }
   const size_t n = c->nranks, bytes = call.count * width(call.dtype);
   const bool rooted = call.kind == Kind::Broadcast || call.kind == Kind::Reduce || call.kind == Kind::Gather ||
                       call.kind == Kind::Scatter || call.kind == Kind::Send || call.kind == Kind::Recv;
@@ -248,15 +254,48 @@ int& groupDepth() {
   return depth;
 }
 
+void failComm(Comm* c, int result) {
+  int cur = c->asyncError.load();
+  while ((cur == kSuccess || cur == kInProgress) && !c->asyncError.compare_exchange_weak(cur, result)) {
+  }
+}
+
+int checkIdle(Comm* c, const char* fn) {
+  const int state = c->asyncError.load();
+  if (state != kInProgress) return kSuccess;
+  setError(c, std::string(fn) + ": Attempt to use communicator before the previous operation returned ncclSuccess");
+  failComm(c, kInvalidArgument);
+  return kInvalidArgument;
+}
+
+int later(Comm* c, std::function<void()> work) {
+  static const long delayUs = [] {
+    const char* v = std::getenv("NCCL_STANDIN_LAUNCH_DELAY_US");
+    return v && *v ? std::atol(v) : 200L;
+  }();
+  c->asyncError = kInProgress;
+  c->pending++;
+  std::thread([c, work = std::move(work)] {
+    std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
+    work();
+    int expected = kInProgress;
+    c->asyncError.compare_exchange_strong(expected, kSuccess);
+    c->pending--;
+  }).detach();
+  return kInProgress;
+}
+
 int enqueue(Comm* c, CUstream stream, const Call& call) {
   if (!c) return kInvalidArgument;
-  if (c->asyncError.load() == kInProgress) { setError(c, "communicator is still initializing"); return kInvalidUsage; }
+  if (int rc = checkIdle(c, kindName(call.kind))) return rc;
   Plan p;
   if (int rc = plan(c, call, &p)) return rc;
   if (groupDepth() > 0) {
     grouped.push_back({c, stream, call});
     return kSuccess;
   }
+  // A nonblocking communicator launches the kernel later, from NCCL's thread.
+  if (!c->blocking) return later(c, [c, stream, p] { submit(c, stream, {p}); });
   return submit(c, stream, {p});
 }
 
@@ -264,6 +303,7 @@ int flushGroup() {
   std::vector<Deferred> calls;
   calls.swap(grouped);
   // One batch per (communicator, stream), in issue order.
+  int rc = kSuccess;
   while (!calls.empty()) {
     Comm* c = calls.front().comm;
     CUstream s = calls.front().stream;
@@ -272,13 +312,18 @@ int flushGroup() {
     for (const Deferred& d : calls) {
       if (d.comm != c || d.stream != s) { rest.push_back(d); continue; }
       Plan p;
-      if (int rc = plan(c, d.call, &p)) return rc;
+      if (int bad = plan(c, d.call, &p)) return bad;
       plans.push_back(p);
     }
-    submit(c, s, std::move(plans));
+    if (c->blocking) {
+      submit(c, s, std::move(plans));
+    } else {
+      later(c, [c, s, plans] { submit(c, s, plans); });
+      rc = kInProgress;
+    }
     calls.swap(rest);
   }
-  return kSuccess;
+  return rc;
 }
 
 double scalarToDouble(const void* p, int dtype) {
@@ -291,6 +336,8 @@ double scalarToDouble(const void* p, int dtype) {
     case DType::Uint64: return static_cast<double>(*static_cast<const uint64_t*>(p));
     case DType::Float16: return ncclnode::halfToFloat(*static_cast<const uint16_t*>(p));
     case DType::Bfloat16: return ncclnode::bf16ToFloat(*static_cast<const uint16_t*>(p));
+    case DType::Float8e4m3: case DType::Float8e5m2:
+      return ncclnode::fp8ToFloat(*static_cast<const uint8_t*>(p), static_cast<DType>(dtype));
     case DType::Float32: return *static_cast<const float*>(p);
     case DType::Float64: return *static_cast<const double*>(p);
   }
@@ -337,7 +384,7 @@ namespace {
 
 // The host-side part of a split: agree on colors and keys over the parent's mesh,
 // hand each new group an id from its first member, then connect the child.
-int doSplit(Comm* c, int color, int key, Comm* child) {
+int doSplit(Comm* c, int color, int key, Comm* child, const std::function<void()>& agreed) {
   const int n = c->nranks, me = c->rank;
   std::vector<int32_t> all(2 * n);
   all[2 * me] = color;
@@ -368,6 +415,7 @@ int doSplit(Comm* c, int color, int key, Comm* child) {
       xfers.push_back({leader[me], false, reinterpret_cast<char*>(&id), sizeof id});
     }
     transferAll(c->fds, xfers, c->aborted);
+    if (agreed) agreed();
     if (!child) return kSuccess;
     std::vector<std::pair<int, int>> members;  // (key, parent rank), NCCL's order
     for (int r = 0; r < n; ++r) if (all[2 * r] == color) members.push_back({all[2 * r + 1], r});
@@ -378,6 +426,7 @@ int doSplit(Comm* c, int color, int key, Comm* child) {
     return child->asyncError.load();
   } catch (const NetError& e) {
     setError(c, std::string("split: ") + e.what());
+    failComm(c, e.result);
     if (child) { setError(child, std::string("split: ") + e.what()); child->asyncError = e.result; }
     return e.result;
   }
@@ -387,16 +436,24 @@ int doSplit(Comm* c, int color, int key, Comm* child) {
 
 int splitComm(Comm* c, int color, int key, Comm** out, bool blocking) {
   *out = nullptr;
+  if (int rc = checkIdle(c, "ncclCommSplit")) return rc;
   if (c->asyncError.load() != kSuccess) return kInvalidUsage;
   while (c->pending.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   Comm* child = color >= 0 ? new Comm() : nullptr;
   if (child) child->blocking = blocking;
-  if (child && !blocking) {  // nonblocking: the child reports ncclInProgress until joined
-    child->init = std::thread([c, color, key, child] { doSplit(c, color, key, child); });
-    *out = child;
-    return kInProgress;
+  if (!c->blocking) {
+    // As NCCL with a nonblocking parent: the call returns at once with *out still
+    // NULL; NCCL's thread writes the child once the ranks agreed, while the parent
+    // reports ncclInProgress, and the child then finishes its own initialisation.
+    return later(c, [c, color, key, child, out] {
+      doSplit(c, color, key, child, [&] {
+        *out = child;
+        int expected = kInProgress;
+        c->asyncError.compare_exchange_strong(expected, kSuccess);
+      });
+    });
   }
-  const int rc = doSplit(c, color, key, child);
+  const int rc = doSplit(c, color, key, child, nullptr);
   *out = child;
   return rc;
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstddef>
 #include <map>
 #include <mutex>
@@ -14,13 +15,14 @@
 #include "standin_cuda_ext.h"
 
 extern "C" int cuMemAlloc_v2(CUdeviceptr*, size_t);
+extern "C" int cuStandinMemAllocAligned(CUdeviceptr*, size_t);
 extern "C" int cuMemFree_v2(CUdeviceptr);
 
 namespace standin {
 
 enum : int {
   kSuccess = 0, kUnhandledCuda = 1, kSystemError = 2, kInternalError = 3, kInvalidArgument = 4,
-  kInvalidUsage = 5, kRemoteError = 6, kInProgress = 7,
+  kInvalidUsage = 5, kRemoteError = 6, kInProgress = 7, kTimeout = 8,
 };
 
 struct Config {  // the prefix of ncclConfig_t every version shares
@@ -44,6 +46,8 @@ struct Comm {
   int rank = 0, nranks = 1;
   bool blocking = true;
   std::vector<int> fds;
+  // ncclInProgress while initialising and while a deferred launch (a nonblocking
+  // communicator's collective, group end, split, finalize, window) is not done.
   std::atomic<int> asyncError{kInProgress};
   std::atomic<bool> aborted{false};
   std::atomic<int> pending{0};  // enqueued operations not finished yet
@@ -65,6 +69,15 @@ typedef struct { char internal[128]; } ncclUniqueId;
 namespace standin {
 
 void setError(Comm* comm, const std::string& msg);
+// Records an asynchronous error unless one is already recorded (it sticks).
+void failComm(Comm* comm, int result);
+// NCCL's rule for nonblocking communicators: nothing may be called while the previous
+// call is still in progress. Returns ncclInvalidArgument (and records it as the
+// communicator's error, as NCCL does) or ncclSuccess.
+int checkIdle(Comm* comm, const char* fn);
+// Runs work from NCCL's own thread a little later, the communicator in progress
+// meanwhile; returns ncclInProgress. NCCL_STANDIN_LAUNCH_DELAY_US sets the delay.
+int later(Comm* comm, std::function<void()> work);
 Comm* startComm(const UniqueId& id, int nranks, int rank, bool blocking);
 void freeComm(Comm* comm, bool abort);
 int splitComm(Comm* comm, int color, int key, Comm** out, bool blocking);

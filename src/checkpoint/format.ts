@@ -9,7 +9,7 @@ import { NcclNodeError } from '../errors.js';
 
 export const SAFETENSORS_DTYPE: Record<DType, string> = {
   int8: 'I8', uint8: 'U8', int32: 'I32', uint32: 'U32', int64: 'I64', uint64: 'U64',
-  float16: 'F16', float32: 'F32', float64: 'F64', bfloat16: 'BF16',
+  float16: 'F16', float32: 'F32', float64: 'F64', bfloat16: 'BF16', float8e4m3: 'F8_E4M3', float8e5m2: 'F8_E5M2',
 };
 const FROM_SAFETENSORS = Object.fromEntries(Object.entries(SAFETENSORS_DTYPE).map(([k, v]) => [v, k])) as Record<string, DType>;
 

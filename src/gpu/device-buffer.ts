@@ -147,7 +147,9 @@ export class DeviceBuffer {
 
   /**
    * GPUDirect: exports [offset, offset + byteLength) as a dmabuf file descriptor for
-   * RDMA NICs and storage (cuMemGetHandleForAddressRange). Page-aligned ranges only;
+   * RDMA NICs and storage (cuMemGetHandleForAddressRange). The range must start at a
+   * page-aligned device address (cuMemAlloc promises only 256 bytes: see `ptr`) and span
+   * whole pages, or the call fails with ERR_INVALID_ARGUMENT;
    * the caller closes the fd.
    */
   exportDmabuf(offset = 0, byteLength = this.byteLength): number {

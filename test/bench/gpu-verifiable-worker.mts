@@ -3,14 +3,14 @@
 // and through the host one (verifiable.ts), on identically pre-filled slabs, for
 // every op and dtype at 2 and 4 ranks; then compare() against known perturbations.
 // Prints one JSON line.
-import { DTYPE_BYTES, DTYPES, REDUCE_OPS, type DType, type HostArray } from '../../src/dtypes.js';
+import { DTYPE_BYTES, REDUCE_OPS, type DType, type HostArray } from '../../src/dtypes.js';
 import { DeviceBuffer } from '../../src/gpu/device-buffer.js';
 import type { BenchDevice, Collective, InitArgs } from '../../src/bench/collective.js';
 import { COLLECTIVES } from '../../src/bench/collectives/index.js';
 import { createGpuDevice } from '../../src/bench/gpu-device.js';
 import { compareOnDevice, prepareOnDevice } from '../../src/bench/gpu-kernels.js';
 import { hostDevice } from '../../src/bench/host-device.js';
-import { countWrong, prepareExpected, prepareInput, type GenOp } from '../../src/bench/verifiable.js';
+import { countWrong, prepareExpected, prepareInput, VERIFIABLE_DTYPES, type GenOp } from '../../src/bench/verifiable.js';
 
 const BYTES = Number(process.env.VERIFIABLE_BYTES ?? 2048);
 const fallbacks: string[] = [];
@@ -70,7 +70,7 @@ for (const n of [2, 4]) {
   for (const coll of COLLECTIVES) {
     if (coll.powerOfTwo && (n & (n - 1)) !== 0) continue;
     const ops: GenOp[] = coll.redop === 'op' ? [...REDUCE_OPS] : ['nil'];
-    for (const op of ops) for (const dtype of DTYPES) for (let rank = 0; rank < n; rank++) for (const inPlace of [false, true]) {
+    for (const op of ops) for (const dtype of VERIFIABLE_DTYPES) for (let rank = 0; rank < n; rank++) for (const inPlace of [false, true]) {
       mismatches.push(...(await initBoth(coll, op, dtype, n, rank, inPlace)));
       cases++;
     }
@@ -80,7 +80,7 @@ for (const n of [2, 4]) {
 /** Direct calls at element offsets past 2^32 and a seed past 2^31 (idx and seed wrap in hash3). */
 async function farOffsets(): Promise<string[]> {
   const bad: string[] = [];
-  for (const dtype of DTYPES) {
+  for (const dtype of VERIFIABLE_DTYPES) {
     for (const op of [...REDUCE_OPS, 'nil'] as GenOp[]) {
       for (const [rank, offset] of [[0, 2 ** 32 + 77], [3, 2 ** 40 + 5], [-1, 2 ** 33 - 3]] as const) {
         const buf = DeviceBuffer.alloc({ dtype, length: 64 });
@@ -108,7 +108,7 @@ async function farOffsets(): Promise<string[]> {
 const DELTAS = [0, 1, -1, 2, -2, 3, -3, 1000];
 async function comparisons() {
   const rows: Array<{ dtype: DType; op: GenOp; want: number; device: number; host: number }> = [];
-  for (const dtype of DTYPES) {
+  for (const dtype of VERIFIABLE_DTYPES) {
     for (const op of ['avg', 'sum', 'nil'] as GenOp[]) {
       const len = 40;
       const exp = DeviceBuffer.alloc({ dtype, length: len });

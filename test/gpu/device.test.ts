@@ -2,7 +2,7 @@
 // PinnedHostBuffer, dmabuf export and the kernels, in child processes so each
 // case gets its own library environment.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { addon, build, root, standinEnv } from './helpers.js';
@@ -60,8 +60,10 @@ describe('GPU libraries and device memory on the stand-ins', () => {
       await b.copyFrom(view); const fromPinned = Array.from(await b.copyTo(new Float32Array(4)));
       pinned.dispose();
       const big = nn.DeviceBuffer.alloc({ dtype: 'uint8', length: 8192 });
-      const fd = big.exportDmabuf(0, 4096);
-      let bad; try { big.exportDmabuf(1, 4096); } catch (e) { bad = e.code; }
+      // cuMemAlloc promises 256-byte alignment only: export from the first page boundary.
+      const pageOffset = Number((4096n - (big.ptr % 4096n)) % 4096n);
+      const fd = big.exportDmabuf(pageOffset, 4096);
+      let bad; try { big.exportDmabuf(pageOffset + 1, 4096); } catch (e) { bad = e.code + ': ' + e.message; }
       let disposed; a.dispose(); try { await a.toHost(); } catch (e) { disposed = e.code; }
       let mismatch; try { await b.copyTo(new Float32Array(3)); } catch (e) { mismatch = e.code; }
       return { back, half, zeros, fromPinned, fd, bad, disposed, mismatch, elapsed: start.elapsedMs(end), ptr: typeof b.ptr, allocator: b.allocator };`,
@@ -71,7 +73,7 @@ describe('GPU libraries and device memory on the stand-ins', () => {
     expect(out.zeros).toEqual([0, 0, 0, 0]);
     expect(out.fromPinned).toEqual([9, 8, 7, 6]);
     expect(out.fd).toBeGreaterThan(2);
-    expect(out.bad).toBe('ERR_CUDA');
+    expect(out.bad).toMatch(/^ERR_INVALID_ARGUMENT: exportDmabuf: the range must start at a page-aligned device address/);
     expect(out.disposed).toBe('ERR_INVALID_ARGUMENT');
     expect(out.mismatch).toBe('ERR_SIZE_MISMATCH');
     expect(out.elapsed).toBeGreaterThanOrEqual(0);
@@ -96,6 +98,25 @@ describe('CUDA kernels', () => {
     for (const k of ['fill', 'verify', 'cast_f32_bf16', 'cast_f32_f16', 'cast_bf16_f32', 'cast_f16_f32', 'checksum']) {
       expect(text).toContain(`nccl_node_${k}`);
     }
+  });
+
+  it.skipIf(!existsSync(fatbin))('kernels built with CUDA 13 on an older driver: ERR_UNAVAILABLE naming both versions, before cuModuleLoadData', () => {
+    const built = readFileSync(fatbin.replace(/\.fatbin$/, '.cuda-version'), 'utf8').trim();
+    expect(Number(built)).toBeGreaterThanOrEqual(12000);
+    const older = String(Number(built) - 10);
+    const out = run(`
+      const b = nn.DeviceBuffer.alloc({ dtype: 'float32', length: 64 });
+      try { await nn.kernels.fill(b, 1, 3); return { ok: true }; } catch (e) { return { code: e.code, message: e.message }; }`,
+    standinEnv({ CUDA_STANDIN_DRIVER_VERSION: older }));
+    expect(out.code).toBe('ERR_UNAVAILABLE');
+    const text = (v: number) => `${Math.floor(v / 1000)}.${(v % 1000) / 10}`;
+    expect(out.message).toContain(`built with CUDA ${text(Number(built))}`);
+    expect(out.message).toContain(`this driver supports CUDA ${text(Number(older))}`);
+    // The same build on a driver as new as the toolkit loads and runs.
+    const ok = run(`
+      const b = nn.DeviceBuffer.alloc({ dtype: 'float32', length: 64 });
+      await nn.kernels.fill(b, 1, 3); return { ok: true };`, standinEnv({ CUDA_STANDIN_DRIVER_VERSION: built }));
+    expect(ok.ok).toBe(true);
   });
 
   it.skipIf(!existsSync(fatbin))('fill / verify / casts / checksum give what the kernels define', () => {

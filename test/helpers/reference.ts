@@ -5,6 +5,12 @@
  */
 import { arrayTypeOf, type DType, type HostArray, type ReduceOp } from '../../src/dtypes.js';
 import { bf16ToFloat, floatToBf16, floatToHalf, halfToFloat } from '../../src/util/half.js';
+import { floatToFp8e4m3, floatToFp8e5m2, fp8e4m3ToFloat, fp8e5m2ToFloat } from '../../src/util/fp8.js';
+
+const FP8: Partial<Record<DType, [encode: (v: number) => number, decode: (b: number) => number]>> = {
+  float8e4m3: [floatToFp8e4m3, fp8e4m3ToFloat],
+  float8e5m2: [floatToFp8e5m2, fp8e5m2ToFloat],
+};
 
 const INT_BITS: Partial<Record<DType, [bits: number, signed: boolean]>> = {
   int8: [8, true],
@@ -24,6 +30,7 @@ export function get(arr: HostArray, dtype: DType, i: number): number | bigint {
   const v = arr[i]!;
   if (dtype === 'bfloat16') return bf16ToFloat(v as number);
   if (dtype === 'float16') return halfToFloat(v as number);
+  if (FP8[dtype]) return FP8[dtype]![1](v as number);
   return v;
 }
 
@@ -33,14 +40,16 @@ export function encode16(dtype: DType, value: number): number {
 
 /**
  * Small integer values (so sums and products of up to 4 ranks are exact in every
- * dtype, including bfloat16) that differ by rank, case and position.
+ * dtype, including bfloat16; fp8 takes -1..2, exact in both formats) that differ by
+ * rank, case and position.
  */
 export function valueAt(dtype: DType, rank: number, seed: number, i: number): number {
-  return valueOf(!(INT_BITS[dtype] && !INT_BITS[dtype]![1]), (seed * 40503) ^ (rank * 97), i);
+  return valueOf(!(INT_BITS[dtype] && !INT_BITS[dtype]![1]), (seed * 40503) ^ (rank * 97), i, FP8[dtype] !== undefined);
 }
 
-function valueOf(signed: boolean, salt: number, i: number): number {
+function valueOf(signed: boolean, salt: number, i: number, fp8 = false): number {
   const h = (Math.imul(i, 2654435761) ^ salt) >>> 0;
+  if (fp8) return (h % 4) - 1;
   const v = (h % 7) - (signed ? 3 : 0); // -3..3 or 0..6
   return signed ? v : v % 4;
 }
@@ -52,6 +61,8 @@ export function makeInput(dtype: DType, rank: number, seed: number, n: number): 
   const salt = (seed * 40503) ^ (rank * 97);
   if (arr instanceof BigInt64Array || arr instanceof BigUint64Array) {
     for (let i = 0; i < n; i++) arr[i] = BigInt(valueOf(signed, salt, i));
+  } else if (FP8[dtype]) {
+    for (let i = 0; i < n; i++) (arr as Uint8Array)[i] = FP8[dtype]![0](valueOf(signed, salt, i, true));
   } else if (dtype === 'float16' || dtype === 'bfloat16') {
     const codes = new Map<number, number>(); // only seven distinct values
     for (let i = 0; i < n; i++) {
@@ -104,6 +115,7 @@ export function reduceValues(dtype: DType, op: ReduceOp, values: (number | bigin
 export function setValue(arr: HostArray, dtype: DType, i: number, v: number | bigint): void {
   if (arr instanceof BigInt64Array || arr instanceof BigUint64Array) arr[i] = BigInt(v);
   else if (dtype === 'float16' || dtype === 'bfloat16') arr[i] = encode16(dtype, Number(v));
+  else if (FP8[dtype]) arr[i] = FP8[dtype]![0](Math.fround(Number(v)));
   else arr[i] = Number(v);
 }
 
