@@ -26,8 +26,10 @@ fetch_wheel() {  # <pip requirement> <target dir> <member>...
     say "pip could not fetch $req"
     exit 3
   fi
-  mkdir -p "$target.part"
-  python3 - "$tmp"/*.whl "$target.part" "$@" <<'EOF'
+  local out
+  out=$(mktemp -d "$dest/.part.XXXXXX")  # beside the target, so the final mv is a rename
+  chmod 755 "$out"
+  python3 - "$tmp"/*.whl "$out" "$@" <<'EOF'
 import sys, zipfile, os
 whl, out, members = sys.argv[1], sys.argv[2], sys.argv[3:]
 with zipfile.ZipFile(whl) as z:
@@ -35,8 +37,9 @@ with zipfile.ZipFile(whl) as z:
         with z.open(m) as src, open(os.path.join(out, os.path.basename(m)), "wb") as dst:
             dst.write(src.read())
 EOF
-  rm -rf "$target"
-  mv "$target.part" "$target"  # complete or absent: a killed fetch leaves no half cache
+  # Complete or absent: a killed fetch leaves no half cache, and of two concurrent
+  # fetches (test runs in several checkouts) the first to finish wins.
+  mv -T "$out" "$target" 2>/dev/null || { rm -rf "$out"; [ -d "$target" ]; }
 }
 
 if [ ! -f "$dest/nccl/libnccl.so.2" ]; then
@@ -48,8 +51,9 @@ if [ ! -f "$dest/cufile/libcufile.so.0" ]; then
 fi
 if [ ! -f "$dest/cuda/cudaTypedefs.h" ]; then
   if [ -f /usr/local/cuda/include/cuda.h ] && [ -f /usr/local/cuda/include/cudaTypedefs.h ]; then
-    mkdir -p "$dest/cuda"
-    cp /usr/local/cuda/include/cuda.h /usr/local/cuda/include/cudaTypedefs.h "$dest/cuda/"
+    out=$(mktemp -d "$dest/.part.XXXXXX")
+    cp /usr/local/cuda/include/cuda.h /usr/local/cuda/include/cudaTypedefs.h "$out/"
+    mv -T "$out" "$dest/cuda" 2>/dev/null || rm -rf "$out"
   else
     fetch_wheel "nvidia-cuda-runtime==13.*" "$dest/cuda" \
       nvidia/cu13/include/cuda.h nvidia/cu13/include/cudaTypedefs.h

@@ -353,13 +353,9 @@ SAME_VALUE(NCCL_CONFIG_UNDEF_INT, INT_MIN)
 DTYPE(Int8, ncclInt8) DTYPE(Uint8, ncclUint8) DTYPE(Int32, ncclInt32) DTYPE(Uint32, ncclUint32)
 DTYPE(Int64, ncclInt64) DTYPE(Uint64, ncclUint64) DTYPE(Float16, ncclFloat16) DTYPE(Float32, ncclFloat32)
 DTYPE(Float64, ncclFloat64) DTYPE(Bfloat16, ncclBfloat16)
+DTYPE(Float8e4m3, ncclFloat8e4m3) DTYPE(Float8e5m2, ncclFloat8e5m2)
 SAME_VALUE(ncclFloat8e4m3, 10) SAME_VALUE(ncclFloat8e5m2, 11)
-// The 8-bit float types, once DType has them, must keep NCCL's numbers.
-template <class E, class = void> struct Fp8 { static constexpr bool ok = true; };
-template <class E> struct Fp8<E, std::void_t<decltype(E::Float8e4m3), decltype(E::Float8e5m2)>> {
-  static constexpr bool ok = static_cast<int>(E::Float8e4m3) == ncclFloat8e4m3 && static_cast<int>(E::Float8e5m2) == ncclFloat8e5m2;
-};
-static_assert(Fp8<ncclnode::DType>::ok, "DType's 8-bit floats differ from ncclDataType_t");
+SAME_VALUE(ncclnode::kNumDTypes, ncclNumTypes)
 #define REDOP(ours, theirs) SAME_VALUE(static_cast<int>(ncclnode::RedOp::ours), theirs)
 REDOP(Sum, ncclSum) REDOP(Prod, ncclProd) REDOP(Max, ncclMax) REDOP(Min, ncclMin) REDOP(Avg, ncclAvg)
 SAME_VALUE(ncclnode::kNumRedOps, ncclNumOps)
