@@ -335,6 +335,13 @@ AT(nvmlGpuFabricInfoV3, healthSummary, 36)
 static_assert(sizeof(ncclnode::nvmlEventData) == 32, "nvmlEventData_t is 32 bytes");
 AT(nvmlEventData, device, 0) AT(nvmlEventData, eventType, 8) AT(nvmlEventData, eventData, 16)
 AT(nvmlEventData, gpuInstanceId, 24) AT(nvmlEventData, computeInstanceId, 28)
+// nvmlReturn_t and nvmlEventType* values, from the same reference.
+static_assert(ncclnode::kNvmlSuccess == 0 && ncclnode::kNvmlInvalidArgument == 2 && ncclnode::kNvmlNotSupported == 3 &&
+                  ncclnode::kNvmlTimeout == 10 && ncclnode::kNvmlFunctionNotFound == 13,
+              "NVML_SUCCESS 0, NVML_ERROR_INVALID_ARGUMENT 2, _NOT_SUPPORTED 3, _TIMEOUT 10, _FUNCTION_NOT_FOUND 13");
+static_assert(ncclnode::kNvmlEventDbe == 0x2 && ncclnode::kNvmlEventXid == 0x8 && ncclnode::kNvmlEventGpuUnavailable == 0x4000 &&
+                  ncclnode::kNvmlEventRecoveryAction == 0x8000,
+              "nvmlEventTypeDoubleBitEccError 0x2, XidCriticalError 0x8, GpuUnavailableError 0x4000, GpuRecoveryAction 0x8000");
 
 // ---- Enums and constants ---------------------------------------------------------
 
