@@ -70,6 +70,10 @@ describe.skipIf(!ref)('ABI: the project declarations against the real NVIDIA hea
     expect(nccl).toEqual(loaderBinds('native/nccl/nccl_api.cpp'));
     const cuda = [...table('CUDA_FUNCTIONS'), ...table('CUDA_FALLBACKS')].map(([field, name]) => `${field} ${name}`).sort();
     expect(cuda).toEqual(loaderBinds('native/cuda/cuda_api.cpp'));
+    // Single symbols bound elsewhere (symbol(api.lib, "name")).
+    const elsewhere = [...readFileSync(join(root, 'native/io/device_copy.cpp'), 'utf8').matchAll(/symbol\(api\.lib, "(\w+)"\)/g)].map((m) => m[1]);
+    expect(elsewhere.length).toBeGreaterThan(0);
+    expect(table('CUDA_OTHERS').map(([, name]) => name)).toEqual(elsewhere);
     const cufile = [...table('CUFILE_FUNCTIONS').map(([field, , name]) => [field, name]), ...table('CUFILE_FALLBACKS')]
       .map(([field, name]) => `${field} ${name}`).sort();
     expect(cufile).toEqual(loaderBinds('native/io/cufile_api.cpp'));

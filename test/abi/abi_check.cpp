@@ -64,6 +64,10 @@
 // Older names a loader falls back to: X(field, "name", the PFN_ typedef of that version).
 #define CUDA_FALLBACKS(X) X(cuEventElapsedTime, "cuEventElapsedTime", PFN_cuEventElapsedTime_v2000)
 
+// Bound outside the loaders: X(cuda.h name, "name dlsym'd", the type the call site casts to).
+#define CUDA_OTHERS(X) \
+  X(cuStreamSynchronize, "cuStreamSynchronize", ncclnode::CUresult (*)(ncclnode::CUstream))  // io/device_copy.cpp
+
 // X(NcclApi field, nccl.h function); the loader dlsyms the function's own name.
 #define NCCL_FUNCTIONS(X)                               \
   X(GetVersion, ncclGetVersion)                         \
@@ -234,6 +238,9 @@ CUDA_FUNCTIONS(DECLARE_TAG)
 #define DECLARE_TAG(field, fn) struct fn;
 NCCL_FUNCTIONS(DECLARE_TAG)
 #undef DECLARE_TAG
+#define DECLARE_TAG(fn, ...) struct fn;
+CUDA_OTHERS(DECLARE_TAG)
+#undef DECLARE_TAG
 #define DECLARE_TAG(field, fn, ...) struct fn;
 CUFILE_FUNCTIONS(DECLARE_TAG)
 #undef DECLARE_TAG
@@ -250,6 +257,11 @@ CUDA_FUNCTIONS(CHECK_CUDA)
   static_assert(abi::Function<tag::p_##field, proj::p_##field, pfn>::check(),          \
                 "CudaApi::" #field " differs from " #pfn " (the fallback " name ")");
 CUDA_FALLBACKS(CHECK_CUDA_FALLBACK)
+
+#define CHECK_CUDA_OTHER(fn, name, type)                                                                  \
+  static_assert(abi::Function<tag::fn, type, decltype(&::fn)>::check(), #fn ": the call site's type differs"); \
+  static_assert(abi::streq(XSTR(fn), name), #fn ": cuda.h maps it to another symbol than " name);
+CUDA_OTHERS(CHECK_CUDA_OTHER)
 
 #define CHECK_NCCL(field, fn)                                                                             \
   static_assert(abi::Function<tag::fn, decltype(ncclnode::NcclApi::field), decltype(&::fn)>::check(),    \
