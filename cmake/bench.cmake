@@ -1,3 +1,7 @@
+if(NOT NCCL_NODE_DEV)
+  return()
+endif()
+
 # bench/gloo_direct: Gloo's all-reduce, and the addon's own Gloo algorithm, called
 # from C++ with no addon in between: the baseline bench/allreduce-overhead.ts
 # measures the addon against.

@@ -1,3 +1,7 @@
+if(NOT NCCL_NODE_DEV)
+  return()
+endif()
+
 # Checkpoint I/O: stand-in libcufile.so.0 (GPUDirect Storage) in <build>/standins,
 # built like cmake/gpu.cmake's stand-ins (nn_standin) and linked to the stand-in
 # libcuda, whose host-backed "device" memory it reads and writes.

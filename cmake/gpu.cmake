@@ -2,27 +2,30 @@
 # The addon itself never links CUDA, NCCL or NVML; it dlopens them (native/cuda/dl.cpp).
 
 # --- Stand-ins: libcuda.so.1, libnccl.so.2, libnvidia-ml.so.1 in <build>/standins ---
-# Real sonames and C ABI, export maps like the real libraries'. Tests point
-# NCCL_NODE_LIBCUDA / NCCL_NODE_LIBNCCL / NCCL_NODE_LIBNVML at these files.
-set(NN_STANDIN_DIR ${CMAKE_BINARY_DIR}/standins)
-set(NN_SI ${CMAKE_CURRENT_SOURCE_DIR}/native/standins)
+# Development builds only (NCCL_NODE_DEV): their sources are not in the npm package.
+if(NCCL_NODE_DEV)
+  # Real sonames and C ABI, export maps like the real libraries'. Tests point
+  # NCCL_NODE_LIBCUDA / NCCL_NODE_LIBNCCL / NCCL_NODE_LIBNVML at these files.
+  set(NN_STANDIN_DIR ${CMAKE_BINARY_DIR}/standins)
+  set(NN_SI ${CMAKE_CURRENT_SOURCE_DIR}/native/standins)
 
-function(nn_standin target name soversion map)
-  add_library(${target} SHARED ${ARGN} ${CMAKE_CURRENT_SOURCE_DIR}/native/core/dtype.cpp)
-  set_target_properties(${target} PROPERTIES OUTPUT_NAME ${name} VERSION ${soversion} SOVERSION ${soversion}
-    LIBRARY_OUTPUT_DIRECTORY ${NN_STANDIN_DIR} BUILD_RPATH "$ORIGIN")
-  target_link_options(${target} PRIVATE "-Wl,--version-script=${NN_SI}/${map}")
-  target_link_libraries(${target} PRIVATE Threads::Threads)
-endfunction()
+  function(nn_standin target name soversion map)
+    add_library(${target} SHARED ${ARGN} ${CMAKE_CURRENT_SOURCE_DIR}/native/core/dtype.cpp)
+    set_target_properties(${target} PROPERTIES OUTPUT_NAME ${name} VERSION ${soversion} SOVERSION ${soversion}
+      LIBRARY_OUTPUT_DIRECTORY ${NN_STANDIN_DIR} BUILD_RPATH "$ORIGIN")
+    target_link_options(${target} PRIVATE "-Wl,--version-script=${NN_SI}/${map}")
+    target_link_libraries(${target} PRIVATE Threads::Threads)
+  endfunction()
 
-nn_standin(nccl_node_standin_cuda cuda 1 cuda.map
-  ${NN_SI}/cuda_standin.cpp ${NN_SI}/cuda_standin_kernels.cpp)
-nn_standin(nccl_node_standin_nccl nccl 2 nccl.map
-  ${NN_SI}/nccl_standin.cpp ${NN_SI}/nccl_standin_comm.cpp ${NN_SI}/nccl_standin_net.cpp)
-# Real libnccl needs the driver too: DT_NEEDED libcuda.so.1, found next to it.
-target_link_libraries(nccl_node_standin_nccl PRIVATE nccl_node_standin_cuda)
-nn_standin(nccl_node_standin_nvml nvidia-ml 1 nvml.map ${NN_SI}/nvml_standin.cpp)
-add_dependencies(${PROJECT_NAME} nccl_node_standin_cuda nccl_node_standin_nccl nccl_node_standin_nvml)
+  nn_standin(nccl_node_standin_cuda cuda 1 cuda.map
+    ${NN_SI}/cuda_standin.cpp ${NN_SI}/cuda_standin_kernels.cpp)
+  nn_standin(nccl_node_standin_nccl nccl 2 nccl.map
+    ${NN_SI}/nccl_standin.cpp ${NN_SI}/nccl_standin_comm.cpp ${NN_SI}/nccl_standin_net.cpp)
+  # Real libnccl needs the driver too: DT_NEEDED libcuda.so.1, found next to it.
+  target_link_libraries(nccl_node_standin_nccl PRIVATE nccl_node_standin_cuda)
+  nn_standin(nccl_node_standin_nvml nvidia-ml 1 nvml.map ${NN_SI}/nvml_standin.cpp)
+  add_dependencies(${PROJECT_NAME} nccl_node_standin_cuda nccl_node_standin_nccl nccl_node_standin_nvml)
+endif()
 
 # --- Kernels: native/kernels/kernels.cu -> <build>/kernels/nccl_node_kernels.fatbin ---
 # Loaded at run time with cuModuleLoadData; without nvcc the addon still builds and

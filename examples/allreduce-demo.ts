@@ -4,7 +4,7 @@
  *
  *   npx nccl-node run --nproc-per-node 4 examples/allreduce-demo.ts
  */
-import { init } from '../src/index.js';
+import { init } from 'nccl-node';
 
 const comm = await init();
 const { rank, size } = comm;

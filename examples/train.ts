@@ -17,18 +17,18 @@
 import { createHash } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { pathToFileURL } from 'node:url';
-import { checkpointEverySteps } from '../src/checkpoint/interval.js';
-import { latest } from '../src/checkpoint/layout.js';
-import { loadTraining, trainingState } from '../src/checkpoint/runtime.js';
-import { Checkpointer, type SaveHandle } from '../src/checkpoint/save.js';
-import type { Communicator } from '../src/comm/communicator.js';
-import { init } from '../src/comm/init.js';
-import { DistributedDataParallel } from '../src/runtime/ddp.js';
-import { FullyShardedDataParallel } from '../src/runtime/fsdp.js';
-import { DeviceMesh } from '../src/runtime/mesh.js';
-import { createOptimizer } from '../src/runtime/optim.js';
-import type { DDPOptions, FSDPOptions, OptimizerOptions } from '../src/runtime/options.js';
-import type { DataParallel } from '../src/runtime/types.js';
+import { init, type Communicator } from 'nccl-node';
+import { checkpointEverySteps, Checkpointer, latest, loadTraining, trainingState, type SaveHandle } from 'nccl-node/checkpoint';
+import {
+  createOptimizer,
+  DeviceMesh,
+  DistributedDataParallel,
+  FullyShardedDataParallel,
+  type DataParallel,
+  type DDPOptions,
+  type FSDPOptions,
+  type OptimizerOptions,
+} from 'nccl-node/runtime';
 import { globalBatch, rowsOf } from './tiny-lm/data.js';
 import { DEFAULT_CONFIG, TEST_CONFIG, TinyLM, type TinyLMConfig } from './tiny-lm/model.js';
 

@@ -33,9 +33,15 @@ if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.j
   npm ci --ignore-scripts --no-audit --no-fund
 fi
 
-# 3. The addon, the stand-in GPU libraries and, where nvcc exists, the CUDA kernels.
+# 3. The addon, the stand-in GPU libraries and C++ benchmark baselines (NCCL_NODE_DEV)
+#    and, where nvcc exists, the CUDA kernels.
 say "building the native addon (cmake-js)"
-npx --no-install cmake-js compile --out build >build-native.log 2>&1 || {
+# cmake-js passes -D options only when it configures; a build directory configured
+# earlier (e.g. by a user-style install) keeps its cache, so switch the option there.
+if [ -f build/CMakeCache.txt ] && ! grep -q '^NCCL_NODE_DEV:BOOL=ON' build/CMakeCache.txt; then
+  cmake -DNCCL_NODE_DEV=ON build >/dev/null
+fi
+npx --no-install cmake-js compile --out build --CDNCCL_NODE_DEV=ON >build-native.log 2>&1 || {
   tail -n 40 build-native.log >&2
   echo "setup: the native build failed; the whole log is in build-native.log" >&2
   exit 1

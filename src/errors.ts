@@ -17,6 +17,8 @@ export const ERROR_CODES = [
   'ERR_CUDA',
   'ERR_NVML',
   'ERR_IO',
+  /** Data read back does not match its checksum or digest (a damaged or edited checkpoint). */
+  'ERR_CHECKSUM',
   'ERR_LAUNCH',
 ] as const;
 

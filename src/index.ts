@@ -36,5 +36,7 @@ export { Registration, type RegisterOptions } from './gpu/register.js';
 export { health, onXid, assess, type HealthReport, type GpuHealth, type XidEvent, type XidWatch } from './gpu/health.js';
 // Training runtime (docs/runtime.md): DDP bucketing, FSDP/ZeRO sharding, optimizers, device mesh.
 export * as runtime from './runtime/index.js';
+// Sharded checkpoints (docs/checkpoint.md); also the subpath nccl-node/checkpoint.
+export * as checkpoint from './checkpoint/index.js';
 export { DistributedDataParallel, FullyShardedDataParallel, DeviceMesh, createOptimizer } from './runtime/index.js';
 export type { ParamLike, ModelHooks, DataParallel, DDPOptions, FSDPOptions, OptimizerOptions, MeshOptions } from './runtime/index.js';

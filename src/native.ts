@@ -109,7 +109,7 @@ export function binding(): Binding {
     'ERR_UNAVAILABLE',
     `the nccl-node addon could not be loaded.\n  Tried:\n    ${errors.join('\n    ')}\n` +
       '  Possible solutions:\n' +
-      '    - build it: npm run build:native (needs cmake, g++ and libgloo-dev)\n' +
-      '    - or run bash scripts/setup.sh, which installs what is missing',
+      '    - installed package: npm rebuild nccl-node (needs cmake, g++ and libgloo-dev)\n' +
+      '    - checkout: npm run build:native, or bash scripts/setup.sh, which installs what is missing',
   );
 }

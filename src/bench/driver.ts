@@ -16,6 +16,8 @@ import { perIterBody, rowBody, rowPreamble, timestamp, type IterStatsUs, type Me
 export interface Control {
   /** Ranks taking part (the world size): -a 1 averages over them. */
   size: number;
+  /** This process's place among them: its row in -I's per-process times. */
+  rank: number;
   allReduce(values: number[], op: 'sum' | 'min' | 'max'): Promise<number[]>;
   /** Rank 0's values everywhere (-a 0). */
   fromRank0(values: number[]): Promise<number[]>;
@@ -34,7 +36,7 @@ export interface BenchEnv {
 }
 
 export interface MeasurementRecord extends Measurement {
-  perIter?: IterStatsUs & { avg: number; p50: number; p95: number; stdev: number; timesUs: number[]; skipped: number };
+  perIter?: IterStatsUs & { avg: number; p50: number; p95: number; stdev: number; timesUs: number[]; skipped: number; processTimesUs: number[][] };
 }
 
 export interface Row {
@@ -197,11 +199,20 @@ class TimeTest {
     return this.env.dev.countWrong(recv, this.slab('expected', 0).at(0, c.recvCount), this.type.dtype, op);
   }
 
-  /** Per-iteration times (max over ranks), as nccl-tests' -I statistics. */
+  /**
+   * Per-iteration times as nccl-tests' -I statistics: every process's row (gathered
+   * as a sum of rows that are zero except one's own), and their per-iteration max.
+   */
   private async iterStats(starts: number[], ends: number[], paired: boolean) {
     const f = this.f;
     const local = starts.map((s, i) => ((ends[i] ?? s) - (paired || i === 0 ? s : (ends[i - 1] ?? s))) / f.agg_iters);
-    const times = await this.env.control.allReduce(local, 'max');
+    const { size, rank } = this.env.control;
+    const n = local.length;
+    const mine = new Array<number>(size * n).fill(0);
+    mine.splice(rank * n, n, ...local);
+    const all = await this.env.control.allReduce(mine, 'sum');
+    const rows = Array.from({ length: size }, (_, r) => all.slice(r * n, (r + 1) * n));
+    const times = local.map((_, i) => Math.max(...rows.map((row) => row[i]!)));
     const sorted = times.slice(f.per_iter_skip).sort((a, b) => a - b);
     const k = sorted.length;
     const pct = (p: number) => sorted[Math.min(k - 1, Math.floor((k * p + 99) / 100) - 1)]!;
@@ -211,6 +222,7 @@ class TimeTest {
     return {
       min: us(sorted[0]!), max: us(sorted[k - 1]!), p99: us(pct(99)), cvPct: avg > 0 ? (stdev / avg) * 100 : 0,
       avg: us(avg), p50: us(sorted[Math.floor(k / 2)]!), p95: us(pct(95)), stdev: us(stdev), timesUs: times.map(us), skipped: f.per_iter_skip,
+      processTimesUs: rows.map((row) => row.map(us)),
     };
   }
 

@@ -22,6 +22,8 @@ export interface ParamsLine {
   blocking: number;
   perIterTiming: number;
   perIterSkip: number;
+  /** What -I's per-iteration times measure: nccl-tests' 'CUDA event' unless given. */
+  timing?: string;
 }
 
 export interface RankLine {
@@ -55,7 +57,7 @@ export function headerLines(program: string, p: ParamsLine, ranks: RankLine[]): 
   if (p.blocking === 3) lines.push('# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier ');
   if (p.perIterTiming) {
     const skip = p.perIterSkip ? `; summary skips first ${p.perIterSkip} iterations` : '';
-    lines.push(`# Per-Iteration Report: CUDA event timing; i_* uses max over process rows${skip} `);
+    lines.push(`# Per-Iteration Report: ${p.timing ?? 'CUDA event'} timing; i_* uses max over process rows${skip} `);
   }
   lines.push('#', '# Using devices', ...ranks.map(rankLine));
   return lines;

@@ -99,6 +99,7 @@ export function gpuControl(comm: Communicator): Control {
   }
   return {
     size: comm.size,
+    rank: comm.rank,
     allReduce: (values, op) => through(values, (b) => comm.allReduce(b, { op })),
     fromRank0: (values) => through(values, (b) => comm.broadcast(b, { root: 0 })),
     barrier: async () => void (await comm.barrier()),

@@ -39,6 +39,7 @@ function packageVersion(): string {
 function commControl(comm: Communicator): Control {
   return {
     size: comm.size,
+    rank: comm.rank,
     async allReduce(values, op) {
       const buf = Float64Array.from(values);
       await comm.allReduce(buf, { op });
@@ -122,7 +123,7 @@ export async function benchRank(coll: Collective, flags: BenchFlags, args: strin
     const ranks = await gatherRankLines(world, myRankLine(world, color));
     print(versionLine(world));
     for (const n of cfg.notices) print(n);
-    for (const l of headerLines(program, { ...paramsOf(cfg.flags) }, ranks)) print(l);
+    for (const l of headerLines(program, { ...paramsOf(cfg.flags), timing: gpu ? 'CUDA event' : 'host completion' }, ranks)) print(l);
     for (const l of tableHeader(!!cfg.flags.report_cputime, !!cfg.flags.report_timestamps, !!cfg.flags.per_iter_timing)) print(l);
 
     const env: BenchEnv = {

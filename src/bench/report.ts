@@ -113,6 +113,8 @@ function perIter(m: MeasurementRecord) {
   return {
     skipped_iterations: p.skipped, min_us: p.min, max_us: p.max, avg_us: p.avg, p50_us: p.p50, p95_us: p.p95,
     p99_us: p.p99, stdev_us: p.stdev, cv_pct: p.cvPct, times_us: p.timesUs,
+    // nccl-tests writes the per-process rows only when there is more than one process
+    ...(p.processTimesUs.length > 1 ? { per_process_max_times_us: p.processTimesUs } : {}),
   };
 }
 

@@ -50,15 +50,24 @@ export class Control {
     });
   }
 
-  /** Rank 0's verdict (true: committed) reaches every rank. */
-  async verdict(ok: boolean): Promise<boolean> {
+  /**
+   * Rank 0's verdict (true: committed) reaches every rank. A rank that loses it
+   * (rank 0 died, maybe after its commit was durable) asks `fromDisk` instead, so
+   * what it reports matches what a later load finds.
+   */
+  async verdict(ok: boolean, fromDisk: () => Promise<boolean>): Promise<boolean> {
     const comm = this.#comm;
     if (!comm) return ok;
-    return this.#guard('commit verdict', async () => {
-      const status = new Int32Array([ok ? 1 : 0]);
-      await broadcast(comm, status);
-      return status[0] === 1;
-    });
+    try {
+      return await this.#guard('commit verdict', async () => {
+        const status = new Int32Array([ok ? 1 : 0]);
+        await broadcast(comm, status);
+        return status[0] === 1;
+      });
+    } catch (err) {
+      if (await fromDisk()) return true;
+      throw err;
+    }
   }
 
   async #guard<T>(phase: Phase, f: () => Promise<T>): Promise<T> {

@@ -1,11 +1,12 @@
 /**
  * Directory layout: ROOT/step-0000000042/{rank-00000-of-00004.safetensors, ...,
- * manifest.json}. A step directory without a manifest is debris from a save that
- * died (or one still being written) and never counts as a checkpoint.
+ * manifest.json, commit.json}. A step directory without commit.json is debris
+ * from a save that died (or one still being written) and never counts as a
+ * checkpoint.
  */
 import { readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { MANIFEST, readManifest } from './manifest.js';
+import { COMMIT, readManifest } from './manifest.js';
 
 const STEP_DIR = /^step-(\d{10})$/;
 
@@ -37,7 +38,7 @@ export async function listCheckpoints(root: string): Promise<Entry[]> {
     const m = STEP_DIR.exec(name);
     if (!m) continue;
     const dir = join(root, name);
-    out.push({ step: Number(m[1]), dir, committed: await exists(join(dir, MANIFEST)) });
+    out.push({ step: Number(m[1]), dir, committed: await exists(join(dir, COMMIT)) });
   }
   return out.sort((a, b) => a.step - b.step);
 }
@@ -47,7 +48,7 @@ export async function committed(root: string): Promise<Entry[]> {
   return (await listCheckpoints(root)).filter((e) => e.committed).reverse();
 }
 
-/** The newest committed checkpoint whose manifest parses, or null. */
+/** The newest committed checkpoint whose manifest matches its commit marker and parses, or null. */
 export async function latest(root: string): Promise<string | null> {
   for (const e of await committed(root)) {
     try {
@@ -63,8 +64,8 @@ export async function latest(root: string): Promise<string | null> {
 /**
  * Keeps the newest `keep` committed checkpoints; removes older ones and any
  * uncommitted debris older than the newest commit (never newer debris: that may
- * be a save in flight). The manifest goes first, so a crash mid-removal leaves
- * debris, never a checkpoint with files missing.
+ * be a save in flight). The commit marker goes first, so a crash mid-removal
+ * leaves debris, never a checkpoint with files missing.
  */
 export async function prune(root: string, keep: number): Promise<string[]> {
   const all = await listCheckpoints(root);
@@ -74,7 +75,7 @@ export async function prune(root: string, keep: number): Promise<string[]> {
   const drop = new Set(done.slice(0, Math.max(0, done.length - Math.max(1, keep))).map((e) => e.dir));
   for (const e of all) if (!e.committed && e.step < newest) drop.add(e.dir);
   for (const dir of drop) {
-    await rm(join(dir, MANIFEST), { force: true });
+    await rm(join(dir, COMMIT), { force: true });
     await rm(dir, { recursive: true, force: true });
   }
   return [...drop];

@@ -10,8 +10,9 @@ import { join } from 'node:path';
 import { nativeHandle, type Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
 import { DeviceBuffer } from '../gpu/device-buffer.js';
-import { buildManifest, uncommit, writeManifest, type RankRecord } from './commit.js';
+import { buildManifest, committedOnDisk, uncommit, writeManifest, type RankRecord } from './commit.js';
 import { Control } from './control.js';
+import { crc32cConcat } from './crc.js';
 import { encodeHeader } from './format.js';
 import { io, settle } from './io.js';
 import { prune, shardFileName, stepDirName } from './layout.js';
@@ -41,6 +42,8 @@ export interface CommitInfo {
   /** Background time from snapshot to durable commit. */
   seconds: number;
   pruned: string[];
+  /** Retention failed after the commit (rank 0 only; the checkpoint itself is committed). */
+  pruneError?: string;
   /** Every rank that saved DeviceBuffers wrote them with GPUDirect Storage (cuFileWrite); false if none did. */
   gds: boolean;
   /** Ranks whose DeviceBuffers went through host memory instead, and why. */
@@ -179,8 +182,12 @@ export class Checkpointer {
       const device = staged.some((s) => s.fromDevice && s.byteLength > 0);
       const onHost = staged.some((s) => s.fromDevice && s.byteLength > 0 && !(s.bytes instanceof DeviceBuffer));
       const gdsReason = onHost ? this.#pool.gds().reason : res.gdsReason;
+      // The whole file's CRC follows from the header's and the pieces' (they lie back to back).
+      const headerCrc32c = io().crc32c(header.bytes);
+      const crc32c = crc32cConcat([{ crc: headerCrc32c, bytes: header.bytes.length }, ...staged.map((s, i) => ({ crc: res.crcs[i]!, bytes: s.byteLength }))]);
+      if (res.bytes !== header.totalBytes) throw new NcclNodeError('ERR_IO', `${file}: wrote ${res.bytes} bytes, the header lays out ${header.totalBytes}`);
       mine = {
-        rank: this.#rank, file, bytes: res.bytes, direct: res.direct,
+        rank: this.#rank, file, bytes: res.bytes, headerBytes: header.bytes.length, headerCrc32c, crc32c, direct: res.direct,
         ...(device ? { gds: res.gds && !onHost, gdsReason } : {}),
         pieces: staged.map((s, i) => ({ name: s.name, dtype: s.dtype, globalShape: s.globalShape, offset: s.offset, length: s.length, dataOffset: header.dataOffsets[i]!, crc32c: res.crcs[i]!, chunks: [...res.chunks[i]!] })),
       };
@@ -192,21 +199,36 @@ export class Checkpointer {
     const failed = all.filter((r) => r.error);
     let error = failed.length ? `checkpoint step ${step} not committed: ${failed.map((r) => `rank ${r.rank}: ${r.error}`).join('; ')}` : '';
     let pruned: string[] = [];
+    let pruneError: string | undefined;
     if (this.#rank === 0 && !error) {
       try {
         await writeManifest(dir, buildManifest(step, chunkBytes, all, train, metadata));
-        const keep = this.#o.keep ?? 3;
-        if (keep > 0) pruned = await prune(this.#root, keep);
       } catch (err) {
         error = `checkpoint step ${step} not committed: rank 0: ${(err as Error).message}`;
+        // A commit marker whose durability is unknown must not outlive a "not committed".
+        await uncommit(dir).catch(() => undefined);
+      }
+      if (!error) {
+        faultPoint('exit-after-commit', step);
+        const keep = this.#o.keep ?? 3;
+        try {
+          if (keep > 0) pruned = await prune(this.#root, keep);
+        } catch (err) {
+          pruneError = (err as Error).message;
+        }
       }
     }
-    if (!(await control.verdict(!error)) && !error) error = `checkpoint step ${step} not committed: rank 0 failed to write the manifest`;
+    // A rank that loses the verdict (rank 0, or another rank, died after the exchange) reads it
+    // from the disk: rank 0 may have committed before it died, or may still be committing.
+    const fromDisk = this.#rank === 0 ? async () => !error : () => settleFromDisk(dir, step, all);
+    const verdict = await control.verdict(!error, fromDisk);
+    if (!verdict && !error) error = `checkpoint step ${step} not committed: rank 0 failed to write the manifest`;
     if (error) throw new NcclNodeError('ERR_IO', error, { step, dir });
     const bytes = all.reduce((a, r) => a + (r.bytes ?? 0), 0);
     const withDevice = all.filter((r) => r.gds !== undefined);
     return {
       dir, step, bytes, direct: all.every((r) => r.direct), seconds: (performance.now() - t0) / 1000, pruned,
+      ...(pruneError !== undefined ? { pruneError } : {}),
       gds: withDevice.length > 0 && withDevice.every((r) => r.gds),
       gdsFallback: withDevice.filter((r) => !r.gds).map((r) => ({ rank: r.rank, reason: r.gdsReason ?? '' })),
     };
@@ -226,4 +248,27 @@ export async function save(state: CheckpointState, root: string, options: Checkp
   // Frees the staging (device copies, pinned memory, the side stream) once committed or failed.
   h.committed.finally(() => c.close()).catch(() => undefined);
   return h;
+}
+
+/**
+ * Fault injection for tests: NCCL_NODE_CKPT_FAULT=exit-after-commit (every save) or
+ * exit-after-commit@N (the save of step N) makes the process SIGKILL itself right
+ * after rank 0's commit is durable, before the verdict reaches the other ranks
+ * (test/checkpoint/ranks.test.ts).
+ */
+function faultPoint(point: 'exit-after-commit', step: number): void {
+  const f = process.env.NCCL_NODE_CKPT_FAULT;
+  if (f === point || f === `${point}@${step}`) process.kill(process.pid, 'SIGKILL');
+}
+
+/** How long a rank that lost the verdict waits for rank 0's commit to appear on disk. */
+const VERDICT_GRACE_MS = 3000;
+
+async function settleFromDisk(dir: string, step: number, records: RankRecord[]): Promise<boolean> {
+  const until = performance.now() + VERDICT_GRACE_MS;
+  for (;;) {
+    if (await committedOnDisk(dir, step, records)) return true;
+    if (performance.now() >= until) return false;
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }

@@ -46,8 +46,8 @@ function expectExact(r: Record<string, any>): void {
   expect(r.bad).toEqual({ deviceW: 0, deviceB: 0, window: 0, hostW: 0, hostB: 0, hostInts: 0 });
   expect(r.padOk).toBe(true);
   expect(r.problems).toEqual([]);
-  expect(r.corrupt?.code).toBe('ERR_IO');
-  expect(r.corrupt?.message).toMatch(/tensor w .*checksum mismatch/);
+  expect(r.corrupt?.code).toBe('ERR_CHECKSUM');
+  expect(r.corrupt?.message).toMatch(/tensor w: checksum mismatch/);
 }
 
 describe('DeviceBuffer checkpoints on the stand-ins', () => {

@@ -5,7 +5,8 @@
  * table; after the commit, every rank loads the whole of `p` into a DeviceBuffer
  * and compares it with the values the shards were built from. If DIE_RANK is
  * set, step 2 follows and that rank is SIGKILLed inside its shard write; the
- * survivors report how, and how fast, their `committed` settles.
+ * survivors report how, and how fast, their `committed` settles. SAVE_STEP2=1
+ * saves step 2 without that kill (rank 0 may be given NCCL_NODE_CKPT_FAULT).
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -43,8 +44,8 @@ let bad = 0;
 for (let i = 0; i < NUMEL; i++) if (!Object.is(got[i], value('p', i, 1))) bad++;
 const out: Record<string, unknown> = { rank, backend: comm.backend, deviceStaging: h1.deviceStaging, gds: info.gds, gdsFallback: info.gdsFallback, loadGds: r.gds, bad };
 
-if (process.env.DIE_RANK !== undefined) {
-  const dies = rank === Number(process.env.DIE_RANK);
+if (process.env.DIE_RANK !== undefined || process.env.SAVE_STEP2) {
+  const dies = process.env.DIE_RANK !== undefined && rank === Number(process.env.DIE_RANK);
   const state = await stateFor(2);
   // The dying rank's big tensor keeps its shard write going long enough to be killed inside it.
   if (dies) state.tensors.big = { data: bigTensor(2), globalShape: [bigTensor.N], offset: 0 };

@@ -20,13 +20,14 @@ const COMM_TIMEOUT_MS = 60_000;
 const scratch = mkdtempSync(join(tmpdir(), 'ckpt-ranks-'));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
-async function run(n: number, backend: 'nccl' | 'gloo', extra: Record<string, string> = {}): Promise<{ dir: string; res: RankResult[] }> {
+async function run(n: number, backend: 'nccl' | 'gloo', extra: Record<string, string> = {}, rankEnv?: (rank: number) => Record<string, string>): Promise<{ dir: string; res: RankResult[] }> {
   const dir = mkdtempSync(join(scratch, `${backend}-`));
   const res = await runRanks('test/checkpoint/ranks-worker.ts', n, {
     env: {
       ...standinEnv(), NCCL_NODE_LIBCUFILE: join(standins, 'libcufile.so.0'), CKPT_DIR: dir, BACKEND: backend,
       COMM_TIMEOUT_MS: String(COMM_TIMEOUT_MS), ...extra,
     },
+    rankEnv,
     timeoutMs: 90_000,
   });
   return { dir, res };
@@ -67,6 +68,26 @@ describe('multi-rank DeviceBuffer checkpoints on the stand-ins', () => {
       const entries = await listCheckpoints(dir);
       expect(entries.map((e) => [e.step, e.committed])).toEqual([[1, true], [2, false]]);
       expect(await latest(dir)).toBe(entries[0]!.dir);
+    });
+  }
+
+  for (const backend of ['gloo', 'nccl'] as const) {
+    it(`3 ranks over ${backend}, rank 0 killed right after its commit: the others report step 2 committed, as the disk says`, async () => {
+      const { dir, res } = await run(3, backend, { SAVE_STEP2: '1' }, (rank): Record<string, string> => (rank === 0 ? { NCCL_NODE_CKPT_FAULT: 'exit-after-commit@2' } : {}));
+      expect(res[0]!.signal, describeRanks(res)).toBe('SIGKILL');
+      const ckpt = await latest(dir);
+      expect(ckpt).toBe(join(dir, 'step-0000000002'));
+      for (const r of res.slice(1)) {
+        expect(r.code, describeRanks(res)).toBe(0);
+        expect(r.reports[0]!.step2, describeRanks(res)).toEqual({ committed: true });
+      }
+      const p = new Float32Array(NUMEL);
+      const got = await load(ckpt!, { p: { data: p, offset: 0 } });
+      expect(got.step).toBe(2);
+      let bad = 0;
+      for (let i = 0; i < NUMEL; i++) if (!Object.is(p[i], value('p', i, 2))) bad++;
+      expect(bad).toBe(0);
+      expect((await verify(ckpt!)).problems).toEqual([]);
     });
   }
 });

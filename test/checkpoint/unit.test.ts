@@ -6,6 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Checkpointer, dalyInterval, latest, load, listCheckpoints, verify, youngInterval, consolidate, checkpointEverySteps } from '../../src/checkpoint/index.js';
 import { decodeHeader } from '../../src/checkpoint/format.js';
 import { io } from '../../src/checkpoint/io.js';
+import { crc32cConcat } from '../../src/checkpoint/crc.js';
 import { isNcclNodeError } from '../../src/errors.js';
 
 const roots: string[] = [];
@@ -56,6 +57,13 @@ describe('checkpoint', () => {
     expect(io().crc32c(b.subarray(4), io().crc32c(b.subarray(0, 4)))).toBe(0xe3069283);
   });
 
+  it('CRC32C of a concatenation follows from the parts\' CRCs and lengths', () => {
+    const parts = [0, 1, 7, 4096, 100_003].map((n, k) => new Uint8Array(n).map((_, i) => (i * 131 + k * 17) & 0xff));
+    let all = new Uint8Array(0);
+    for (const p of parts) all = new Uint8Array([...all, ...p]);
+    expect(crc32cConcat(parts.map((p) => ({ crc: io().crc32c(p), bytes: p.length })))).toBe(io().crc32c(all));
+  });
+
   it('round trips bit-exactly, with train state and metadata, as valid safetensors', async () => {
     const root = tmp();
     const ck = await Checkpointer.create(root);
@@ -98,8 +106,8 @@ describe('checkpoint', () => {
     bytes[bytes.length - 600_000]! ^= 0x10; // inside model.w
     writeFileSync(f, bytes);
     const err = await load(root, targets()).catch((e: unknown) => e);
-    expect(isNcclNodeError(err, 'ERR_IO')).toBe(true);
-    expect((err as Error).message).toMatch(/rank-00000-of-00001\.safetensors, tensor model\.w .*checksum mismatch/);
+    expect(isNcclNodeError(err, 'ERR_CHECKSUM')).toBe(true);
+    expect((err as Error).message).toMatch(/rank-00000-of-00001\.safetensors, tensor model\.w: checksum mismatch/);
     expect((await verify(h2.dir)).problems.map((p) => p.tensor)).toEqual(['model.w']);
     const r = await load(root, targets(), { fallback: true });
     expect(r.step).toBe(1);
@@ -114,16 +122,16 @@ describe('checkpoint', () => {
     const f = join(h.dir, 'rank-00000-of-00001.safetensors');
     truncateSync(f, 500_000);
     const err = await load(root, targets()).catch((e: unknown) => e);
-    expect((err as Error).message).toMatch(/rank-00000-of-00001\.safetensors, tensor model\.w .*truncated/);
+    expect((err as Error).message).toMatch(/rank-00000-of-00001\.safetensors, tensor model\.w: truncated/);
     expect((await verify(h.dir)).problems.length).toBeGreaterThan(0);
   });
 
-  it('a step directory without a manifest is not a checkpoint', async () => {
+  it('a step directory without its commit marker is not a checkpoint', async () => {
     const root = tmp();
     const ck = await Checkpointer.create(root);
     const h = await ck.save(state(4));
     await h.committed;
-    rmSync(join(h.dir, 'manifest.json'));
+    rmSync(join(h.dir, 'commit.json'));
     expect(await latest(root)).toBeNull();
     expect((await listCheckpoints(root))[0]!.committed).toBe(false);
   });

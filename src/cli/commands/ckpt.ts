@@ -34,7 +34,7 @@ export function registerCkptCommand(program: Command): void {
       if (all.length === 0) process.stdout.write(`no checkpoints in ${dir}\n`);
       for (const e of all) {
         if (!e.committed) {
-          process.stdout.write(`${e.dir}  step ${e.step}  UNCOMMITTED (no manifest: incomplete, ignored)\n`);
+          process.stdout.write(`${e.dir}  step ${e.step}  UNCOMMITTED (no commit.json: incomplete, ignored)\n`);
           continue;
         }
         try {
@@ -42,19 +42,19 @@ export function registerCkptCommand(program: Command): void {
           const bytes = m.files.reduce((a, f) => a + f.bytes, 0);
           process.stdout.write(`${e.dir}  step ${m.step}  world ${m.worldSize}  ${Object.keys(m.tensors).length} tensors  ${mib(bytes)}  ${m.createdAt}\n`);
         } catch (err) {
-          process.stdout.write(`${e.dir}  step ${e.step}  BAD MANIFEST: ${(err as Error).message}\n`);
+          process.stdout.write(`${e.dir}  step ${e.step}  DAMAGED: ${(err as Error).message}\n`);
         }
       }
     }),
   );
 
-  ckpt.command('verify <dir>').description('read every byte and check every checksum; exit 1 naming each bad file and tensor').action((dir: string) =>
+  ckpt.command('verify <dir>').description('check the manifest digest and every shard byte (length, header, chunk, piece and file CRCs); exit 1 naming each bad file and tensor').action((dir: string) =>
     fail(async () => {
       const d = await resolveCheckpoint(dir);
       const { problems, bytes, manifest } = await verify(d);
-      if (problems.length) {
-        for (const p of problems) process.stderr.write(`CORRUPT ${p.file} tensor ${p.tensor}: ${p.error}\n`);
-        throw new Error(`${d}: ${problems.length} bad piece(s)`);
+      if (problems.length || !manifest) {
+        for (const p of problems) process.stderr.write(`CORRUPT ${p.file}${p.tensor ? ` tensor ${p.tensor}` : ''}: ${p.error}\n`);
+        throw new Error(`${d}: ${problems.length} problem(s)`);
       }
       process.stdout.write(`${d}: OK (step ${manifest.step}, ${Object.keys(manifest.tensors).length} tensors, ${mib(bytes)} verified)\n`);
     }),
