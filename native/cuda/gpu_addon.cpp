@@ -69,6 +69,25 @@ Napi::Value CreateNccl(const Napi::CallbackInfo& info) {
   });
 }
 
+// The optional NCCL features the loaded library enables: the loader leaves a pointer
+// null when the symbol is missing or newer than the library's version says.
+Napi::Object NcclFeatures(Napi::Env env, const NcclApi& a) {
+  const struct { const char* name; bool on; } features[] = {
+      {"register", a.CommRegister && a.CommDeregister},
+      {"symmetricWindows", a.CommWindowRegister && a.CommWindowDeregister},
+      {"memAlloc", a.MemAlloc && a.MemFree},
+      {"alltoall", a.AlltoAll != nullptr},
+      {"gather", a.Gather != nullptr},
+      {"scatter", a.Scatter != nullptr},
+      {"shrink", a.CommShrink != nullptr},
+      {"revoke", a.CommRevoke != nullptr},
+      {"finalize", a.CommFinalize != nullptr},
+  };
+  Napi::Object out = Napi::Object::New(env);
+  for (const auto& f : features) out.Set(f.name, Napi::Boolean::New(env, f.on));
+  return out;
+}
+
 // gpuInfo() -> what loads here, without throwing: {cuda, nccl, devices, ...}
 Napi::Value GpuInfo(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -90,6 +109,7 @@ Napi::Value GpuInfo(const Napi::CallbackInfo& info) {
   if (nc) {
     out.Set("ncclVersion", nc->versionString());
     out.Set("ncclVersionCode", nc->version);
+    out.Set("ncclFeatures", NcclFeatures(env, *nc));
   } else {
     out.Set("ncclError", why);
   }

@@ -1,5 +1,7 @@
 #include "cufile_api.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -24,6 +26,22 @@ bool bind(CufileApi& a, F& fn, const char* name, std::string* missing) {
   return fn != nullptr;
 }
 
+// cuFile writes cufile.log into the working directory unless told otherwise
+// (CUFILE_LOGFILE_PATH, or logging.dir in the JSON config CUFILE_ENV_PATH_JSON names).
+// When the user set neither, the log goes to the OS temp dir, one file per process
+// (ranks would overwrite a shared one). Returns the log's path, or "" when the user's
+// own configuration decides.
+std::string placeCufileLog() {
+  const char* file = std::getenv("CUFILE_LOGFILE_PATH");
+  if (file && *file) return file;
+  const char* json = std::getenv("CUFILE_ENV_PATH_JSON");
+  if (json && *json) return "";
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/nccl-node-cufile-" + std::to_string(getpid()) + ".log";
+  setenv("CUFILE_LOGFILE_PATH", path.c_str(), 0);
+  return path;
+}
+
 Loaded& loaded() {
   static Loaded l;
   static std::once_flag once;
@@ -31,6 +49,7 @@ Loaded& loaded() {
     // cuFileDriverOpen needs a working CUDA driver; a missing one is the better message.
     if (!tryCuda(&l.why)) return;
     CufileApi& a = l.api;
+    const std::string log = placeCufileLog();  // before the library reads its environment
     a.lib = openLibrary("NCCL_NODE_LIBCUFILE", "libcufile.so.0", "GPUDirect Storage (libcufile.so.0)", &l.why);
     if (!a.lib) return;
     const char* env = std::getenv("NCCL_NODE_LIBCUFILE");
@@ -51,7 +70,8 @@ Loaded& loaded() {
     }
     const CUfileError e = a.DriverOpen();
     if (e.err != kCufileSuccess) {
-      l.why = "cuFileDriverOpen failed: " + cufileErrorText(e.err) + (e.cu_err ? " (CUDA error " + std::to_string(e.cu_err) + ")" : "");
+      l.why = "cuFileDriverOpen failed: " + cufileErrorText(e.err) + (e.cu_err ? " (" + cuErrorText(e.cu_err) + ")" : "") +
+              (log.empty() ? "" : "; cuFile's log: " + log);
       return;
     }
     l.ok = true;
@@ -68,19 +88,8 @@ const CufileApi* tryCufile(std::string* why) {
 }
 
 std::string cufileErrorText(int err) {
-  // CUfileOpError values from cufile.h (CUFILEOP_BASE_ERR = 5000); the ones a writer meets.
-  static const struct { int code; const char* name; } names[] = {
-      {0, "CU_FILE_SUCCESS"}, {5001, "CU_FILE_DRIVER_NOT_INITIALIZED"}, {5007, "CU_FILE_PLATFORM_NOT_SUPPORTED"},
-      {5008, "CU_FILE_IO_NOT_SUPPORTED"}, {5009, "CU_FILE_DEVICE_NOT_SUPPORTED"}, {5010, "CU_FILE_NVFS_DRIVER_ERROR"},
-      {5011, "CU_FILE_CUDA_DRIVER_ERROR"}, {5012, "CU_FILE_CUDA_POINTER_INVALID"}, {5018, "CU_FILE_INVALID_FILE_TYPE"},
-      {5019, "CU_FILE_INVALID_FILE_OPEN_FLAG"}, {5020, "CU_FILE_DIO_NOT_SET"}, {5022, "CU_FILE_INVALID_VALUE"},
-      {5023, "CU_FILE_MEMORY_ALREADY_REGISTERED"}, {5024, "CU_FILE_MEMORY_NOT_REGISTERED"},
-      {5025, "CU_FILE_PERMISSION_DENIED"}, {5027, "CU_FILE_HANDLE_NOT_REGISTERED"}, {5030, "CU_FILE_INTERNAL_ERROR"},
-      {5034, "CU_FILE_IO_DISABLED"}, {5036, "CU_FILE_GPU_MEMORY_PINNING_FAILED"}};
-  for (const auto& n : names) {
-    if (n.code == err) return std::string(n.name) + " (" + std::to_string(err) + ")";
-  }
-  return "cuFile error " + std::to_string(err);
+  const char* name = cufileErrorName(err);
+  return name ? std::string(name) + " (" + std::to_string(err) + ")" : "cuFile error " + std::to_string(err);
 }
 
 std::string cufileIoErrorText(ssize_t r, int savedErrno) {

@@ -1,26 +1,48 @@
 /** The NCCL half of init(): backend choice and communicator creation (used by src/comm/init.ts). */
 import { NcclNodeError, fromNative } from '../errors.js';
 import type { Binding } from '../native.js';
-import { detectBackend } from './detect.js';
+import { LIBRARY_ENV, detectBackend, probeLibrary } from './detect.js';
 import { NcclComm } from './nccl-comm.js';
 import { deviceOverride } from './device.js';
 
-/** For backend 'auto': the libraries are found by file, then load, and see a GPU. */
-export function ncclUsable(native: Binding): boolean {
-  if (detectBackend().backend !== 'nccl' || typeof native.gpuInfo !== 'function') return false;
+/**
+ * Why NCCL cannot be used here, or undefined when it can: the libraries found by file
+ * (for 'auto' only: 'nccl' loads what it is told to), then loaded, then a GPU.
+ */
+function ncclUnusable(native: Binding, byFile: boolean): string | undefined {
+  if (byFile) {
+    const found = detectBackend();
+    if (found.backend !== 'nccl') return found.reason;
+  }
+  if (typeof native.gpuInfo !== 'function') return 'this build of the addon has no GPU support';
   const info = native.gpuInfo();
-  return info.cuda && info.nccl && info.devices > 0;
+  return !info.cuda ? info.cudaError : !info.nccl ? info.ncclError : info.devices === 0 ? 'no CUDA device is visible' : undefined;
 }
 
-/** 'gloo', 'nccl' (checked now, before any rendezvous) or 'auto'. */
+/** For backend 'auto': the libraries are found by file, then load, and see a GPU. */
+export function ncclUsable(native: Binding): boolean {
+  return ncclUnusable(native, true) === undefined;
+}
+
+/**
+ * 'gloo', 'nccl' (checked now, before any rendezvous) or 'auto'. 'auto' says why it
+ * chose Gloo (one warning line) when some NCCL library is there or named, since then
+ * NCCL was probably meant; a machine with none of them falls back silently.
+ */
 export function chooseBackend(native: Binding, requested: 'auto' | 'gloo' | 'nccl', rank: number): 'gloo' | 'nccl' {
   if (requested === 'gloo') return 'gloo';
-  if (requested === 'auto') return ncclUsable(native) ? 'nccl' : 'gloo';
+  if (requested === 'auto') {
+    const why = ncclUnusable(native, true);
+    if (why === undefined) return 'nccl';
+    if (probeLibrary('nccl').path || process.env[LIBRARY_ENV.cuda]) {
+      process.emitWarning(`init on rank ${rank}: backend 'auto' uses Gloo: ${why.split('\n')[0]}`, { code: 'NCCL_NODE_BACKEND_FALLBACK' });
+    }
+    return 'gloo';
+  }
   if (typeof native.gpuInfo !== 'function') {
     throw new NcclNodeError('ERR_UNAVAILABLE', `init on rank ${rank}: this build of the addon has no GPU support; rebuild it`);
   }
-  const info = native.gpuInfo();
-  const why = !info.cuda ? info.cudaError : !info.nccl ? info.ncclError : info.devices === 0 ? 'no CUDA device is visible' : undefined;
+  const why = ncclUnusable(native, false);
   if (why) throw new NcclNodeError('ERR_UNAVAILABLE', `init on rank ${rank}: the nccl backend is unavailable: ${why}`);
   return 'nccl';
 }

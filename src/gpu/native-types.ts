@@ -62,6 +62,8 @@ export interface GpuInfo {
   nccl: boolean;
   ncclVersion?: string;
   ncclVersionCode?: number;
+  /** Optional features the loaded libnccl enables (register, symmetricWindows, memAlloc, alltoall, ...). */
+  ncclFeatures?: Record<string, boolean>;
   ncclError?: string;
 }
 

@@ -40,6 +40,17 @@ describe('nccl-node doctor', () => {
     expect(report.probe.health.devices[1].problems).toEqual(['GPU is lost (NVML_ERROR_GPU_IS_LOST): reset or reboot']);
   }, 60000);
 
+  it("lists the optional NCCL features the loaded library enables: the stand-in's, and most absent at 2.18.6", () => {
+    const all = doctor({}, ['--json']);
+    expect(JSON.parse(all.out).probe.info.ncclFeatures).toMatchObject({ register: true, symmetricWindows: true,
+      memAlloc: true, alltoall: true, gather: true, scatter: true, finalize: true });
+    const old = doctor({ NCCL_STANDIN_VERSION: '21806' });
+    expect(old.code, old.err).toBe(0);
+    expect(old.out).toContain('NCCL             2.18.6');
+    expect(old.out).toContain('NCCL features    finalize (absent: register symmetricWindows memAlloc alltoall gather scatter shrink revoke)');
+    expect(JSON.parse(doctor({ NCCL_STANDIN_VERSION: '21806' }, ['--json']).out).probe.info.ncclFeatures.memAlloc).toBe(false);
+  }, 60000);
+
   it('no libnccl: found-by-file check says so, the child reports why, exit 1', () => {
     const r = doctor({ NCCL_NODE_LIBNCCL: '/nonexistent/libnccl.so.2' });
     expect(r.code).toBe(1);

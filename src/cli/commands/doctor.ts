@@ -93,6 +93,12 @@ export function renderReport(r: DoctorReport, write: (line: string) => void): vo
   const cuda = info?.cuda ? `${Math.floor(info.driverVersion / 1000)}.${(info.driverVersion % 1000) / 10}` : 'not loaded';
   write(`  CUDA driver API  ${cuda}`);
   write(`  NCCL             ${info?.nccl ? info.ncclVersion : 'not loaded'}`);
+  const features = Object.entries(info?.ncclFeatures ?? {});
+  if (features.length) {
+    const absent = features.filter(([, on]) => !on).map(([f]) => f);
+    write(`  NCCL features    ${features.filter(([, on]) => on).map(([f]) => f).join(' ') || 'none'}` +
+      `${absent.length ? ` (absent: ${absent.join(' ')})` : ''}`);
+  }
   write(`  NVIDIA driver    ${h?.driverVersion ?? 'n/a'} (NVML ${h?.nvmlVersion ?? 'n/a'})`);
   write(`Devices: ${info?.devices ?? 0} (CUDA)${h ? `, ${h.devices.length} (NVML)` : ''}`);
   for (const d of h?.devices ?? []) {

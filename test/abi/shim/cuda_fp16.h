@@ -1,0 +1,2 @@
+// Empty: see cuda_runtime.h beside this file.
+#pragma once
