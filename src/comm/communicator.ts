@@ -330,9 +330,11 @@ export class Communicator {
     try {
       return f();
     } catch (err) {
-      if (!this.#closed && err instanceof NcclNodeError && err.code !== 'ERR_COMM_DESTROYED' && err.code !== 'ERR_COMM_ABORTED') {
+      const code = err instanceof NcclNodeError ? err.code : 'ERR_INVALID_ARGUMENT';
+      if (!this.#closed && code !== 'ERR_COMM_DESTROYED' && code !== 'ERR_COMM_ABORTED') {
+        const message = err instanceof Error ? err.message : String(err);
         try {
-          this.#native.reject?.(OpKind[call], err.code, err.message, Number.isInteger(peer) ? peer : -1, this.timeoutMs);
+          this.#native.reject?.(OpKind[call], code, message, Number.isInteger(peer) ? peer : -1, this.timeoutMs);
         } catch {
           // The communicator went away under us: nobody left to tell.
         }

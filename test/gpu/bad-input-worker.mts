@@ -17,7 +17,7 @@ async function main() {
     const b = await dev([rank + 1, 7]);
     try {
       await comm.allReduce(b);
-      const got = Array.from(await b.toHost());
+      const got = Array.from((await b.toHost()) as Float32Array);
       const want = [(n * (n + 1)) / 2, 7 * n];
       return JSON.stringify(got) === JSON.stringify(want) ? undefined : `got ${JSON.stringify(got)}`;
     } catch (err) {
