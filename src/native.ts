@@ -52,6 +52,11 @@ export interface NativeComm {
     sendCounts?: readonly number[],
     recvCounts?: readonly number[],
   ): Promise<NativeComm | null | undefined>;
+  /**
+   * This rank refused a call locally (bad arguments): queues a stand-in that tells
+   * the other ranks, so they fail the same operation and later calls line up.
+   */
+  reject?(kind: number, code: string, message: string, rootOrPeer: number, timeoutMs: number): void;
   abort(): void;
   destroy(): Promise<void>;
 }

@@ -31,6 +31,10 @@ std::string describe(const Fingerprint& f) {
     s << " with per-rank counts of " << dtypeName(static_cast<DType>(f.dtype));
     return s.str();
   }
+  if (f.dtype < 0 || f.dtype >= kNumDTypes) {
+    s << " of " << f.bytes << " bytes";
+    return s.str();
+  }
   s << " of " << f.count << " x " << dtypeName(static_cast<DType>(f.dtype));
   if (usesRedOp(kind)) s << " op " << redOpName(static_cast<RedOp>(f.redop));
   if (usesRoot(kind)) s << " root " << f.root;
@@ -47,25 +51,39 @@ Fingerprint fingerprintOf(const Op& op) {
   f.dtype = static_cast<int32_t>(op.dtype);
   f.redop = usesRedOp(op.kind) ? static_cast<int32_t>(op.redop) : 0;
   f.root = usesRoot(op.kind) ? op.root : -1;
+  f.bytes = op.count * elementSize(op.dtype);
   if (op.kind == OpKind::AllToAll && !op.sendCounts.empty()) {
     f.redop = kPerPeerCounts;
     f.count = 0;
+    f.bytes = 0;
   }
   if (op.kind == OpKind::Barrier || op.kind == OpKind::Split) {
     f.count = 0;
     f.dtype = 0;
+    f.bytes = 0;
   }
+  if (op.rejected) f.rejected = 1 + static_cast<int32_t>(op.rejectCode);
   return f;
 }
 
-void checkAgreement(const Op& op, const std::vector<Fingerprint>& all, int myRank) {
+void checkAgreement(const Op& op, const std::vector<Fingerprint>& all, int myRank, bool strict,
+                    const std::function<std::string(int)>& reasonOf) {
+  if (op.rejected) throw Error(op.rejectCode, op.rejectReason);
+  // The lowest rejecting rank, so that every rank names the same one.
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].rejected == 0) continue;
+    const int code = all[r].rejected - 1;
+    std::ostringstream s;
+    s << "rank " << r << " rejected its " << opKindName(static_cast<OpKind>(all[r].kind)) << " #" << all[r].seq
+      << " before it reached the wire, so this one fails with it: " << reasonOf(static_cast<int>(r));
+    throw Error(code >= 0 && code <= static_cast<int>(Code::Io) ? static_cast<Code>(code) : Code::Backend, s.str());
+  }
   const Fingerprint mine = fingerprintOf(op);
   for (size_t r = 0; r < all.size(); ++r) {
     const Fingerprint& f = all[r];
-    if (f.seq == mine.seq && f.count == mine.count && f.kind == mine.kind && f.dtype == mine.dtype &&
-        f.redop == mine.redop && f.root == mine.root) {
-      continue;
-    }
+    const bool layout = f.seq == mine.seq && f.bytes == mine.bytes && f.kind == mine.kind && f.root == mine.root &&
+                        perPeer(f) == perPeer(mine);
+    if (layout && (!strict || (f.count == mine.count && f.dtype == mine.dtype && f.redop == mine.redop))) continue;
     std::ostringstream s;
     s << "ranks disagree on the call: expected " << describe(mine) << " (as rank " << myRank
       << " called it), received " << describe(f) << " from rank " << r;

@@ -1,10 +1,14 @@
 // Cross-rank agreement on what a collective is. Each rank contributes a fingerprint
 // of its call; a rank whose call differs (another collective, dtype, count, root or
 // op, or a different sequence number) fails on every rank with ERR_SIZE_MISMATCH
-// naming both sides, instead of exchanging garbage or hanging.
+// naming both sides, instead of exchanging garbage, hanging or overrunning a
+// buffer. A rank that refused its call locally (Op::rejected) sends a fingerprint
+// marked rejected, and every rank fails that operation with its reason.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "op.h"
@@ -14,17 +18,26 @@ namespace ncclnode {
 struct Fingerprint {
   uint64_t seq;
   uint64_t count;
+  uint64_t bytes;    // what this rank's side of the call moves: count x element size
   int32_t kind;
   int32_t dtype;
   int32_t redop;
   int32_t root;
+  int32_t rejected;  // 0, or 1 + the Code this rank refused its call with
+  int32_t reserved;
 };
-static_assert(sizeof(Fingerprint) == 32, "fingerprint is exchanged as raw bytes");
+static_assert(sizeof(Fingerprint) == 48, "fingerprint is exchanged as raw bytes");
 
 Fingerprint fingerprintOf(const Op& op);
 
-// Throws Error(SizeMismatch) when any rank's fingerprint differs from ours.
-void checkAgreement(const Op& op, const std::vector<Fingerprint>& all, int myRank);
+// Throws when any rank's fingerprint differs from ours. A rejected fingerprint
+// fails with the rejecting rank's code and reason (reasonOf(r)); otherwise
+// Error(SizeMismatch). `strict` (checkCollectives) compares every field; without it
+// only what decides how many bytes move where (sequence, call, byte count, root),
+// so that no rank ever receives more than it posted for, but a same-sized call
+// with another dtype or reduction op goes through.
+void checkAgreement(const Op& op, const std::vector<Fingerprint>& all, int myRank, bool strict,
+                    const std::function<std::string(int)>& reasonOf);
 
 // allToAll with per-peer counts: `all` holds every rank's sendCounts then
 // recvCounts (2 x size entries per rank, in rank order). Throws Error(SizeMismatch)

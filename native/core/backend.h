@@ -29,6 +29,11 @@ class Backend {
   // a thread of its own, so a send and the matching peer's send cannot deadlock.
   virtual bool concurrent(const Op& op) const { return false; }
 
+  // Whether run() takes a rejected op (Op::rejected) and tells the other ranks, so
+  // that they fail the same operation and stay in step. Backends that cannot (no
+  // agreement round) never see rejected ops; the engine fails them locally.
+  virtual bool sharesRejections() const { return false; }
+
   // Called on the submitting (JS) thread when the worker is idle and nothing is
   // queued: may start the network part of `op` without blocking, so peers receive
   // this rank's data without waiting for the worker to wake; run() then finishes

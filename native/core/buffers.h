@@ -1,5 +1,5 @@
 // Reads the memory behind a JS value handed to a collective: a TypedArray,
-// DataView or ArrayBuffer (host memory). Device buffers plug in here.
+// DataView, ArrayBuffer or SharedArrayBuffer (host memory), or a DeviceBuffer.
 #pragma once
 
 #include <napi.h>
@@ -8,10 +8,17 @@
 
 namespace ncclnode {
 
-// Throws Error(InvalidArgument) naming `what` for anything else.
+// Throws Error(InvalidArgument) naming `what` for anything else, for a detached
+// ArrayBuffer and for a resizable one. A host view holds the memory's backing
+// store (BufferView::keep) so that it outlives a detach; see buffers.cpp.
 BufferView viewOf(const Napi::Value& value, const char* what);
 
 // viewOf, for calls that only take host memory (copies, file I/O).
 BufferView hostViewOf(const Napi::Value& value, const char* what);
+
+// True when `value` (as passed to viewOf) is host memory whose ArrayBuffer has
+// been detached since: transferred to another thread or context, or by
+// ArrayBuffer.prototype.transfer. JS thread only.
+bool detachedNow(const Napi::Value& value);
 
 }  // namespace ncclnode

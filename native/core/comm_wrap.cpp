@@ -14,7 +14,7 @@ size_t need(const BufferView& v, size_t elements, size_t width, const char* what
   const size_t bytes = elements * width;
   if (v.bytes < bytes) {
     std::ostringstream s;
-    s << call << ": " << what << " holds " << v.bytes << " bytes, expected at least " << bytes << " ("
+    s << what << " holds " << v.bytes << " bytes, expected at least " << bytes << " ("
       << elements << " elements of " << width << " bytes)";
     throw Error(Code::SizeMismatch, s.str());
   }
@@ -34,11 +34,11 @@ int32_t intArg(const Napi::CallbackInfo& info, size_t i, const char* name, int32
 
 // Per-peer element counts of allToAll: one non-negative integer per rank.
 std::vector<uint64_t> countsArg(const Napi::Value& v, size_t n, const char* name, const char* call) {
-  if (!v.IsArray()) throw Error(Code::InvalidArgument, std::string(call) + ": " + name + " must be an array");
+  if (!v.IsArray()) throw Error(Code::InvalidArgument, std::string(name) + " must be an array");
   auto a = v.As<Napi::Array>();
   if (a.Length() != n) {
     std::ostringstream s;
-    s << call << ": " << name << " has " << a.Length() << " entries, expected one per rank (" << n << ")";
+    s << name << " has " << a.Length() << " entries, expected one per rank (" << n << ")";
     throw Error(Code::SizeMismatch, s.str());
   }
   std::vector<uint64_t> out(n);
@@ -47,7 +47,7 @@ std::vector<uint64_t> countsArg(const Napi::Value& v, size_t n, const char* name
     const double d = e.IsNumber() ? e.As<Napi::Number>().DoubleValue() : -1;
     if (!(d >= 0 && d <= 9007199254740991.0) || d != static_cast<double>(static_cast<uint64_t>(d))) {
       std::ostringstream s;
-      s << call << ": " << name << "[" << i << "] must be a non-negative integer";
+      s << name << "[" << i << "] must be a non-negative integer";
       throw Error(Code::InvalidArgument, s.str());
     }
     out[i] = static_cast<uint64_t>(d);
@@ -60,7 +60,7 @@ uint64_t sum(const std::vector<uint64_t>& v, const char* name, const char* call)
   uint64_t t = 0;
   for (uint64_t x : v) {
     t += x;
-    if (t > (1ULL << 53)) throw Error(Code::SizeMismatch, std::string(call) + ": " + name + " add up to more than 2^53 elements");
+    if (t > (1ULL << 53)) throw Error(Code::SizeMismatch, std::string(name) + " add up to more than 2^53 elements");
   }
   return t;
 }
@@ -71,6 +71,7 @@ Napi::Function CommWrap::Init(Napi::Env env) {
   return DefineClass(env, "NativeComm",
                      {
                          InstanceMethod<&CommWrap::Submit>("submit"),
+                         InstanceMethod<&CommWrap::Reject>("reject"),
                          InstanceMethod<&CommWrap::Abort>("abort"),
                          InstanceMethod<&CommWrap::Destroy>("destroy"),
                          InstanceAccessor<&CommWrap::GetRank>("rank"),
@@ -131,20 +132,66 @@ Napi::Value CommWrap::Submit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     const auto kind = static_cast<OpKind>(intArg(info, 0, "kind", 0, kNumOpKinds - 1));
+    try {
+      return submit(info, kind);
+    } catch (const Error& e) {
+      // Every refusal names the call and the rank, as the JS layer's own do.
+      std::ostringstream s;
+      s << opKindName(kind) << " on rank " << rank_ << " of " << size_ << ": " << e.what();
+      throw Error(e.code(), s.str());
+    }
+  });
+}
+
+// reject(kind, code, message, rootOrPeer, timeoutMs): this rank refused a call
+// (bad arguments) that the other ranks may have made correctly. A stand-in takes
+// its place in the sequence so the other ranks fail the same operation with the
+// reason, and later calls still line up (Op::rejected).
+Napi::Value CommWrap::Reject(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (engine_->destroyed() || engine_->aborted()) return env.Undefined();
+    const auto kind = static_cast<OpKind>(intArg(info, 0, "kind", 0, kNumOpKinds - 1));
+    auto p = std::make_unique<Pending>();
+    p->op = std::make_unique<Op>();
+    Op& op = *p->op;
+    op.kind = kind;
+    op.rejected = true;
+    op.rejectCode = codeFromName(info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "");
+    op.rejectReason = info[2].IsString() ? info[2].As<Napi::String>().Utf8Value() : "rejected";
+    op.root = info[3].IsNumber() ? info[3].As<Napi::Number>().Int32Value() : -1;
+    op.timeout = std::chrono::milliseconds(intArg(info, 4, "timeoutMs", 1, INT32_MAX));
+    if (kind == OpKind::Send || kind == OpKind::Recv) {
+      // Without a valid peer there is nobody to tell.
+      if (op.root < 0 || op.root >= size_ || op.root == rank_) return env.Undefined();
+      op.p2pIndex = engine_->nextP2P(kind == OpKind::Send, op.root);
+    } else {
+      op.root = -1;
+      op.seq = engine_->nextSeq();
+    }
+    p->owner = Napi::Persistent(Value());
+    engine_->submitRejected(env, std::move(p));
+    return env.Undefined();
+  });
+}
+
+Napi::Value CommWrap::submit(const Napi::CallbackInfo& info, OpKind kind) {
+  Napi::Env env = info.Env();
+  {
     const char* call = opKindName(kind);
     if (engine_->destroyed()) {
-      throw Error(Code::CommDestroyed, std::string(call) + ": the communicator was destroyed");
+      throw Error(Code::CommDestroyed, "the communicator was destroyed");
     }
-    if (engine_->aborted()) throw Error(Code::CommAborted, std::string(call) + ": the communicator was aborted");
+    if (engine_->aborted()) throw Error(Code::CommAborted, "the communicator was aborted");
     auto p = std::make_unique<Pending>();
     p->op = std::make_unique<Op>();
     Op& op = *p->op;
     op.kind = kind;
     op.dtype = static_cast<DType>(intArg(info, 1, "dtype", 0, kNumDTypes - 1));
     op.redop = static_cast<RedOp>(intArg(info, 2, "op", 0, kNumRedOps - 1));
-    if (!info[5].IsNumber()) throw Error(Code::InvalidArgument, std::string(call) + ": count must be a number");
+    if (!info[5].IsNumber()) throw Error(Code::InvalidArgument, "count must be a number");
     const double count = info[5].As<Napi::Number>().DoubleValue();
-    if (count < 0 || count > 9007199254740991.0) throw Error(Code::InvalidArgument, std::string(call) + ": bad count");
+    if (count < 0 || count > 9007199254740991.0) throw Error(Code::InvalidArgument, "bad count");
     op.count = static_cast<size_t>(count);
     op.root = intArg(info, 6, "root", -1, size_ - 1);
     op.timeout = std::chrono::milliseconds(intArg(info, 7, "timeoutMs", 1, INT32_MAX));
@@ -158,12 +205,14 @@ Napi::Value CommWrap::Submit(const Napi::CallbackInfo& info) {
     const bool hasSend = !info[3].IsUndefined() && !info[3].IsNull();
     const bool hasRecv = !info[4].IsUndefined() && !info[4].IsNull();
     if (hasSend) {
-      op.send = viewOf(info[3], "send buffer");
-      p->sendRef = Napi::Persistent(info[3].As<Napi::Object>());
+      op.send = viewOf(info[3], kind == OpKind::Send || kind == OpKind::Recv ? "buffer" : "send buffer");
+      p->sendRef = Napi::Persistent(info[3]);
     }
-    if (hasRecv) {
-      op.recv = viewOf(info[4], "receive buffer");
-      p->recvRef = Napi::Persistent(info[4].As<Napi::Object>());
+    if (hasRecv && !(hasSend && info[4].StrictEquals(info[3]))) {
+      op.recv = viewOf(info[4], kind == OpKind::Send || kind == OpKind::Recv ? "buffer" : "receive buffer");
+      p->recvRef = Napi::Persistent(info[4]);
+    } else if (hasRecv) {
+      op.recv = op.send;
     }
     if (!hasSend) op.send = op.recv;
     if (!hasRecv) op.recv = op.send;
@@ -180,7 +229,7 @@ Napi::Value CommWrap::Submit(const Napi::CallbackInfo& info) {
           // The local block is a copy: a length that differs would be cut or overrun.
           if (op.sendCounts[rank_] != op.recvCounts[rank_]) {
             std::ostringstream s;
-            s << call << ": sendCounts[" << rank_ << "] (" << op.sendCounts[rank_] << ") must equal recvCounts["
+            s << "sendCounts[" << rank_ << "] (" << op.sendCounts[rank_] << ") must equal recvCounts["
               << rank_ << "] (" << op.recvCounts[rank_] << "), the block this rank keeps";
             throw Error(Code::SizeMismatch, s.str());
           }
@@ -189,7 +238,7 @@ Napi::Value CommWrap::Submit(const Napi::CallbackInfo& info) {
           need(op.recv, sum(op.recvCounts, "recvCounts", call), w, "output", call);
           break;
         }
-        if (op.count % n != 0) throw Error(Code::SizeMismatch, "allToAll: element count must be a multiple of the world size");
+        if (op.count % n != 0) throw Error(Code::SizeMismatch, "element count must be a multiple of the world size");
         need(op.send, op.count, w, "input", call); need(op.recv, op.count, w, "output", call); break;
       case OpKind::Gather: need(op.send, op.count, w, "input", call); if (isRoot) need(op.recv, op.count * n, w, "output", call); break;
       case OpKind::Scatter: need(op.recv, op.count, w, "output", call); if (isRoot) need(op.send, op.count * n, w, "input", call); break;
@@ -198,7 +247,7 @@ Napi::Value CommWrap::Submit(const Napi::CallbackInfo& info) {
       case OpKind::Barrier: case OpKind::Split: break;
     }
     if ((kind == OpKind::Send || kind == OpKind::Recv) && (op.root < 0 || op.root == rank_)) {
-      throw Error(Code::InvalidArgument, std::string(call) + ": peer must be another rank");
+      throw Error(Code::InvalidArgument, "peer must be another rank");
     }
     if (kind == OpKind::Send || kind == OpKind::Recv) {
       op.p2pIndex = engine_->nextP2P(kind == OpKind::Send, op.root);
@@ -208,7 +257,7 @@ Napi::Value CommWrap::Submit(const Napi::CallbackInfo& info) {
     p->deferred.emplace(Napi::Promise::Deferred::New(env));
     p->owner = Napi::Persistent(Value());
     return engine_->submit(env, std::move(p));
-  });
+  }
 }
 
 Napi::Value CommWrap::Abort(const Napi::CallbackInfo& info) {

@@ -25,6 +25,8 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
 
  private:
   Napi::Value Submit(const Napi::CallbackInfo& info);
+  Napi::Value submit(const Napi::CallbackInfo& info, OpKind kind);
+  Napi::Value Reject(const Napi::CallbackInfo& info);
   Napi::Value Abort(const Napi::CallbackInfo& info);
   Napi::Value Destroy(const Napi::CallbackInfo& info);
   Napi::Value GetRank(const Napi::CallbackInfo& info);

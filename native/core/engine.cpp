@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "buffers.h"
 #include "js_errors.h"
 
 namespace ncclnode {
@@ -28,6 +29,11 @@ Engine::~Engine() {
 
 Napi::Promise Engine::submit(Napi::Env env, std::unique_ptr<Pending> p) {
   auto promise = p->deferred->Promise();
+  submitRejected(env, std::move(p));
+  return promise;
+}
+
+void Engine::submitRejected(Napi::Env env, std::unique_ptr<Pending> p) {
   p->op->enqueued = std::chrono::steady_clock::now();
   if (inFlight_++ == 0 && !aborted_) tsfn_.Ref(env);
   {
@@ -36,13 +42,13 @@ Napi::Promise Engine::submit(Napi::Env env, std::unique_ptr<Pending> p) {
     // Nothing ahead of it: let the backend put this rank's part on the wire now,
     // from this thread, instead of after the worker wakes up.
     if (queue_.empty() && !busy_ && backend_ && !aborted_ && !p->connect && !p->destroy &&
-        p->op->kind != OpKind::Split && !backend_->concurrent(*p->op)) {
+        p->op->kind != OpKind::Split && !backend_->concurrent(*p->op) &&
+        (!p->op->rejected || backend_->sharesRejections())) {
       backend_->prepost(*p->op);
     }
     queue_.push_back(p.release());
   }
   cv_.notify_one();
-  return promise;
 }
 
 uint64_t Engine::nextP2P(bool send, int peer) {
@@ -146,6 +152,8 @@ void Engine::execute(Pending& p) {
       throw Error(Code::CommAborted, "the communicator is unusable after an earlier failure: " + firstFailure_);
     } else if (p.connect) {
       backend_->connect(op.timeout);
+    } else if (op.rejected && !backend_->sharesRejections()) {
+      throw Error(op.rejectCode, op.rejectReason);
     } else if (op.kind == OpKind::Split) {
       op.splitResult = backend_->split(op.color, op.key, op.timeout);
     } else {
@@ -158,7 +166,7 @@ void Engine::execute(Pending& p) {
   } catch (...) {
     op.fail(Code::Backend, "unknown native exception");
   }
-  if (op.failed && firstFailure_.empty()) firstFailure_ = op.errorMessage;
+  if (op.failed && !op.rejected && firstFailure_.empty()) firstFailure_ = op.errorMessage;
   op.finished = std::chrono::steady_clock::now();
 }
 
@@ -172,7 +180,18 @@ void Engine::settleOnJs(Napi::Env env, Pending* raw) {
   Napi::HandleScope scope(env);
   Op& op = *p->op;
   const std::string call = p->connect ? "init" : opKindName(op.kind);
-  if (op.failed) {
+  if (!p->deferred) {
+    // A rejected call's stand-in: the caller already has its error.
+  } else if (!op.failed && ((!p->sendRef.IsEmpty() && detachedNow(p->sendRef.Value())) ||
+                            (!p->recvRef.IsEmpty() && detachedNow(p->recvRef.Value())))) {
+    // The memory stayed alive (buffers.cpp) and the operation completed on every
+    // rank, but this rank's results went to the memory's new owner.
+    std::ostringstream s;
+    s << call << " failed on rank " << rank_ << " of " << size_
+      << ": the buffer's ArrayBuffer was detached (transferred) while the operation ran; the operation completed "
+         "on every rank, but its result went with the transferred memory. Keep buffers attached until the Work settles";
+    p->deferred->Reject(makeError(env, Code::InvalidArgument, s.str()).Value());
+  } else if (op.failed) {
     std::ostringstream s;
     s << call << " failed on rank " << rank_ << " of " << size_;
     if (!p->connect && op.kind != OpKind::Send && op.kind != OpKind::Recv && op.kind != OpKind::Split) {

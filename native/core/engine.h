@@ -25,9 +25,9 @@ class Engine;
 // What the JS thread keeps for one submitted operation until it settles.
 struct Pending {
   std::unique_ptr<Op> op;
-  std::optional<Napi::Promise::Deferred> deferred;
+  std::optional<Napi::Promise::Deferred> deferred;  // empty for a rejected op's stand-in
   Napi::ObjectReference owner;  // the communicator object: alive while work is in flight
-  Napi::ObjectReference sendRef, recvRef;  // the caller's buffers: alive while read or written
+  Napi::Reference<Napi::Value> sendRef, recvRef;  // the caller's buffers: checked for a detach at settle
   bool connect = false;         // the first operation: join the group
   bool destroy = false;         // the last one: stop the thread
 };
@@ -41,6 +41,8 @@ class Engine {
 
   // JS thread only.
   Napi::Promise submit(Napi::Env env, std::unique_ptr<Pending> p);
+  // Queues the stand-in of a call this rank rejected (Op::rejected); nothing to await.
+  void submitRejected(Napi::Env env, std::unique_ptr<Pending> p);
   void abort(Napi::Env env);
   bool destroyed() const { return destroyed_; }
   bool aborted() const { return aborted_.load(); }

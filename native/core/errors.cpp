@@ -22,4 +22,11 @@ const char* codeName(Code code) {
   return "ERR_BACKEND";
 }
 
+Code codeFromName(const std::string& name) {
+  for (int c = 0; c <= static_cast<int>(Code::Io); ++c) {
+    if (name == codeName(static_cast<Code>(c))) return static_cast<Code>(c);
+  }
+  return Code::Backend;
+}
+
 }  // namespace ncclnode

@@ -25,6 +25,8 @@ enum class Code {
 };
 
 const char* codeName(Code code);
+// The inverse of codeName; Code::Backend for a name it does not know.
+Code codeFromName(const std::string& name);
 
 // The one exception type native code throws. The message names the call, the rank
 // and, where it applies, what was expected against what was received.

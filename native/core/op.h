@@ -44,6 +44,9 @@ struct BufferView {
   size_t bytes = 0;
   MemKind mem = MemKind::Host;
   int device = -1;
+  // Host memory: its backing store, held while the view lives so that a detach on
+  // the JS thread cannot free memory a backend thread still uses (buffers.cpp).
+  std::shared_ptr<void> keep;
 };
 
 struct Op {
@@ -62,6 +65,12 @@ struct Op {
   std::chrono::milliseconds timeout{0};
   uint64_t seq = 0;  // per-communicator sequence number of collectives
   uint64_t p2pIndex = 0;  // send: k-th send to this peer; recv: k-th recv from it
+  // A call this rank refused before submitting it (bad arguments): it still takes
+  // part in the round that matches calls across ranks, carrying the reason, so the
+  // other ranks fail the same operation instead of drifting out of step.
+  bool rejected = false;
+  Code rejectCode = Code::InvalidArgument;
+  std::string rejectReason;
   bool preposted = false;  // Backend::prepost started it on the submitting thread
   std::exception_ptr prepostError;
 

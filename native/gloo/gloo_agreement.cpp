@@ -1,6 +1,11 @@
 // The mesh round every collective starts with: the agreement fingerprint and, for
-// small all-reduces, the data (docs/gloo.md).
+// small all-reduces, the data (docs/gloo.md). It runs with checkCollectives off
+// too: Gloo's TCP transport aborts the process from its own event-loop thread when
+// a peer sends more bytes than a posted receive holds (an exception nobody can
+// catch), so the byte layout of every call is compared before any data moves.
+// checkCollectives decides only whether dtype, count and op are compared as well.
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "gloo_backend.h"
@@ -17,13 +22,19 @@ bool GlooBackend::meshAllReduce(const Op& op) const {
 
 bool GlooBackend::checking() const { return cfg_.checkAgreement && cfg_.size > 1; }
 
-bool GlooBackend::usesMesh(const Op& op) const { return checking() || meshAllReduce(op); }
+bool GlooBackend::usesMesh(const Op& op) const { return cfg_.size > 1; }
 
-// The round's message: the fingerprint when checking, then the data of a small all-reduce.
+// The round's message: the fingerprint, then the data of a small all-reduce, or
+// for a rejected call the reason (cut to what the round carries, NUL-terminated).
 void GlooBackend::postMesh(const Op& op) {
   const Fingerprint mine = fingerprintOf(op);
+  if (op.rejected) {
+    std::string why = op.rejectReason.substr(0, mesh_->cap() - sizeof mine - 1);
+    mesh_->post(&mine, sizeof mine, why.c_str(), why.size() + 1);
+    return;
+  }
   const size_t bytes = meshAllReduce(op) ? op.count * elementSize(op.dtype) : 0;
-  mesh_->post(&mine, checking() ? sizeof mine : 0, op.send.data, bytes);
+  mesh_->post(&mine, sizeof mine, op.send.data, bytes);
 }
 
 bool GlooBackend::prepost(Op& op) {
@@ -51,13 +62,14 @@ bool GlooBackend::agree(const Op& op) {
     postMesh(op);
   }
   mesh_->wait(op.timeout);
-  if (checking()) {
-    std::vector<Fingerprint> all(cfg_.size);
-    for (int r = 0; r < cfg_.size; ++r) std::memcpy(&all[r], mesh_->from(r), sizeof(Fingerprint));
-    checkAgreement(op, all, cfg_.rank);
-  }
+  std::vector<Fingerprint> all(cfg_.size);
+  for (int r = 0; r < cfg_.size; ++r) std::memcpy(&all[r], mesh_->from(r), sizeof(Fingerprint));
+  checkAgreement(op, all, cfg_.rank, checking(), [this](int r) {
+    const char* text = reinterpret_cast<const char*>(mesh_->from(r)) + sizeof(Fingerprint);
+    return std::string(text, strnlen(text, mesh_->cap() - sizeof(Fingerprint)));
+  });
   if (meshAllReduce(op)) {
-    const size_t head = checking() ? sizeof(Fingerprint) : 0;
+    const size_t head = sizeof(Fingerprint);
     reduceInRankOrder(*mesh_, head, cfg_.size, reduceFunction(op.dtype, op.redop), op.recv.data, op.count,
                       elementSize(op.dtype));
     if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);

@@ -137,6 +137,13 @@ void GlooBackend::run(Op& op) {
   }
   try {
     if (op.kind != OpKind::Send && op.kind != OpKind::Recv && agree(op)) return;
+    if (op.rejected) {
+      // A collective's agreement round has already failed every rank; point-to-point
+      // tells the one peer in its handshake.
+      if (op.kind == OpKind::Send) send(op);
+      if (op.kind == OpKind::Recv) recv(op);
+      throw Error(op.rejectCode, op.rejectReason);
+    }
     // Per-peer counts: a rank that sends nothing may still receive, so it always runs.
     if (op.count == 0 && op.kind != OpKind::Barrier && op.kind != OpKind::Send && op.kind != OpKind::Recv &&
         op.sendCounts.empty()) {
@@ -288,13 +295,13 @@ void GlooBackend::reduceScatter(Op& op) {
 }
 
 // All-to-all with per-peer counts. Gloo's TCP transport aborts the process when a
-// peer sends more bytes than the posted receive holds, so with checkCollectives
-// every rank's counts go around first and the data moves only when each rank's
-// sendCounts[j] equals rank j's recvCounts[i]; every rank reaches the same verdict.
-// Without the check this is the caller's promise (docs/gloo.md).
+// peer sends more bytes than the posted receive holds, so every rank's counts go
+// around first (with checkCollectives off too) and the data moves only when each
+// rank's sendCounts[j] equals rank j's recvCounts[i]; every rank reaches the same
+// verdict.
 void GlooBackend::allToAllV(Op& op) {
   const size_t n = static_cast<size_t>(cfg_.size);
-  if (checking()) {
+  if (cfg_.size > 1) {
     std::vector<uint64_t> mine(op.sendCounts);
     mine.insert(mine.end(), op.recvCounts.begin(), op.recvCounts.end());
     std::vector<uint64_t> all(2 * n * n);

@@ -50,11 +50,12 @@ class GlooBackend : public Backend {
   void abort() override;
   bool broken() const override { return broken_.load(); }
   bool concurrent(const Op& op) const override { return op.kind == OpKind::Send || op.kind == OpKind::Recv; }
+  bool sharesRejections() const override { return true; }
   bool prepost(Op& op) override;
 
  private:
   bool agree(const Op& op);
-  bool checking() const;  // checkCollectives on a group of more than one rank
+  bool checking() const;  // checkCollectives on a group of more than one rank: compare every field
   bool usesMesh(const Op& op) const;
   void postMesh(const Op& op);
   bool meshAllReduce(const Op& op) const;

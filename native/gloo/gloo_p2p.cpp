@@ -4,6 +4,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include <sstream>
+#include <string>
 
 #include "gloo_backend.h"
 
@@ -20,10 +21,26 @@ constexpr uint64_t kP2PDataSlot = 0xfeULL << 56;
 constexpr uint64_t kP2PIndexMask = 0xffffffffffffULL;
 
 struct P2PHeader {
-  int32_t dtype;
-  int32_t ok;  // ack: 1 when the receiver accepts
+  int32_t dtype;  // or, with ok == kRejected, the Code the side refused its call with
+  int32_t ok;     // header: 1, or kRejected; ack: 1 when the receiver accepts, 0, or kRejected
   uint64_t count;
 };
+// The side that sent it refused its call locally (Op::rejected): the handshake
+// still runs, so both sides fail and the next send/recv pair lines up.
+constexpr int32_t kRejected = -1;
+
+std::string rejectedText(int peer, const char* call, const P2PHeader& h) {
+  std::ostringstream s;
+  const int code = h.dtype;
+  s << "rank " << peer << " rejected its matching " << call << " ("
+    << (code >= 0 && code <= static_cast<int>(Code::Io) ? codeName(static_cast<Code>(code)) : "unknown")
+    << "; its own error says why), so no data moved";
+  return s.str();
+}
+
+Code rejectedCode(const P2PHeader& h) {
+  return h.dtype >= 0 && h.dtype <= static_cast<int>(Code::Io) ? static_cast<Code>(h.dtype) : Code::Backend;
+}
 
 }  // namespace
 
@@ -34,6 +51,7 @@ void GlooBackend::send(Op& op) {
   const int peer = op.root;
   const uint64_t k = op.p2pIndex & kP2PIndexMask;
   P2PHeader mine{static_cast<int32_t>(op.dtype), 1, op.count};
+  if (op.rejected) mine = P2PHeader{static_cast<int32_t>(op.rejectCode), kRejected, 0};
   P2PHeader ack{};
   auto hdr = ctx_->createUnboundBuffer(&mine, sizeof mine);
   auto ackBuf = ctx_->createUnboundBuffer(&ack, sizeof ack);
@@ -41,6 +59,8 @@ void GlooBackend::send(Op& op) {
   hdr->send(peer, kP2PHeaderSlot | k);
   hdr->waitSend(op.timeout);
   ackBuf->waitRecv(op.timeout);
+  if (op.rejected) return;
+  if (ack.ok == kRejected) throw Error(rejectedCode(ack), rejectedText(peer, "recv", ack));
   if (!ack.ok) {
     std::ostringstream s;
     s << "send to rank " << peer << ": sending " << op.count << " x " << dtypeName(op.dtype)
@@ -60,11 +80,15 @@ void GlooBackend::recv(Op& op) {
   auto hdr = ctx_->createUnboundBuffer(&theirs, sizeof theirs);
   hdr->recv(peer, kP2PHeaderSlot | k);
   hdr->waitRecv(op.timeout);
-  const bool ok = theirs.dtype == static_cast<int32_t>(op.dtype) && theirs.count == op.count;
+  const bool ok = !op.rejected && theirs.ok == 1 && theirs.dtype == static_cast<int32_t>(op.dtype) &&
+                  theirs.count == op.count;
   P2PHeader ack{static_cast<int32_t>(op.dtype), ok ? 1 : 0, op.count};
+  if (op.rejected) ack = P2PHeader{static_cast<int32_t>(op.rejectCode), kRejected, 0};
   auto ackBuf = ctx_->createUnboundBuffer(&ack, sizeof ack);
   ackBuf->send(peer, kP2PAckSlot | k);
   ackBuf->waitSend(op.timeout);
+  if (op.rejected) return;
+  if (theirs.ok == kRejected) throw Error(rejectedCode(theirs), rejectedText(peer, "send", theirs));
   if (!ok) {
     std::ostringstream s;
     s << "recv from rank " << peer << ": expected " << op.count << " x " << dtypeName(op.dtype)

@@ -11,7 +11,7 @@ namespace ncclnode {
 
 size_t MeshExchange::capacity(int worldSize) {
   // n-1 messages per rank per call: worth it while n is small; beyond, only the
-  // 32-byte agreement header travels this way and data takes Gloo's algorithms.
+  // 48-byte agreement header travels this way and data takes Gloo's algorithms.
   constexpr size_t kHeader = 64;
   if (worldSize > 64) return kHeader;
   return kHeader + (worldSize <= 8 ? 64 * 1024 : 16 * 1024);

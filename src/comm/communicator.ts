@@ -120,49 +120,59 @@ export class Communicator {
 
   /** Reduces `buf` across ranks into `buf`, or into `out` when given. */
   allReduce(buf: Buffer, options?: AllReduceOptions<Buffer>): Work {
-    const o = options ? parse(allReduceSchema, options, this.#where('allReduce')) : {};
-    const dtype = dtypeOf(buf, o.dtype, this.#where('allReduce'));
-    const count = lengthOf(buf, dtype);
-    const out = o.out as Buffer | undefined;
-    if (out !== undefined) this.#expectLength('allReduce', 'out', out, dtype, count, 'the input length');
-    return this.#submit('allReduce', { send: buf, recv: out ?? buf, count, dtype, op: o.op, timeoutMs: o.timeoutMs });
+    return this.#guard('allReduce', -1, () => {
+      const o = options ? parse(allReduceSchema, options, this.#where('allReduce')) : {};
+      const dtype = dtypeOf(buf, o.dtype, this.#where('allReduce'));
+      const count = lengthOf(buf, dtype);
+      const out = o.out as Buffer | undefined;
+      if (out !== undefined) this.#expectLength('allReduce', 'out', out, dtype, count, 'the input length');
+      return this.#submit('allReduce', { send: buf, recv: out ?? buf, count, dtype, op: o.op, timeoutMs: o.timeoutMs });
+    });
   }
 
   /** Copies `buf` from `root` (default 0) to every rank. */
   broadcast(buf: Buffer, options?: RootedOptions): Work {
-    const o = options ? parse(rootedSchema, options, this.#where('broadcast')) : {};
-    const dtype = dtypeOf(buf, o.dtype, this.#where('broadcast'));
-    const root = this.#root('broadcast', o.root);
-    return this.#submit('broadcast', { send: buf, recv: buf, count: lengthOf(buf, dtype), dtype, root, timeoutMs: o.timeoutMs });
+    return this.#guard('broadcast', -1, () => {
+      const o = options ? parse(rootedSchema, options, this.#where('broadcast')) : {};
+      const dtype = dtypeOf(buf, o.dtype, this.#where('broadcast'));
+      const root = this.#root('broadcast', o.root);
+      return this.#submit('broadcast', { send: buf, recv: buf, count: lengthOf(buf, dtype), dtype, root, timeoutMs: o.timeoutMs });
+    });
   }
 
   /** Reduces `buf` from every rank into `root`'s `buf` (or `out`); other ranks' buffers are unchanged. */
   reduce(buf: Buffer, options?: ReduceOptions<Buffer>): Work {
-    const o = options ? parse(reduceSchema, options, this.#where('reduce')) : {};
-    const dtype = dtypeOf(buf, o.dtype, this.#where('reduce'));
-    const root = this.#root('reduce', o.root);
-    const count = lengthOf(buf, dtype);
-    const out = o.out as Buffer | undefined;
-    if (out !== undefined && this.rank === root) this.#expectLength('reduce', 'out', out, dtype, count, 'the input length');
-    return this.#submit('reduce', { send: buf, recv: this.rank === root ? (out ?? buf) : buf, count, dtype, op: o.op, root, timeoutMs: o.timeoutMs });
+    return this.#guard('reduce', -1, () => {
+      const o = options ? parse(reduceSchema, options, this.#where('reduce')) : {};
+      const dtype = dtypeOf(buf, o.dtype, this.#where('reduce'));
+      const root = this.#root('reduce', o.root);
+      const count = lengthOf(buf, dtype);
+      const out = o.out as Buffer | undefined;
+      if (out !== undefined && this.rank === root) this.#expectLength('reduce', 'out', out, dtype, count, 'the input length');
+      return this.#submit('reduce', { send: buf, recv: this.rank === root ? (out ?? buf) : buf, count, dtype, op: o.op, root, timeoutMs: o.timeoutMs });
+    });
   }
 
   /** Concatenates every rank's `input` into `output` (size x input length), in rank order. */
   allGather(input: Buffer, output: Buffer, options?: CommonOptions): Work {
-    const o = options ? parse(commonSchema, options, this.#where('allGather')) : {};
-    const dtype = dtypeOf(input, o.dtype, this.#where('allGather'));
-    const count = lengthOf(input, dtype);
-    this.#expectLength('allGather', 'output', output, dtype, count * this.size, `${this.size} ranks x ${count} input elements`);
-    return this.#submit('allGather', { send: input, recv: output, count, dtype, timeoutMs: o.timeoutMs });
+    return this.#guard('allGather', -1, () => {
+      const o = options ? parse(commonSchema, options, this.#where('allGather')) : {};
+      const dtype = dtypeOf(input, o.dtype, this.#where('allGather'));
+      const count = lengthOf(input, dtype);
+      this.#expectLength('allGather', 'output', output, dtype, count * this.size, `${this.size} ranks x ${count} input elements`);
+      return this.#submit('allGather', { send: input, recv: output, count, dtype, timeoutMs: o.timeoutMs });
+    });
   }
 
   /** Reduces `input` (size x output length) across ranks; rank r receives block r in `output`. */
   reduceScatter(input: Buffer, output: Buffer, options?: ReduceScatterOptions): Work {
-    const o = options ? parse(reduceScatterSchema, options, this.#where('reduceScatter')) : {};
-    const dtype = dtypeOf(output, o.dtype, this.#where('reduceScatter'));
-    const count = lengthOf(output, dtype);
-    this.#expectLength('reduceScatter', 'input', input, dtype, count * this.size, `${this.size} ranks x ${count} output elements`);
-    return this.#submit('reduceScatter', { send: input, recv: output, count, dtype, op: o.op, timeoutMs: o.timeoutMs });
+    return this.#guard('reduceScatter', -1, () => {
+      const o = options ? parse(reduceScatterSchema, options, this.#where('reduceScatter')) : {};
+      const dtype = dtypeOf(output, o.dtype, this.#where('reduceScatter'));
+      const count = lengthOf(output, dtype);
+      this.#expectLength('reduceScatter', 'input', input, dtype, count * this.size, `${this.size} ranks x ${count} output elements`);
+      return this.#submit('reduceScatter', { send: input, recv: output, count, dtype, op: o.op, timeoutMs: o.timeoutMs });
+    });
   }
 
   /**
@@ -172,63 +182,71 @@ export class Communicator {
    * sizes); rank i's sendCounts[j] must equal rank j's recvCounts[i].
    */
   allToAll(input: Buffer, output: Buffer, options?: AllToAllOptions): Work {
-    const where = this.#where('allToAll');
-    const o = options ? parse(allToAllSchema, options, where) : {};
-    const dtype = dtypeOf(input, o.dtype, where);
-    const count = lengthOf(input, dtype);
-    if (o.sendCounts && o.recvCounts) return this.#allToAllV(input, output, dtype, o.sendCounts, o.recvCounts, o.timeoutMs);
-    this.#expectLength('allToAll', 'output', output, dtype, count, 'the input length');
-    if (count % this.size !== 0) {
-      throw new NcclNodeError(
-        'ERR_SIZE_MISMATCH',
-        `${where}: the input length must be a multiple of the world size ${this.size}, received ${count} elements`,
-      );
-    }
-    return this.#submit('allToAll', { send: input, recv: output, count, dtype, timeoutMs: o.timeoutMs });
+    return this.#guard('allToAll', -1, () => {
+      const where = this.#where('allToAll');
+      const o = options ? parse(allToAllSchema, options, where) : {};
+      const dtype = dtypeOf(input, o.dtype, where);
+      const count = lengthOf(input, dtype);
+      if (o.sendCounts && o.recvCounts) return this.#allToAllV(input, output, dtype, o.sendCounts, o.recvCounts, o.timeoutMs);
+      this.#expectLength('allToAll', 'output', output, dtype, count, 'the input length');
+      if (count % this.size !== 0) {
+        throw new NcclNodeError(
+          'ERR_SIZE_MISMATCH',
+          `${where}: the input length must be a multiple of the world size ${this.size}, received ${count} elements`,
+        );
+      }
+      return this.#submit('allToAll', { send: input, recv: output, count, dtype, timeoutMs: o.timeoutMs });
+    });
   }
 
   /** Concatenates every rank's `input` into `root`'s `output`; `output` is ignored elsewhere. */
   gather(input: Buffer, output: Buffer | null | undefined, options?: RootedOptions): Work {
-    const o = options ? parse(rootedSchema, options, this.#where('gather')) : {};
-    const dtype = dtypeOf(input, o.dtype, this.#where('gather'));
-    const root = this.#root('gather', o.root);
-    const count = lengthOf(input, dtype);
-    const isRoot = this.rank === root;
-    if (isRoot) {
-      if (output == null) this.#missing('gather', 'output', root);
-      this.#expectLength('gather', 'output', output, dtype, count * this.size, `${this.size} ranks x ${count} input elements`);
-    }
-    return this.#submit('gather', { send: input, recv: isRoot ? output! : undefined, count, dtype, root, timeoutMs: o.timeoutMs });
+    return this.#guard('gather', -1, () => {
+      const o = options ? parse(rootedSchema, options, this.#where('gather')) : {};
+      const dtype = dtypeOf(input, o.dtype, this.#where('gather'));
+      const root = this.#root('gather', o.root);
+      const count = lengthOf(input, dtype);
+      const isRoot = this.rank === root;
+      if (isRoot) {
+        if (output == null) this.#missing('gather', 'output', root);
+        this.#expectLength('gather', 'output', output, dtype, count * this.size, `${this.size} ranks x ${count} input elements`);
+      }
+      return this.#submit('gather', { send: input, recv: isRoot ? output! : undefined, count, dtype, root, timeoutMs: o.timeoutMs });
+    });
   }
 
   /** Splits `root`'s `input` (size x output length) into blocks; rank r receives block r. */
   scatter(input: Buffer | null | undefined, output: Buffer, options?: RootedOptions): Work {
-    const o = options ? parse(rootedSchema, options, this.#where('scatter')) : {};
-    const dtype = dtypeOf(output, o.dtype, this.#where('scatter'));
-    const root = this.#root('scatter', o.root);
-    const count = lengthOf(output, dtype);
-    const isRoot = this.rank === root;
-    if (isRoot) {
-      if (input == null) this.#missing('scatter', 'input', root);
-      this.#expectLength('scatter', 'input', input, dtype, count * this.size, `${this.size} ranks x ${count} output elements`);
-    }
-    return this.#submit('scatter', { send: isRoot ? input! : undefined, recv: output, count, dtype, root, timeoutMs: o.timeoutMs });
+    return this.#guard('scatter', -1, () => {
+      const o = options ? parse(rootedSchema, options, this.#where('scatter')) : {};
+      const dtype = dtypeOf(output, o.dtype, this.#where('scatter'));
+      const root = this.#root('scatter', o.root);
+      const count = lengthOf(output, dtype);
+      const isRoot = this.rank === root;
+      if (isRoot) {
+        if (input == null) this.#missing('scatter', 'input', root);
+        this.#expectLength('scatter', 'input', input, dtype, count * this.size, `${this.size} ranks x ${count} output elements`);
+      }
+      return this.#submit('scatter', { send: isRoot ? input! : undefined, recv: output, count, dtype, root, timeoutMs: o.timeoutMs });
+    });
   }
 
   /** Sends `buf` to `peer`, which must post a matching recv of the same length and dtype. */
   send(buf: Buffer, peer: number, options?: CommonOptions): Work {
-    return this.#p2p('send', buf, peer, options);
+    return this.#guard('send', peer, () => this.#p2p('send', buf, peer, options));
   }
 
   /** Receives into `buf` from `peer`. */
   recv(buf: Buffer, peer: number, options?: CommonOptions): Work {
-    return this.#p2p('recv', buf, peer, options);
+    return this.#guard('recv', peer, () => this.#p2p('recv', buf, peer, options));
   }
 
   /** Resolves once every rank has reached the barrier. */
   barrier(options?: BarrierOptions): Work {
-    const o = options ? parse(barrierSchema, options, this.#where('barrier')) : {};
-    return this.#submit('barrier', { count: 0, dtype: 'uint8', timeoutMs: o.timeoutMs });
+    return this.#guard('barrier', -1, () => {
+      const o = options ? parse(barrierSchema, options, this.#where('barrier')) : {};
+      return this.#submit('barrier', { count: 0, dtype: 'uint8', timeoutMs: o.timeoutMs });
+    });
   }
 
   /**
@@ -237,21 +255,23 @@ export class Communicator {
    * resolves to null.
    */
   split(options: SplitOptions): Work<Communicator | null> {
-    const o = parse(splitSchema, options, this.#where('split'));
-    const native = this.#start('split', {
-      count: 0,
-      dtype: 'uint8',
-      timeoutMs: o.timeoutMs,
-      color: o.color,
-      key: o.key ?? this.rank,
+    return this.#guard('split', -1, () => {
+      const o = parse(splitSchema, options, this.#where('split'));
+      const native = this.#start('split', {
+        count: 0,
+        dtype: 'uint8',
+        timeoutMs: o.timeoutMs,
+        color: o.color,
+        key: o.key ?? this.rank,
+      });
+      const child = native.then((n) => {
+        if (!n) return null;
+        const comm = new Communicator({ native: n as NativeComm, timeoutMs: this.timeoutMs, callerStacks: this.#callerStacks });
+        this.#children.add(comm);
+        return comm;
+      });
+      return this.#track(new Work(child, 'split', this, this.#callerStacks ? new Error('split') : undefined));
     });
-    const child = native.then((n) => {
-      if (!n) return null;
-      const comm = new Communicator({ native: n as NativeComm, timeoutMs: this.timeoutMs, callerStacks: this.#callerStacks });
-      this.#children.add(comm);
-      return comm;
-    });
-    return this.#track(new Work(child, 'split', this, this.#callerStacks ? new Error('split') : undefined));
   }
 
   /**
@@ -296,6 +316,31 @@ export class Communicator {
   /** Registers page-locked host memory with NCCL (NCCL >= 2.19). Gloo: ERR_UNAVAILABLE. */
   registerHost(pinned: PinnedHostBuffer): Registration {
     return registerPinned(this.#native, this.#where('registerHost'), pinned);
+  }
+
+  /**
+   * Runs a call's checks and submission. When this rank refuses the call (bad
+   * arguments) while the others may have made theirs correctly, a stand-in still
+   * takes its place in the sequence: it carries the reason to the other ranks in the
+   * call's agreement round, so they fail the same operation naming this rank, and
+   * the calls after it still line up (ERR_SIZE_MISMATCH forever otherwise). The
+   * error is thrown here as before.
+   */
+  #guard<T>(call: OpName, peer: number, f: () => T): T {
+    try {
+      return f();
+    } catch (err) {
+      const code = err instanceof NcclNodeError ? err.code : 'ERR_INVALID_ARGUMENT';
+      if (!this.#closed && code !== 'ERR_COMM_DESTROYED' && code !== 'ERR_COMM_ABORTED') {
+        const message = err instanceof Error ? err.message : String(err);
+        try {
+          this.#native.reject?.(OpKind[call], code, message, Number.isInteger(peer) ? peer : -1, this.timeoutMs);
+        } catch {
+          // The communicator went away under us: nobody left to tell.
+        }
+      }
+      throw err;
+    }
   }
 
   #where(call: string): string {
