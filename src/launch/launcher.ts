@@ -61,6 +61,8 @@ const GUARD_FD = 3;
 const KILL_WAIT_MS = 3_000;
 /** How long to wait for a dead rank's output pipes to drain (a leftover grandchild may hold them). */
 const DRAIN_WAIT_MS = 1_000;
+/** How long a failure waits for the exits that came with it (see settleFailure). */
+const SETTLE_WAIT_MS = 400;
 
 interface Rank {
   rank: number;
@@ -68,6 +70,10 @@ interface Rank {
   child: ChildProcess;
   pid: number | undefined;
   exit?: { code: number | null; signal: NodeJS.Signals | null };
+  /** When this rank's end of the guard pair hung up, in order among all ranks (see settleFailure). */
+  hangup?: number;
+  /** The order in which Node reported the exits. */
+  exitOrder?: number;
   drained: Promise<void>;
 }
 
@@ -183,6 +189,9 @@ export class Launcher {
   private readonly watchers = new AbortController();
   private readonly pendingWrites = new Set<Promise<unknown>>();
   private interrupts = 0;
+  private hangups = 0;
+  private exits = 0;
+  private settling = false;
   private resolveDone!: (r: LaunchResult) => void;
   /** Settles once every local rank is gone and the store is closed. */
   readonly done: Promise<LaunchResult>;
@@ -285,6 +294,7 @@ export class Launcher {
       const child = spawn(process.execPath, args, { cwd: o.cwd, env, detached: true, stdio: ['ignore', out, out, 'pipe'] });
       child.once('exit', (code, signal) => {
         r.exit = { code, signal };
+        r.exitOrder = this.exits++;
         this.onExit(r);
       });
       child.once('error', (err) => {
@@ -300,7 +310,13 @@ export class Launcher {
       }
       // Our end of the guard pair just has to stay open while we live.
       const guard = child.stdio[GUARD_FD];
-      guard?.on('error', () => {});
+      // It hangs up when the rank starts to exit (see settleFailure).
+      const hungUp = (): void => {
+        r.hangup ??= this.hangups++;
+      };
+      guard?.on('error', hungUp);
+      guard?.on('end', hungUp);
+      guard?.on('close', hungUp);
       guard?.on('data', () => {});
       const r: Rank = { rank, localRank, child, pid: child.pid, drained: Promise.all(streams).then(() => {}) };
       this.ranks.push(r);
@@ -351,11 +367,43 @@ export class Launcher {
 
   private onExit(r: Rank): void {
     if (this.phase !== 'running') return;
-    const { code, signal } = r.exit ?? { code: null, signal: null };
-    if (code === 0) {
+    if (r.exit?.code === 0) {
       this.track(this.rankSucceeded(r));
       return;
     }
+    if (!this.settling) {
+      this.settling = true;
+      void this.settleFailure();
+    }
+  }
+
+  /**
+   * Names the rank whose failure came first. Two things hide the order:
+   * - Node reports the exits of children reaped together (a busy launcher) in spawn
+   *   order, not in the order they died.
+   * - A rank killed by a signal dies at once, but the kernel takes tens of ms to tear
+   *   down a large process before its exit (and its guard's hang-up) can be seen; its
+   *   peers notice the dropped connections meanwhile and exit with a code of their own.
+   * So a failure waits briefly for the others that come with it; a death by signal
+   * (never ours: we signal only once a failure is decided) is taken as the cause over
+   * exits with a code, and within each kind the guards' hang-up order decides.
+   */
+  private async settleFailure(): Promise<void> {
+    const byKill = (r: Rank): boolean => r.exit !== undefined && r.exit.signal !== null;
+    const unsettled = (r: Rank): boolean =>
+      (r.hangup !== undefined && r.exit === undefined)
+      || (r.exit !== undefined && r.hangup === undefined && r.child.stdio[GUARD_FD] != null && !r.child.stdio[GUARD_FD].destroyed);
+    const deadline = Date.now() + SETTLE_WAIT_MS;
+    const waiting = (): boolean =>
+      this.ranks.some(unsettled) || (!this.ranks.some(byKill) && this.ranks.some((r) => r.exit === undefined));
+    while (waiting() && Date.now() < deadline && this.phase === 'running') await sleep(5);
+    if (this.phase !== 'running') return;
+    const failed = this.ranks.filter((x) => x.exit !== undefined && x.exit.code !== 0);
+    const order = (x: Rank): number => x.hangup ?? Number.MAX_SAFE_INTEGER;
+    failed.sort((a, b) => Number(byKill(b)) - Number(byKill(a)) || order(a) - order(b) || (a.exitOrder ?? 0) - (b.exitOrder ?? 0));
+    const r = failed[0];
+    if (r === undefined) return;
+    const { code, signal } = r.exit ?? { code: null, signal: null };
     const pid = r.pid ?? 0;
     const base = { rank: r.rank, node: this.o.nodeRank, host: this.host, ...(r.pid !== undefined ? { pid } : {}) };
     if (signal !== null) {
