@@ -22,6 +22,11 @@ export interface JobEnv {
   tokenDerived: boolean;
   /** True when a launcher hosts the store (NCCL_NODE_STORE_HOSTED=1), so rank 0 must not. */
   storeHosted: boolean;
+  /**
+   * Under torchrun with TORCHELASTIC_USE_AGENT_STORE=True: MASTER_PORT is the agent's
+   * TCPStore, and the job's store is found through it (agent-store.ts).
+   */
+  agentStore?: { runId: string; restartCount: number };
   source: JobEnvSource;
 }
 
@@ -246,6 +251,17 @@ export function resolveJobEnv(env: Env = process.env, overrides: Partial<JobEnv>
     token = randomBytes(32).toString('hex');
   }
 
+  // torch tests str(True), exactly.
+  const useAgentStore = source === 'torchrun' && env['TORCHELASTIC_USE_AGENT_STORE'] === 'True'
+    && o.masterAddr === undefined && o.masterPort === undefined;
+  const agentStore = useAgentStore
+    ? {
+      runId: env['TORCHELASTIC_RUN_ID'] !== undefined ? text('TORCHELASTIC_RUN_ID', env['TORCHELASTIC_RUN_ID']) : 'none',
+      restartCount: env['TORCHELASTIC_RESTART_COUNT'] !== undefined
+        ? int('TORCHELASTIC_RESTART_COUNT', env['TORCHELASTIC_RESTART_COUNT'], 0, Number.MAX_SAFE_INTEGER) : 0,
+    }
+    : undefined;
+
   return {
     rank,
     worldSize,
@@ -256,6 +272,7 @@ export function resolveJobEnv(env: Env = process.env, overrides: Partial<JobEnv>
     token,
     tokenDerived,
     storeHosted: o.storeHosted ?? flag(env, 'NCCL_NODE_STORE_HOSTED'),
+    ...(agentStore ? { agentStore } : {}),
     source,
   };
 }
