@@ -90,6 +90,29 @@ describe('under the real torchrun', { timeout: 180_000 }, () => {
     for (const r of run.reports) expect(r.masterPort).toBe(String(port));
   });
 
+  it('nccl-node run gives a rank the variables torchrun documents, with the same values', async () => {
+    // torchrun's documented worker environment (torch.distributed.run), less PYTHON_EXEC.
+    const DOCUMENTED = ['LOCAL_RANK', 'RANK', 'GROUP_RANK', 'ROLE_RANK', 'ROLE_NAME', 'LOCAL_WORLD_SIZE', 'WORLD_SIZE', 'GROUP_WORLD_SIZE',
+      'ROLE_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', 'TORCHELASTIC_RESTART_COUNT', 'TORCHELASTIC_MAX_RESTARTS', 'TORCHELASTIC_RUN_ID'];
+    const SAME_VALUE = ['LOCAL_RANK', 'RANK', 'GROUP_RANK', 'ROLE_RANK', 'ROLE_NAME', 'LOCAL_WORLD_SIZE', 'WORLD_SIZE', 'GROUP_WORLD_SIZE',
+      'ROLE_WORLD_SIZE', 'TORCHELASTIC_RESTART_COUNT', 'TORCHELASTIC_MAX_RESTARTS', 'TORCHELASTIC_RUN_ID'];
+    const envs = (run: Done): Array<Record<string, string>> =>
+      run.reports.map((r) => r.env as Record<string, string>).sort((a, b) => Number(a.RANK) - Number(b.RANK));
+    const [theirs, ours] = await Promise.all([
+      exec(venv.torchrun, ['--no-python', '--nproc-per-node', '3', '--rdzv-id', 'cmp', '--master-port', String(await freePort()), 'node', 'test/launch/fixtures/env.mjs']),
+      exec(process.execPath, ['bin/nccl-node.js', 'run', '--nproc-per-node', '3', '--rdzv-id', 'cmp', 'test/launch/fixtures/env.mjs']),
+    ]);
+    expect([theirs.code, ours.code]).toEqual([0, 0]);
+    const t = envs(theirs);
+    const o = envs(ours);
+    expect(o).toHaveLength(3);
+    for (const [i, e] of t.entries()) {
+      expect(DOCUMENTED.filter((k) => e[k] === undefined)).toEqual([]);
+      expect(DOCUMENTED.filter((k) => o[i]![k] === undefined)).toEqual([]);
+      expect(Object.fromEntries(SAME_VALUE.map((k) => [k, o[i]![k]]))).toEqual(Object.fromEntries(SAME_VALUE.map((k) => [k, e[k]])));
+    }
+  });
+
   it('two --standalone jobs at once on one host do not clash', async () => {
     const runs = await Promise.all([
       torchrunNode(['--standalone', '--nproc-per-node', '2'], ['allreduce', SIZES]),
