@@ -7,6 +7,7 @@
 import { hostname } from 'node:os';
 import { NcclNodeError } from '../errors.js';
 import { announceJoin } from '../launch/join.js';
+import { jobStoreViaAgent } from '../launch/agent-store.js';
 import { resolveJobEnv, type JobEnv } from '../launch/env.js';
 import { binding } from '../native.js';
 import { StoreClient } from '../rendezvous/client.js';
@@ -37,6 +38,13 @@ function envTimeout(): number | undefined {
 async function openStore(job: JobEnv, token: string, timeoutMs: number) {
   let server: StoreServer | undefined;
   let port = job.masterPort;
+  if (job.agentStore) {
+    // Under torchrun: found through the agent's TCPStore (src/launch/agent-store.ts).
+    // A token given by the user is shared by every rank already; a derived one is public.
+    const found = await jobStoreViaAgent(job, job.agentStore, job.tokenDerived ? undefined : token, timeoutMs);
+    const client = await StoreClient.connect({ host: found.host, port: found.port, token: found.token, clientName: `rank ${job.rank}`, connectTimeoutMs: timeoutMs });
+    return { server: found.server, client, host: found.host, port: found.port, token: found.token };
+  }
   if (job.worldSize === 1 && !job.storeHosted) {
     server = await StoreServer.start({ host: '127.0.0.1', port: 0, token });
     port = server.port;
@@ -52,7 +60,7 @@ async function openStore(job: JobEnv, token: string, timeoutMs: number) {
     clientName: `rank ${job.rank}`,
     connectTimeoutMs: timeoutMs,
   });
-  return { server, client, host, port };
+  return { server, client, host, port, token };
 }
 
 export async function init(options?: InitOptions): Promise<Communicator> {
@@ -74,7 +82,7 @@ export async function init(options?: InitOptions): Promise<Communicator> {
       `init on rank ${job.rank} of ${job.worldSize}: no job token; set NCCL_NODE_TOKEN to the same secret on every rank, or start the job with nccl-node run`,
     );
   }
-  if (job.tokenDerived && !warnedDerivedToken && job.rank === 0) {
+  if (job.tokenDerived && !job.agentStore && !warnedDerivedToken && job.rank === 0) {
     warnedDerivedToken = true;
     process.emitWarning(
       `the rendezvous token was derived from the ${job.source} job id; set NCCL_NODE_TOKEN to a secret to keep other users off the store`,
@@ -85,6 +93,7 @@ export async function init(options?: InitOptions): Promise<Communicator> {
   // 'auto': NCCL when a GPU, libcuda and libnccl are usable here, else Gloo (src/gpu/init-nccl.ts).
   const backend = chooseBackend(native, o.backend ?? 'auto', job.rank);
   const store = await openStore(job, token, timeoutMs);
+  const storeToken = store.token;
   const close = async () => {
     await store.client.close().catch(() => {});
     await store.server?.close().catch(() => {});
@@ -92,7 +101,7 @@ export async function init(options?: InitOptions): Promise<Communicator> {
   try {
     await announceJoin(store.client, { rank: job.rank, pid: process.pid, host: hostname(), localRank: job.localRank });
     if (backend === 'nccl') {
-      const comm = await createNcclComm(native, { ...job, storeHost: store.host, storePort: store.port, token, timeoutMs });
+      const comm = await createNcclComm(native, { ...job, storeHost: store.host, storePort: store.port, token: storeToken, timeoutMs });
       return new Communicator({ native: comm, timeoutMs, localRank: job.localRank, localSize: job.localWorldSize, onClose: close, callerStacks: o.callerStacks });
     }
     const iface = o.iface ?? process.env.NCCL_NODE_SOCKET_IFNAME ?? process.env.GLOO_SOCKET_IFNAME;
@@ -102,7 +111,7 @@ export async function init(options?: InitOptions): Promise<Communicator> {
       size: job.worldSize,
       storeHost: store.host,
       storePort: store.port,
-      token,
+      token: storeToken,
       prefix: 'nccl-node/gloo/world/',
       // The address this host used to reach the store is one its peers can reach.
       ...(iface ? { iface } : { hostname: localAddress ?? '127.0.0.1' }),

@@ -22,6 +22,11 @@ export interface JobEnv {
   tokenDerived: boolean;
   /** True when a launcher hosts the store (NCCL_NODE_STORE_HOSTED=1), so rank 0 must not. */
   storeHosted: boolean;
+  /**
+   * Under torchrun with TORCHELASTIC_USE_AGENT_STORE=True: MASTER_PORT is the agent's
+   * TCPStore, and the job's store is found through it (agent-store.ts).
+   */
+  agentStore?: { runId: string; restartCount: number };
   source: JobEnvSource;
 }
 
@@ -100,6 +105,56 @@ export function parseSlurmTasksPerNode(value: string, variable = 'SLURM_TASKS_PE
   return out;
 }
 
+/**
+ * Expands Slurm's hostlist syntax: "node[01-04,07],gpu-a[1-2]" -> node01, node02,
+ * node03, node04, node07, gpu-a1, gpu-a2. Ranges keep their zero padding; several
+ * bracket groups in one name ("r[1-2]n[1-2]") expand to every combination, in
+ * Slurm's order. Throws naming `variable` when the text is not a hostlist.
+ */
+export function expandSlurmHostlist(value: string, variable = 'SLURM_JOB_NODELIST'): string[] {
+  const bad = (): never => invalid(variable, 'a Slurm hostlist like "node[01-04,07],gpu-a1"', value);
+  // Split on the commas outside brackets.
+  const names: string[] = [];
+  let depth = 0;
+  let start = 0;
+  for (let i = 0; i <= value.length; i++) {
+    const c = value[i];
+    if (c === '[') depth++;
+    else if (c === ']') depth--;
+    if (depth < 0 || depth > 1) bad();
+    if (i === value.length || (c === ',' && depth === 0)) {
+      const name = value.slice(start, i).trim();
+      if (name !== '') names.push(name);
+      start = i + 1;
+    }
+  }
+  if (depth !== 0 || names.length === 0) bad();
+  const hosts: string[] = [];
+  for (const name of names) {
+    let partial = [''];
+    for (const m of name.matchAll(/([^[\]]*)(?:\[([^\]]*)\])?/g)) {
+      const [whole, text, ranges] = m;
+      if (whole === '') continue;
+      if (/[[\]]/.test(text ?? '')) bad();
+      let parts = [text ?? ''];
+      if (ranges !== undefined) {
+        parts = [];
+        for (const r of ranges.split(',')) {
+          const rm = /^\s*(\d+)(?:-(\d+))?\s*$/.exec(r);
+          if (rm === null) bad();
+          const lo = rm![1]!;
+          const hi = rm![2] ?? lo;
+          if (Number(hi) < Number(lo) || Number(hi) - Number(lo) > 100_000) bad();
+          for (let n = Number(lo); n <= Number(hi); n++) parts.push(`${text}${String(n).padStart(lo.length, '0')}`);
+        }
+      }
+      partial = partial.flatMap((p) => parts.map((q) => p + q));
+    }
+    hosts.push(...partial);
+  }
+  return hosts;
+}
+
 /** A token that every rank of one job computes alike from the job's id. */
 export function deriveToken(source: JobEnvSource, jobId: string): string {
   return createHash('sha256').update(`nccl-node job token\0${source}\0${jobId}`).digest('hex');
@@ -139,13 +194,20 @@ function detectSlurm(env: Env): Detected {
   }
   const jobId = env['SLURM_JOB_ID'] ?? env['SLURM_JOBID'];
   const stepId = env['SLURM_STEP_ID'] ?? env['SLURM_STEPID'];
+  // Rank 0 runs on the first node of the step (SLURM_LAUNCH_NODE_IPADDR is where srun
+  // was typed, often a login node that runs no rank at all).
+  let masterAddr = envField(env, 'MASTER_ADDR');
+  const nodelist = firstEnv(env, 'SLURM_STEP_NODELIST', 'SLURM_JOB_NODELIST', 'SLURM_NODELIST');
+  if (masterAddr === undefined && nodelist !== undefined) {
+    masterAddr = { value: expandSlurmHostlist(nodelist.value, nodelist.name)[0]!, name: nodelist.name };
+  }
   return {
     source: 'slurm',
     rank: envField(env, 'SLURM_PROCID'),
     worldSize: envField(env, 'SLURM_NTASKS'),
     localRank: envField(env, 'SLURM_LOCALID'),
     localWorldSize,
-    masterAddr: firstEnv(env, 'MASTER_ADDR', 'SLURM_LAUNCH_NODE_IPADDR'),
+    masterAddr,
     jobId: jobId === undefined ? undefined : `${jobId}.${stepId ?? ''}`,
   };
 }
@@ -246,6 +308,17 @@ export function resolveJobEnv(env: Env = process.env, overrides: Partial<JobEnv>
     token = randomBytes(32).toString('hex');
   }
 
+  // torch tests str(True), exactly.
+  const useAgentStore = source === 'torchrun' && env['TORCHELASTIC_USE_AGENT_STORE'] === 'True'
+    && o.masterAddr === undefined && o.masterPort === undefined;
+  const agentStore = useAgentStore
+    ? {
+      runId: env['TORCHELASTIC_RUN_ID'] !== undefined ? text('TORCHELASTIC_RUN_ID', env['TORCHELASTIC_RUN_ID']) : 'none',
+      restartCount: env['TORCHELASTIC_RESTART_COUNT'] !== undefined
+        ? int('TORCHELASTIC_RESTART_COUNT', env['TORCHELASTIC_RESTART_COUNT'], 0, Number.MAX_SAFE_INTEGER) : 0,
+    }
+    : undefined;
+
   return {
     rank,
     worldSize,
@@ -256,6 +329,7 @@ export function resolveJobEnv(env: Env = process.env, overrides: Partial<JobEnv>
     token,
     tokenDerived,
     storeHosted: o.storeHosted ?? flag(env, 'NCCL_NODE_STORE_HOSTED'),
+    ...(agentStore ? { agentStore } : {}),
     source,
   };
 }

@@ -5,8 +5,8 @@
  * with the failing rank's code. See join.ts for the keys involved.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { existsSync, statSync } from 'node:fs';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
@@ -18,7 +18,7 @@ import { StoreServer } from '../rendezvous/server.js';
 import { DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT } from './env.js';
 import { doneKey, joinKey, publishFailure, watchFailure, watchJoins, type FailureRecord, type JoinInfo } from './join.js';
 import { clientView, serverView, type KeyView } from './keyview.js';
-import { pipePrefixed } from './prefix.js';
+import { rankOutput, type OutputPolicy, type StdMask } from './output.js';
 import { groupAlive, killGroup, signalExitCode } from './process-group.js';
 
 export interface LaunchOptions {
@@ -29,13 +29,23 @@ export interface LaunchOptions {
   nnodes?: number;
   nodeRank?: number;
   masterAddr?: string;
-  /** 0 picks a free port (single node only). */
+  /** 0 picks a free port (single node only). Default: 0 on one node (as torchrun --standalone), 29500 on several. */
   masterPort?: number;
+  /** TORCHELASTIC_RUN_ID of the ranks, and the log directory's name. Default: a random UUID on one node, "none" on several (as torchrun). */
+  runId?: string;
   joinTimeoutMs?: number;
   /** Between SIGTERM and SIGKILL when stopping ranks. */
   gracePeriodMs?: number;
-  /** Prefix each output line with "[rank] " (default true). */
+  /** Prefix each output line with "[rank] " (default false, as torchrun). */
   prefix?: boolean;
+  /** Where --redirects/--tee write each rank's output: <logDir>/<runId>_<random>/attempt_0/<local rank>/. */
+  logDir?: string;
+  /** torchrun's --redirects: per local rank, 0 none, 1 stdout, 2 stderr, 3 both go to the log files only. */
+  redirects?: (localRank: number) => StdMask;
+  /** torchrun's --tee: the same, to the log files and the console. */
+  tee?: (localRank: number) => StdMask;
+  /** Only these local ranks' output reaches the console (torchrun's --local-ranks-filter). */
+  localRanksFilter?: Set<number>;
   /** How long node 0 keeps the store up for other nodes' ranks after its own finished. */
   exitBarrierTimeoutMs?: number;
   /** Base environment of the ranks; NCCL_NODE_TOKEN is read from it. Default process.env. */
@@ -61,6 +71,8 @@ const GUARD_FD = 3;
 const KILL_WAIT_MS = 3_000;
 /** How long to wait for a dead rank's output pipes to drain (a leftover grandchild may hold them). */
 const DRAIN_WAIT_MS = 1_000;
+/** How long a failure waits for the exits that came with it (see settleFailure). */
+const SETTLE_WAIT_MS = 400;
 
 interface Rank {
   rank: number;
@@ -68,6 +80,10 @@ interface Rank {
   child: ChildProcess;
   pid: number | undefined;
   exit?: { code: number | null; signal: NodeJS.Signals | null };
+  /** When this rank's end of the guard pair hung up, in order among all ranks (see settleFailure). */
+  hangup?: number;
+  /** The order in which Node reported the exits. */
+  exitOrder?: number;
   drained: Promise<void>;
 }
 
@@ -79,9 +95,11 @@ interface Resolved {
   nodeRank: number;
   masterAddr: string;
   masterPort: number;
+  runId: string;
   joinTimeoutMs: number;
   gracePeriodMs: number;
   prefix: boolean;
+  output: OutputPolicy;
   exitBarrierTimeoutMs: number;
   env: NodeJS.ProcessEnv;
   cwd: string;
@@ -111,7 +129,7 @@ function resolveOptions(o: LaunchOptions): Resolved {
   const nodeRank = checkInt('nodeRank', o.nodeRank ?? 0, 0, nnodes - 1);
   const masterAddr = o.masterAddr ?? DEFAULT_MASTER_ADDR;
   if (masterAddr.trim() === '') throw invalid('masterAddr must not be empty');
-  const masterPort = checkInt('masterPort', o.masterPort ?? DEFAULT_MASTER_PORT, 0, 65535);
+  const masterPort = checkInt('masterPort', o.masterPort ?? (nnodes === 1 ? 0 : DEFAULT_MASTER_PORT), 0, 65535);
   if (masterPort === 0 && nnodes > 1) {
     throw invalid('masterPort 0 (pick a free port) only works with a single node: other nodes could not know the port');
   }
@@ -121,6 +139,17 @@ function resolveOptions(o: LaunchOptions): Resolved {
     throw invalid(`script must end in ${SCRIPT_EXTENSIONS.join(', ')}, got ${JSON.stringify(o.script)}`, { script: o.script });
   }
   if (!existsSync(script) || !statSync(script).isFile()) throw invalid(`script not found: ${script}`, { script });
+  const runId = o.runId ?? (nnodes === 1 ? randomUUID() : 'none');
+  if (!/^[\w.-]+$/.test(runId)) throw invalid(`runId must be letters, digits, "_", "." or "-", got ${JSON.stringify(runId)}`, { runId });
+  const prefix = o.prefix ?? false;
+  const redirects = o.redirects ?? ((): StdMask => 0);
+  const tee = o.tee ?? ((): StdMask => 0);
+  let runLogDir: string | undefined;
+  if (o.logDir !== undefined) {
+    const base = path.resolve(cwd, o.logDir);
+    mkdirSync(base, { recursive: true });
+    runLogDir = mkdtempSync(path.join(base, `${runId}_`));
+  }
   return {
     script,
     scriptArgs: o.scriptArgs ?? [],
@@ -129,9 +158,11 @@ function resolveOptions(o: LaunchOptions): Resolved {
     nodeRank,
     masterAddr,
     masterPort,
+    runId,
     joinTimeoutMs: checkMs('joinTimeoutMs', o.joinTimeoutMs ?? 600_000, 1),
     gracePeriodMs: checkMs('gracePeriodMs', o.gracePeriodMs ?? 5_000, 0),
-    prefix: o.prefix ?? true,
+    prefix,
+    output: { prefix, redirects, tee, ...(o.localRanksFilter ? { consoleRanks: o.localRanksFilter } : {}), ...(runLogDir ? { runLogDir } : {}), attempt: 0 },
     exitBarrierTimeoutMs: checkMs('exitBarrierTimeoutMs', o.exitBarrierTimeoutMs ?? 300_000, 0),
     env: o.env ?? process.env,
     cwd,
@@ -183,6 +214,9 @@ export class Launcher {
   private readonly watchers = new AbortController();
   private readonly pendingWrites = new Set<Promise<unknown>>();
   private interrupts = 0;
+  private hangups = 0;
+  private exits = 0;
+  private settling = false;
   private resolveDone!: (r: LaunchResult) => void;
   /** Settles once every local rank is gone and the store is closed. */
   readonly done: Promise<LaunchResult>;
@@ -272,6 +306,14 @@ export class Launcher {
         LOCAL_RANK: String(localRank),
         LOCAL_WORLD_SIZE: String(o.nprocPerNode),
         GROUP_RANK: String(o.nodeRank),
+        GROUP_WORLD_SIZE: String(o.nnodes),
+        // One role, "default", as torchrun without --role.
+        ROLE_NAME: 'default',
+        ROLE_RANK: String(rank),
+        ROLE_WORLD_SIZE: String(this.worldSize),
+        TORCHELASTIC_RUN_ID: o.runId,
+        TORCHELASTIC_RESTART_COUNT: '0',
+        TORCHELASTIC_MAX_RESTARTS: '0',
         MASTER_ADDR: o.masterAddr,
         MASTER_PORT: String(this.port),
         NCCL_NODE_TOKEN: this.token,
@@ -280,11 +322,12 @@ export class Launcher {
         NCCL_NODE_LAUNCHER_FD: String(GUARD_FD),
         NCCL_NODE_GRACE_MS: String(o.gracePeriodMs),
       };
-      const out = o.prefix ? 'pipe' : 'inherit';
+      const output = rankOutput(o.output, rank, localRank);
       // detached: the rank leads its own process group (see process-group.ts).
-      const child = spawn(process.execPath, args, { cwd: o.cwd, env, detached: true, stdio: ['ignore', out, out, 'pipe'] });
+      const child = spawn(process.execPath, args, { cwd: o.cwd, env, detached: true, stdio: ['ignore', ...output.stdio, 'pipe'] });
       child.once('exit', (code, signal) => {
         r.exit = { code, signal };
+        r.exitOrder = this.exits++;
         this.onExit(r);
       });
       child.once('error', (err) => {
@@ -294,15 +337,18 @@ export class Launcher {
         r.exit = { code: 127, signal: null };
         this.onExit(r);
       });
-      const streams: Array<Promise<void>> = [];
-      if (o.prefix && child.stdout && child.stderr) {
-        streams.push(pipePrefixed(child.stdout, o.stdout, `[${rank}] `), pipePrefixed(child.stderr, o.stderr, `[${rank}] `));
-      }
+      const drained = output.connect(child.stdout, child.stderr, o.stdout, o.stderr);
       // Our end of the guard pair just has to stay open while we live.
       const guard = child.stdio[GUARD_FD];
-      guard?.on('error', () => {});
+      // It hangs up when the rank starts to exit (see settleFailure).
+      const hungUp = (): void => {
+        r.hangup ??= this.hangups++;
+      };
+      guard?.on('error', hungUp);
+      guard?.on('end', hungUp);
+      guard?.on('close', hungUp);
       guard?.on('data', () => {});
-      const r: Rank = { rank, localRank, child, pid: child.pid, drained: Promise.all(streams).then(() => {}) };
+      const r: Rank = { rank, localRank, child, pid: child.pid, drained };
       this.ranks.push(r);
     }
     this.watch();
@@ -351,11 +397,43 @@ export class Launcher {
 
   private onExit(r: Rank): void {
     if (this.phase !== 'running') return;
-    const { code, signal } = r.exit ?? { code: null, signal: null };
-    if (code === 0) {
+    if (r.exit?.code === 0) {
       this.track(this.rankSucceeded(r));
       return;
     }
+    if (!this.settling) {
+      this.settling = true;
+      void this.settleFailure();
+    }
+  }
+
+  /**
+   * Names the rank whose failure came first. Two things hide the order:
+   * - Node reports the exits of children reaped together (a busy launcher) in spawn
+   *   order, not in the order they died.
+   * - A rank killed by a signal dies at once, but the kernel takes tens of ms to tear
+   *   down a large process before its exit (and its guard's hang-up) can be seen; its
+   *   peers notice the dropped connections meanwhile and exit with a code of their own.
+   * So a failure waits briefly for the others that come with it; a death by signal
+   * (never ours: we signal only once a failure is decided) is taken as the cause over
+   * exits with a code, and within each kind the guards' hang-up order decides.
+   */
+  private async settleFailure(): Promise<void> {
+    const byKill = (r: Rank): boolean => r.exit !== undefined && r.exit.signal !== null;
+    const unsettled = (r: Rank): boolean =>
+      (r.hangup !== undefined && r.exit === undefined)
+      || (r.exit !== undefined && r.hangup === undefined && r.child.stdio[GUARD_FD] != null && !r.child.stdio[GUARD_FD].destroyed);
+    const deadline = Date.now() + SETTLE_WAIT_MS;
+    const waiting = (): boolean =>
+      this.ranks.some(unsettled) || (!this.ranks.some(byKill) && this.ranks.some((r) => r.exit === undefined));
+    while (waiting() && Date.now() < deadline && this.phase === 'running') await sleep(5);
+    if (this.phase !== 'running') return;
+    const failed = this.ranks.filter((x) => x.exit !== undefined && x.exit.code !== 0);
+    const order = (x: Rank): number => x.hangup ?? Number.MAX_SAFE_INTEGER;
+    failed.sort((a, b) => Number(byKill(b)) - Number(byKill(a)) || order(a) - order(b) || (a.exitOrder ?? 0) - (b.exitOrder ?? 0));
+    const r = failed[0];
+    if (r === undefined) return;
+    const { code, signal } = r.exit ?? { code: null, signal: null };
     const pid = r.pid ?? 0;
     const base = { rank: r.rank, node: this.o.nodeRank, host: this.host, ...(r.pid !== undefined ? { pid } : {}) };
     if (signal !== null) {

@@ -33,6 +33,11 @@ export interface StoreServerOptions {
   token: string;
   /** Where refusals go; default console.error with a "nccl-node store:" prefix. */
   log?: (msg: string) => void;
+  /**
+   * Refusals are logged one per line up to a few per period; the rest are counted and
+   * summarised per address at the end of the period. Default 10 s.
+   */
+  refusalLogPeriodMs?: number;
 }
 
 export type SetListener = (key: string, value: Uint8Array) => void;
@@ -43,6 +48,56 @@ const AUTH_DEADLINE_MS = 10_000;
 const CLOSE_GRACE_MS = 2_000;
 /** setTimeout's ceiling; the wire allows u32 milliseconds (~49 days). */
 const MAX_TIMER_MS = 2 ** 31 - 1;
+/** Refusals logged one per line in each period before the rest are only counted. */
+const REFUSALS_LOGGED_PER_PERIOD = 3;
+/** At most this many addresses get a summary line of their own per period. */
+const SUMMARISED_ADDRESSES = 3;
+
+/**
+ * Keeps the log of refused connections bounded under a flood (a port scanner, a
+ * misconfigured job): a few lines per period, then one summary per address.
+ */
+class RefusalLog {
+  private logged = 0;
+  private readonly counts = new Map<string, number>();
+  private timer: NodeJS.Timeout | undefined;
+  private periodStart = Date.now();
+
+  constructor(private readonly log: (msg: string) => void, private readonly periodMs: number) {}
+
+  refused(address: string, line: string): void {
+    if (this.timer === undefined) {
+      this.periodStart = Date.now();
+      this.timer = setTimeout(() => this.flush(), this.periodMs);
+      this.timer.unref();
+    }
+    if (this.logged < REFUSALS_LOGGED_PER_PERIOD) {
+      this.logged++;
+      this.log(line);
+      return;
+    }
+    this.counts.set(address, (this.counts.get(address) ?? 0) + 1);
+  }
+
+  /** Writes the summary of the period so far and starts a new one. */
+  flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.logged = 0;
+    const seconds = Number(((Date.now() - this.periodStart) / 1000).toFixed(1));
+    const byCount = [...this.counts].sort((a, b) => b[1] - a[1]);
+    this.counts.clear();
+    const plural = (n: number): string => `${n} more unauthenticated connection${n === 1 ? '' : 's'}`;
+    for (const [address, n] of byCount.slice(0, SUMMARISED_ADDRESSES)) {
+      this.log(`refused ${plural(n)} from ${address} in the last ${seconds} s`);
+    }
+    const rest = byCount.slice(SUMMARISED_ADDRESSES);
+    if (rest.length > 0) {
+      const n = rest.reduce((sum, [, c]) => sum + c, 0);
+      this.log(`refused ${plural(n)} from ${rest.length} other addresses in the last ${seconds} s`);
+    }
+  }
+}
 
 type Reply = (frame: Buffer) => void;
 
@@ -105,17 +160,19 @@ export class StoreServer {
   private readonly listeners = new Set<SetListener>();
   private readonly tokenDigest: Buffer;
   private readonly log: (msg: string) => void;
+  private readonly refusals: RefusalLog;
   private closing: Promise<void> | undefined;
   private address!: net.AddressInfo;
 
-  private constructor(private readonly server: net.Server, token: string, log?: (msg: string) => void) {
+  private constructor(private readonly server: net.Server, token: string, log?: (msg: string) => void, refusalLogPeriodMs = 10_000) {
     this.tokenDigest = digest(Buffer.from(token, 'utf8'));
     this.log = log ?? ((msg) => console.error(`nccl-node store: ${msg}`));
+    this.refusals = new RefusalLog(this.log, refusalLogPeriodMs);
     server.on('connection', (socket) => this.accept(socket));
   }
 
   static async start(options: StoreServerOptions): Promise<StoreServer> {
-    const { host, port, token, log } = options;
+    const { host, port, token, log, refusalLogPeriodMs } = options;
     if (typeof token !== 'string' || token.length === 0) {
       throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'StoreServer.start: token must be a non-empty string');
     }
@@ -123,7 +180,10 @@ export class StoreServer {
       throw new NcclNodeError('ERR_INVALID_ARGUMENT', `StoreServer.start: port must be an integer in 0..65535, got ${port}`);
     }
     const server = net.createServer({ noDelay: true });
-    const store = new StoreServer(server, token, log);
+    if (refusalLogPeriodMs !== undefined && !(Number.isFinite(refusalLogPeriodMs) && refusalLogPeriodMs > 0)) {
+      throw new NcclNodeError('ERR_INVALID_ARGUMENT', `StoreServer.start: refusalLogPeriodMs must be a positive number, got ${refusalLogPeriodMs}`);
+    }
+    const store = new StoreServer(server, token, log, refusalLogPeriodMs);
     await new Promise<void>((resolve, reject) => {
       const onError = (err: Error): void =>
         reject(new NcclNodeError('ERR_STORE', `store could not listen on ${host ?? '*'}:${port}: ${err.message}`, { host, port }));
@@ -174,6 +234,7 @@ export class StoreServer {
   /** Stops listening, answers every parked GET/WAIT with CLOSING and closes all connections. */
   close(): Promise<void> {
     this.closing ??= new Promise<void>((resolve) => {
+      this.refusals.flush();
       this.server.close(() => resolve());
       for (const conn of this.conns) {
         for (const w of [...conn.waiters]) {
@@ -212,7 +273,9 @@ export class StoreServer {
         // Only a misbehaving peer gets here (both clients check sizes before sending).
         // The reply jumps the queue: parked requests on this socket will never be answered.
         const msg = err instanceof FrameTooLargeError ? `request too large: ${err.message}` : `internal error: ${String(err)}`;
-        this.log(`closing connection from ${peer}${nameOf(conn)}: ${msg}`);
+        const line = `closing connection from ${peer}${nameOf(conn)}: ${msg}`;
+        if (conn.authenticated) this.log(line);
+        else this.refusals.refused(addressOf(socket), line);
         for (const w of [...conn.waiters]) this.dropWaiter(w);
         socket.write(badRequest(msg));
         conn.shutdown();
@@ -230,7 +293,7 @@ export class StoreServer {
   }
 
   private refuse(conn: Connection, why: string): void {
-    this.log(`refused connection from ${conn.peer}${nameOf(conn)}: ${why}`);
+    this.refusals.refused(addressOf(conn.socket), `refused connection from ${conn.peer}${nameOf(conn)}: ${why}`);
     conn.reserve()(encodeReply(Status.Unauthorized));
     conn.shutdown();
   }
@@ -373,6 +436,11 @@ export class StoreServer {
       if (set?.delete(w) && set.size === 0) this.waitersByKey.delete(k);
     }
   }
+}
+
+/** The peer's address without its port, for per-address counts. */
+function addressOf(socket: net.Socket): string {
+  return (socket.remoteAddress ?? '?').replace(/^::ffff:/, '');
 }
 
 function digest(b: Uint8Array): Buffer {

@@ -23,7 +23,7 @@ async function cli(...args: string[]): Promise<{ stdout: string; stderr: string 
 
 /** Runs examples/train.ts on 2 ranks; returns rank 0's per-step lines (timings cut) and the params hash. */
 async function train(...args: string[]): Promise<{ out: string; steps: Map<number, string>; hash: string }> {
-  const { stdout: out } = await cli('run', '--nproc-per-node', '2', 'examples/train.ts', ...BASE, ...args);
+  const { stdout: out } = await cli('run', '--prefix', '--nproc-per-node', '2', 'examples/train.ts', ...BASE, ...args);
   const steps = new Map<number, string>();
   for (const m of out.matchAll(/^\[0\] step (\d+) (loss .*) \d+ ms$/gm)) steps.set(Number(m[1]), m[2]!);
   const hash = /final params sha256 ([0-9a-f]{64})/.exec(out)?.[1];

@@ -4,6 +4,7 @@ import {
   DEFAULT_MASTER_ADDR,
   DEFAULT_MASTER_PORT,
   deriveToken,
+  expandSlurmHostlist,
   parseSlurmTasksPerNode,
   resolveJobEnv,
   type Env,
@@ -70,17 +71,44 @@ describe('resolveJobEnv', () => {
     const base = {
       SLURM_PROCID: '5', SLURM_NTASKS: '7', SLURM_LOCALID: '1', SLURM_NODEID: '2',
       SLURM_TASKS_PER_NODE: '2(x3),1', SLURM_LAUNCH_NODE_IPADDR: '10.0.0.1',
-      SLURM_JOB_ID: '777', SLURM_STEP_ID: '0',
+      SLURM_JOB_NODELIST: 'gpu-a[07-09],gpu-b1', SLURM_JOB_ID: '777', SLURM_STEP_ID: '0',
     };
     const env = resolveJobEnv(base);
+    // The store is on the job's first node, not where srun was typed (SLURM_LAUNCH_NODE_IPADDR).
     expect(env).toMatchObject({
-      rank: 5, worldSize: 7, localRank: 1, localWorldSize: 2, masterAddr: '10.0.0.1',
+      rank: 5, worldSize: 7, localRank: 1, localWorldSize: 2, masterAddr: 'gpu-a07',
       masterPort: DEFAULT_MASTER_PORT, tokenDerived: true, source: 'slurm',
     });
     expect(env.token).toBe(deriveToken('slurm', '777.0'));
     // Another step of the same job is another rendezvous.
     expect(resolveJobEnv({ ...base, SLURM_STEP_ID: '1' }).token).not.toBe(env.token);
     expect(resolveJobEnv({ ...base, MASTER_ADDR: 'head' }).masterAddr).toBe('head');
+    // A step's own node list wins over the job's: the step may run on a subset.
+    expect(resolveJobEnv({ ...base, SLURM_STEP_NODELIST: 'gpu-a[08-09]' }).masterAddr).toBe('gpu-a08');
+    expect(resolveJobEnv({ ...base, SLURM_JOB_NODELIST: undefined }).masterAddr).toBe(DEFAULT_MASTER_ADDR);
+    expect(() => resolveJobEnv({ ...base, SLURM_JOB_NODELIST: 'gpu[1-' })).toThrow(/SLURM_JOB_NODELIST: expected a Slurm hostlist/);
+  });
+
+  it('expands Slurm hostlists', () => {
+    expect(expandSlurmHostlist('node[01-04,07],gpu-a[1-2]')).toEqual(['node01', 'node02', 'node03', 'node04', 'node07', 'gpu-a1', 'gpu-a2']);
+    expect(expandSlurmHostlist('head')).toEqual(['head']);
+    expect(expandSlurmHostlist('a1,b[9-11]')).toEqual(['a1', 'b9', 'b10', 'b11']);
+    expect(expandSlurmHostlist('n[098-101]x')).toEqual(['n098x', 'n099x', 'n100x', 'n101x']);
+    expect(expandSlurmHostlist('r[1-2]n[1-2]')).toEqual(['r1n1', 'r1n2', 'r2n1', 'r2n2']);
+    for (const bad of ['', 'a[1-', 'a[x]', 'a[3-1]', 'a]', 'a[[1]]']) {
+      expect(() => expandSlurmHostlist(bad, 'SLURM_JOB_NODELIST')).toThrow(/SLURM_JOB_NODELIST/);
+    }
+  });
+
+  it('under torchrun with TORCHELASTIC_USE_AGENT_STORE=True, finds the job store through the agent\'s', () => {
+    const torchrun = { RANK: '1', WORLD_SIZE: '2', MASTER_ADDR: 'localhost', MASTER_PORT: '40000', TORCHELASTIC_RUN_ID: 'abc', TORCHELASTIC_RESTART_COUNT: '2' };
+    expect(resolveJobEnv({ ...torchrun, TORCHELASTIC_USE_AGENT_STORE: 'True' }).agentStore).toEqual({ runId: 'abc', restartCount: 2 });
+    expect(resolveJobEnv({ ...torchrun, TORCHELASTIC_USE_AGENT_STORE: 'False' }).agentStore).toBeUndefined();
+    expect(resolveJobEnv(torchrun).agentStore).toBeUndefined();
+    // nccl-node run's ranks never use it, nor do explicit store options.
+    expect(resolveJobEnv({ ...torchrun, TORCHELASTIC_USE_AGENT_STORE: 'True', NCCL_NODE_LAUNCHER: '1' }).agentStore).toBeUndefined();
+    expect(resolveJobEnv({ ...torchrun, TORCHELASTIC_USE_AGENT_STORE: 'True' }, { masterPort: 5 }).agentStore).toBeUndefined();
+    expect(() => resolveJobEnv({ ...torchrun, TORCHELASTIC_USE_AGENT_STORE: 'True', TORCHELASTIC_RESTART_COUNT: 'x' })).toThrow(/TORCHELASTIC_RESTART_COUNT/);
   });
 
   it('falls back to SLURM_NTASKS_PER_NODE', () => {

@@ -104,8 +104,8 @@ async function freePort(): Promise<number> {
 const base = ['run', '--master-port', '0'];
 
 describe('nccl-node run', { timeout: 60_000 }, () => {
-  it('runs 4 ranks of a .ts script with prefixed, whole-line output', async () => {
-    const run = cli([...base, '--nproc-per-node', '4', RANK_TS, 'ok']);
+  it('runs 4 ranks of a .ts script with --prefix: prefixed, whole-line output', async () => {
+    const run = cli([...base, '--prefix', '--nproc-per-node', '4', RANK_TS, 'ok']);
     const { code } = await run.done;
     expect(run.stderr()).not.toMatch(/nccl-node run:/);
     expect(code).toBe(0);
@@ -206,7 +206,7 @@ describe('nccl-node run', { timeout: 60_000 }, () => {
   it('succeeds across two launchers', async () => {
     const port = String(await freePort());
     const env = { NCCL_NODE_TOKEN: 'another-test-token' };
-    const common = ['run', '--nnodes', '2', '--nproc-per-node', '1', '--master-port', port];
+    const common = ['run', '--prefix', '--nnodes', '2', '--nproc-per-node', '1', '--master-port', port];
     const node1 = cli([...common, '--node-rank', '1', RANK_TS, 'ok'], env); // before node 0: it must wait for the store
     const node0 = cli([...common, '--node-rank', '0', RANK_TS, 'ok'], env);
     const [r0, r1] = await Promise.all([node0.done, node1.done]);
@@ -219,6 +219,11 @@ describe('nccl-node run', { timeout: 60_000 }, () => {
     const cases: Array<[string[], RegExp, NodeJS.ProcessEnv?]> = [
       [['run', '--nproc-per-node', '0', PLAIN_MJS], /--nproc-per-node.*'0' is invalid/],
       [['run', '--nproc-per-node', 'two', PLAIN_MJS], /--nproc-per-node.*'two' is invalid/],
+      [['run', '--nproc_per_node', 'two', PLAIN_MJS], /--nproc-per-node.*'two' is invalid/],
+      [['run', '--nproc-per-node', '1', '--redirects', '3', PLAIN_MJS], /--redirects and --tee need --log-dir/],
+      [['run', '--nproc-per-node', '1', '--log-dir', '/tmp', '--tee', '4', PLAIN_MJS], /--tee: expected 0, 1, 2 or 3/],
+      [['run', '--nproc-per-node', '1', '--local-ranks-filter', 'a', PLAIN_MJS], /--local-ranks-filter: expected local ranks/],
+      [['run', '--nproc-per-node', '1', '--standalone', '--nnodes', '2', PLAIN_MJS], /--standalone runs one node/],
       [['run', PLAIN_MJS], /required option '--nproc-per-node <n>' not specified/],
       [['run', '--nproc-per-node', '1', '--bogus', PLAIN_MJS], /unknown option '--bogus'/],
       [['run', '--nproc-per-node', '1'], /missing required argument 'script'/],

@@ -1,23 +1,72 @@
 /**
  * `nccl-node run`: the gang launcher's command line (the work is in src/launch/launcher.ts).
  */
-import { InvalidArgumentError, type Command } from 'commander';
+import os from 'node:os';
+import { InvalidArgumentError, Option, type Command } from 'commander';
 
 import { isNcclNodeError } from '../../errors.js';
+import { gpuInfo } from '../../gpu/info.js';
 import { DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT } from '../../launch/env.js';
 import { Launcher } from '../../launch/launcher.js';
+import { parseRanksFilter, parseStdMask } from '../../launch/output.js';
 
 const USAGE_EXIT_CODE = 2;
 
 interface RunFlags {
-  nprocPerNode: number;
+  nprocPerNode: number | 'auto' | 'gpu' | 'cpu';
   nnodes: number;
   nodeRank: number;
   masterAddr: string;
-  masterPort: number;
+  masterPort?: number;
+  standalone?: boolean;
+  rdzvId?: string;
+  logDir?: string;
+  redirects?: string;
+  tee?: string;
+  localRanksFilter?: string;
   joinTimeout: number;
   gracePeriod: number;
-  prefix: boolean;
+  prefix?: boolean;
+}
+
+/** torchrun's flags that also have an underscore spelling (--nproc_per_node); ours accept both. */
+const UNDERSCORE_FLAGS = ['nproc-per-node', 'node-rank', 'master-addr', 'master-port', 'log-dir', 'local-ranks-filter', 'rdzv-id'];
+
+/**
+ * Rewrites the underscore spellings among the launcher's own arguments (those before
+ * the script; what follows belongs to the script) to the dashed ones.
+ */
+export function normalizeRunArgs(args: readonly string[], takesValue: (flag: string) => boolean): string[] {
+  const out = [...args];
+  for (let i = 0; i < out.length; i++) {
+    const arg = out[i]!;
+    if (arg === '--' || !arg.startsWith('-')) break;
+    const eq = arg.indexOf('=');
+    let name = eq === -1 ? arg : arg.slice(0, eq);
+    if (name.startsWith('--') && UNDERSCORE_FLAGS.includes(name.slice(2).replaceAll('_', '-'))) {
+      name = `--${name.slice(2).replaceAll('_', '-')}`;
+      out[i] = eq === -1 ? name : `${name}${arg.slice(eq)}`;
+    }
+    if (eq === -1 && takesValue(name)) i++;
+  }
+  return out;
+}
+
+function nproc(value: string): number | 'auto' | 'gpu' | 'cpu' {
+  const v = value.trim();
+  if (v === 'auto' || v === 'gpu' || v === 'cpu') return v;
+  return integer(1, 4096)(v);
+}
+
+/** torchrun's meaning: gpu = visible GPUs (error if none), cpu = usable cores, auto = GPUs if any, else cores. */
+function resolveNproc(n: RunFlags['nprocPerNode']): number {
+  if (typeof n === 'number') return n;
+  if (n === 'cpu') return os.availableParallelism();
+  const gpus = gpuInfo().devices;
+  if (n === 'gpu' && gpus === 0) {
+    return usageError('--nproc-per-node gpu: no GPU is visible here (CUDA reports 0 devices); use a number, cpu or auto');
+  }
+  return gpus > 0 ? gpus : os.availableParallelism();
 }
 
 function integer(min: number, max = Number.MAX_SAFE_INTEGER) {
@@ -40,9 +89,18 @@ function secondsArg(min: number) {
 }
 
 const HELP_AFTER = `
-Every rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (node rank),
-MASTER_ADDR, MASTER_PORT, NCCL_NODE_TOKEN, NCCL_NODE_STORE_HOSTED=1 and NCCL_NODE_LAUNCHER=1.
-Node 0's launcher hosts the job's store on --master-addr:--master-port.
+Every rank gets torchrun's variables: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+GROUP_RANK (node rank), GROUP_WORLD_SIZE, ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE,
+TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, MASTER_ADDR,
+MASTER_PORT; and NCCL_NODE_TOKEN, NCCL_NODE_STORE_HOSTED=1 and NCCL_NODE_LAUNCHER=1.
+Node 0's launcher hosts the job's store on --master-addr:--master-port; on one node the
+port defaults to a free one (as torchrun --standalone), on several to ${DEFAULT_MASTER_PORT}.
+Flags torchrun spells with underscores (--nproc_per_node, --master_port, ...) work too.
+
+Output: as torchrun, unprefixed (--prefix adds "[rank] "). --log-dir with --redirects
+(files only) or --tee (files and console) writes <log-dir>/<run-id>_<random>/attempt_0/
+<local rank>/stdout.log and stderr.log; 0 none, 1 stdout, 2 stderr, 3 both, or per local
+rank like 0:3,1:1. --local-ranks-filter 0 shows only local rank 0 on the console.
 
 Several nodes: run the same command on every node with its own --node-rank, and export
 the same secret NCCL_NODE_TOKEN on all of them first (e.g. \`export NCCL_NODE_TOKEN=$(openssl rand -hex 32)\`).
@@ -57,17 +115,24 @@ Example: nccl-node run --nproc-per-node 4 train.ts --epochs 3`;
 
 /** Adds `run` to the program. */
 export function registerRunCommand(program: Command): void {
-  program
+  const cmd = program
     .command('run')
     .description('start this node\'s ranks of a job as one gang')
-    .requiredOption('--nproc-per-node <n>', 'ranks to start on this node', integer(1, 4096))
+    .requiredOption('--nproc-per-node <n>', 'ranks to start on this node: a number, gpu, cpu or auto', nproc)
     .option('--nnodes <n>', 'number of nodes in the job', integer(1), 1)
     .option('--node-rank <k>', 'this node\'s index, 0 .. nnodes-1', integer(0), 0)
     .option('--master-addr <host>', 'address of node 0, where the store runs', DEFAULT_MASTER_ADDR)
-    .option('--master-port <port>', 'store port on node 0; 0 picks a free one (one node only)', integer(0, 65535), DEFAULT_MASTER_PORT)
+    .option('--master-port <port>', `store port on node 0; 0 picks a free one (one node only); default: free on one node, ${DEFAULT_MASTER_PORT} on several`, integer(0, 65535))
+    .option('--standalone', 'one node, store on a free local port (as torchrun --standalone)')
+    .option('--rdzv-id <id>', 'the run id (TORCHELASTIC_RUN_ID, log directory name); default: random on one node, "none" on several')
+    .option('--log-dir <dir>', 'where --redirects and --tee write each rank\'s output')
+    .addOption(new Option('-r, --redirects <std>', 'rank output to the log files only: 0 none, 1 stdout, 2 stderr, 3 both, or e.g. 0:3,1:1'))
+    .addOption(new Option('-t, --tee <std>', 'rank output to the log files and the console (same values as --redirects)'))
+    .option('--local-ranks-filter <ranks>', 'only these local ranks\' output reaches the console, e.g. 0 or 0,3')
     .option('--join-timeout <seconds>', 'fail unless every rank joins within this long', secondsArg(1e-9), 600)
     .option('--grace-period <seconds>', 'between SIGTERM and SIGKILL when stopping ranks', secondsArg(0), 5)
-    .option('--no-prefix', 'do not prefix output lines with "[rank] "')
+    .option('--prefix', 'prefix output lines with "[rank] "')
+    .option('--no-prefix', 'do not prefix output lines (the default)')
     .argument('<script>', 'the training script: .js, .mjs, .cjs, .ts, .mts or .cts')
     .argument('[args...]', 'arguments for the script')
     // Flags after the script name belong to the script.
@@ -76,6 +141,14 @@ export function registerRunCommand(program: Command): void {
     .action(async (script: string, args: string[], flags: RunFlags) => {
       await run(script, args, flags);
     });
+  const parseOptions = cmd.parseOptions.bind(cmd);
+  cmd.parseOptions = (args: string[]) => {
+    const takesValue = (flag: string): boolean => {
+      const option = cmd.options.find((o) => o.long === flag || o.short === flag);
+      return option !== undefined && (option.required || option.optional);
+    };
+    return parseOptions(normalizeRunArgs(args, takesValue));
+  };
 }
 
 async function run(script: string, scriptArgs: string[], flags: RunFlags): Promise<never> {
@@ -84,19 +157,31 @@ async function run(script: string, scriptArgs: string[], flags: RunFlags): Promi
   if (flags.nodeRank >= flags.nnodes) {
     return usageError(`--node-rank ${flags.nodeRank} must be below --nnodes ${flags.nnodes}`);
   }
+  if (flags.standalone) {
+    if (flags.nnodes !== 1) return usageError(`--standalone runs one node, but --nnodes is ${flags.nnodes}`);
+    if (flags.masterPort !== undefined && flags.masterPort !== 0) return usageError('--standalone picks a free port; leave out --master-port');
+  }
+  if ((flags.redirects !== undefined || flags.tee !== undefined) && flags.logDir === undefined) {
+    return usageError('--redirects and --tee need --log-dir');
+  }
   let launcher: Launcher;
   try {
     launcher = await Launcher.start({
       script,
       scriptArgs,
-      nprocPerNode: flags.nprocPerNode,
+      nprocPerNode: resolveNproc(flags.nprocPerNode),
       nnodes: flags.nnodes,
       nodeRank: flags.nodeRank,
       masterAddr: flags.masterAddr,
-      masterPort: flags.masterPort,
+      ...(flags.standalone ? { masterPort: 0 } : flags.masterPort !== undefined ? { masterPort: flags.masterPort } : {}),
+      ...(flags.rdzvId !== undefined ? { runId: flags.rdzvId } : {}),
+      ...(flags.logDir !== undefined ? { logDir: flags.logDir } : {}),
+      ...(flags.redirects !== undefined ? { redirects: parseStdMask(flags.redirects, '--redirects') } : {}),
+      ...(flags.tee !== undefined ? { tee: parseStdMask(flags.tee, '--tee') } : {}),
+      ...(flags.localRanksFilter !== undefined ? { localRanksFilter: parseRanksFilter(flags.localRanksFilter) } : {}),
       joinTimeoutMs: flags.joinTimeout * 1000,
       gracePeriodMs: flags.gracePeriod * 1000,
-      prefix: flags.prefix,
+      prefix: flags.prefix ?? false,
     });
   } catch (err) {
     if (isNcclNodeError(err, 'ERR_INVALID_ARGUMENT')) return usageError(err.message);
