@@ -5,6 +5,7 @@
  */
 import type { DType } from '../../src/dtypes.js';
 import { flatShard, type CheckpointState } from '../../src/checkpoint/index.js';
+import { rng } from '../../examples/tiny-lm/kernels.js';
 
 export const SPECS: { name: string; dtype: DType; shape: number[] }[] = [
   { name: 'layer.w', dtype: 'float32', shape: [37, 101] },
@@ -15,17 +16,8 @@ export const SPECS: { name: string; dtype: DType; shape: number[] }[] = [
 ];
 const BYTES: Partial<Record<DType, number>> = { float32: 4, bfloat16: 2, int64: 8, float64: 8, uint8: 1 };
 
-/** mulberry32: a tiny seeded PRNG, so a failing trial replays. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** mulberry32, seeded, so a failing trial replays. */
+export const prng = rng;
 
 function seedOf(name: string, step: number): number {
   let h = step * 2654435761;
