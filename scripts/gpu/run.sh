@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, after scripts/gpu/prepare.sh
+# made .gpu/ here (carried with the device tool's `carry: [".gpu"]`). Unpacks Node,
+# points the addon at the machine's CUDA driver, NCCL and cuFile (the Python
+# environment's nvidia-* wheels), runs smoke.mjs (every check prints one JSON line)
+# and nccl-node bench, and leaves the logs in $OUT (or .gpu/out).
+# --standins: the same run here, on the stand-in libraries (a dry run of the script).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-$here/out}
+mkdir -p "$out" "$here/bin"
+[ -x "$here/bin/node" ] || xz -dc "$here/node.xz" > "$here/bin/node" && chmod +x "$here/bin/node"
+export PATH="$here/bin:$PATH" LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}"
+export NCCL_NODE_ADDON="$here/pkg/build/Release/nccl_node.node"
+export NCCL_NODE_KERNELS="$here/pkg/build/kernels/nccl_node_kernels.fatbin"
+if [ "${1:-}" = "--standins" ]; then
+  standins=$(cd "$here/../build/standins" && pwd)
+  export NCCL_NODE_LIBCUDA="$standins/libcuda.so.1" NCCL_NODE_LIBNCCL="$standins/libnccl.so.2"
+  export NCCL_NODE_LIBNVML="$standins/libnvidia-ml.so.1" NCCL_NODE_LIBCUFILE="$standins/libcufile.so.0"
+else
+  py=$(command -v python3)
+  lib() { "$py" -c "import importlib, os, sys; m = importlib.import_module(sys.argv[1]); print(os.path.join(list(m.__path__)[0], sys.argv[2]))" "$@" 2>/dev/null; }
+  nccl=$(lib nvidia.nccl lib/libnccl.so.2); [ -f "$nccl" ] && export NCCL_NODE_LIBNCCL="$nccl"
+  for c in "$(lib nvidia.cu13 lib/libcufile.so.0)" "$(lib nvidia.cufile lib/libcufile.so.0)"; do
+    [ -f "$c" ] && export NCCL_NODE_LIBCUFILE="$c" && break
+  done
+  nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+fi
+env | grep -E '^NCCL_NODE_' > "$out/env.txt"
+node --version > "$out/node-version.txt"
+cd "$here"
+NN_PKG="$here/pkg" node smoke.mjs 2>&1 | tee "$out/smoke.jsonl"
+smoke=${PIPESTATUS[0]}
+node pkg/bin/nccl-node.js bench all_reduce_perf -b 8 -e 256M -f 4 -g 1 --nproc-per-node 1 2>&1 | tee "$out/bench-all_reduce.txt"
+bench=${PIPESTATUS[0]}
+node pkg/bin/nccl-node.js doctor --json > "$out/doctor.json" 2>&1
+echo "smoke exit $smoke, bench exit $bench"
+[ "$smoke" -eq 0 ] && [ "$bench" -eq 0 ]

@@ -1,0 +1,110 @@
+// The GPU checks scripts/gpu/run.sh runs on a real GPU (or, with --standins, on the
+// stand-in libraries): the compiled package only, no test runner. Each check prints
+// one JSON line {check, ok, ...details}; the exit code is the number of failed checks.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const pkg = process.env.NN_PKG;
+const nn = await import(join(pkg, 'dist/index.js'));
+const { AdamW } = await import(join(pkg, 'dist/runtime/index.js'));
+let failed = 0;
+
+async function check(name, f) {
+  const t0 = performance.now();
+  try {
+    const details = (await f()) ?? {};
+    const ok = details.ok !== false;
+    if (!ok) failed++;
+    console.log(JSON.stringify({ check: name, ok, ms: Math.round(performance.now() - t0), ...details }));
+  } catch (e) {
+    failed++;
+    console.log(JSON.stringify({ check: name, ok: false, code: e?.code, error: String(e?.message ?? e) }));
+  }
+}
+
+const same = (a, b) => a.length === b.length && a.every((x, i) => Object.is(x, b[i]));
+
+await check('gpu-info', () => ({ info: nn.gpuInfo() }));
+
+await check('device-buffer', async () => {
+  const src = Float32Array.from({ length: 1 << 20 }, (_, i) => i * 0.5 - 7);
+  const d = await nn.DeviceBuffer.from(src);
+  const back = await d.toHost();
+  const e = nn.DeviceBuffer.alloc({ dtype: 'float32', length: src.length });
+  await e.copyFromDevice(d);
+  return { ok: same(back, src) && same(await e.toHost(), src), ptrMod4096: Number(d.ptr % 4096n) };
+});
+
+await check('kernels-fill-verify-cast', async () => {
+  const b = nn.DeviceBuffer.alloc({ dtype: 'float32', length: 4096 });
+  await nn.kernels.fill(b, 0, 3);
+  const wrongAlone = await nn.kernels.verify(b, 1, 3);
+  const bf = nn.DeviceBuffer.alloc({ dtype: 'bfloat16', length: 4096 });
+  await nn.kernels.cast(b, bf);
+  const host = await bf.toHost();
+  const want = Array.from({ length: 4096 }, (_, i) => nn.floatToBf16(nn.kernels.fillValue(i, 0, 3, 'float32')));
+  return { ok: wrongAlone === 0 && same(Array.from(host), want), wrongAlone };
+});
+
+await check('optimizer-kernels-vs-host', async () => {
+  // AdamW on the device (CUDA kernels) against the host optimizer: bit for bit.
+  const n = 1 << 18;
+  let s = 1;
+  const rnd = () => ((s = (Math.imul(s, 1103515245) + 12345) >>> 0) / 2 ** 32 - 0.5);
+  const p = Float32Array.from({ length: n }, rnd);
+  const opt = new AdamW({ lr: 1e-3, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+  const dp = await nn.DeviceBuffer.from(p), m = await nn.DeviceBuffer.from(new Float32Array(n)), v = await nn.DeviceBuffer.from(new Float32Array(n));
+  for (let t = 1; t <= 3; t++) {
+    const g = Float32Array.from({ length: n }, rnd);
+    opt.step([{ key: 'w', param: p, grad: g }]);
+    await nn.kernels.adamw(dp, await nn.DeviceBuffer.from(g), m, v, { ...opt.o, bc1: 1 - 0.9 ** t, bc2: 1 - 0.95 ** t });
+  }
+  const got = await dp.toHost();
+  let diff = 0;
+  for (let i = 0; i < n; i++) if (!Object.is(got[i], p[i])) diff++;
+  const sq = await nn.kernels.sumSquares(dp);
+  return { ok: diff === 0, elementsDiffering: diff, sumSquares: sq };
+});
+
+await check('nvml-health', async () => ({ health: await nn.health() }));
+
+await check('nccl-one-rank-collectives', async () => {
+  const comm = await nn.init({ backend: 'nccl', rank: 0, worldSize: 1, masterAddr: '127.0.0.1', masterPort: 29611 });
+  const bad = [];
+  const f = (xs) => nn.DeviceBuffer.from(Float32Array.from(xs));
+  const expect = async (what, buf, want) => { const got = Array.from(await buf.toHost()); if (!same(got, want)) bad.push(`${what}: ${got} != ${want}`); };
+  let b = await f([1, 2, 3, 4]);
+  await comm.allReduce(b, { op: 'sum' }); await expect('allReduce', b, [1, 2, 3, 4]);
+  await comm.allReduce(b, { op: 'avg' }); await expect('allReduce avg', b, [1, 2, 3, 4]);
+  await comm.broadcast(b, { root: 0 }); await expect('broadcast', b, [1, 2, 3, 4]);
+  const out = nn.DeviceBuffer.alloc({ dtype: 'float32', length: 4 });
+  await comm.allGather(b, out); await expect('allGather', out, [1, 2, 3, 4]);
+  await comm.reduceScatter(b, out, { op: 'max' }); await expect('reduceScatter', out, [1, 2, 3, 4]);
+  await comm.allToAll(b, out); await expect('allToAll', out, [1, 2, 3, 4]);
+  await nn.allReducePreMulSum(comm, b, 0.5); await expect('premulsum', b, [0.5, 1, 1.5, 2]);
+  const e4 = await nn.DeviceBuffer.from(Uint8Array.from([1, 2, 3].map(nn.floatToFp8e4m3)), { dtype: 'float8e4m3' });
+  await comm.allReduce(e4, { op: 'sum' });
+  const e4back = Array.from(await e4.toHost(), nn.fp8e4m3ToFloat);
+  if (!same(e4back, [1, 2, 3])) bad.push(`fp8 allReduce: ${e4back}`);
+  await comm.barrier();
+  const child = await comm.split({ color: 0 });
+  await child.allReduce(b, { op: 'sum' }); await expect('split allReduce', b, [0.5, 1, 1.5, 2]);
+  await child.destroy();
+  await comm.destroy();
+  return { ok: bad.length === 0, bad };
+});
+
+await check('checkpoint-device-buffers', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'nn-gpu-ckpt-'));
+  const n = (64 << 20) / 4;
+  const src = Float32Array.from({ length: n }, (_, i) => (i % 1000) * 0.25);
+  const w = await nn.DeviceBuffer.from(src);
+  const ck = await nn.checkpoint.Checkpointer.create(dir);
+  const info = await (await ck.save({ tensors: { w: { data: w, globalShape: [n], offset: 0 } }, train: { step: 1 } }, { async: true })).committed;
+  const back = nn.DeviceBuffer.alloc({ dtype: 'float32', length: n });
+  const res = await nn.checkpoint.load(dir, { w: { data: back, offset: 0 } });
+  return { ok: same(await back.toHost(), src), commit: { gds: info.gds, gdsFallback: info.gdsFallback }, load: { gds: res.gds } };
+});
+
+process.exitCode = failed;
