@@ -8,13 +8,13 @@
  * leaves its bytes in them. A mismatch names the file and the tensor.
  */
 import { stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { nativeHandle } from '../comm/communicator.js';
 import { DTYPE_BYTES, type HostArray } from '../dtypes.js';
 import { NcclNodeError, isNcclNodeError } from '../errors.js';
 import { DeviceBuffer } from '../gpu/device-buffer.js';
 import { io, settle } from './io.js';
-import { committed } from './layout.js';
+import { committed, listCheckpoints } from './layout.js';
 import { COMMIT, HEADER, MANIFEST, PAST_END, damaged, numelOf, readManifest, unreadable, type Manifest } from './manifest.js';
 import type { IoMemory } from './native-types.js';
 import { dtypeOf } from './state.js';
@@ -57,7 +57,7 @@ export interface LoadResult {
 /** `dir` is a root of step directories or one checkpoint directory. */
 export async function load(dir: string, targets: Record<string, LoadTarget>, options: LoadOptions = {}): Promise<LoadResult> {
   const candidates = await candidatesOf(dir);
-  if (candidates.length === 0) throw new NcclNodeError('ERR_IO', `checkpoint: no committed checkpoint in ${dir}`, { dir });
+  if (candidates.length === 0) throw new NcclNodeError('ERR_IO', `checkpoint: no committed checkpoint in ${dir}${await whyNone(dir)}`, { dir });
   const skipped: LoadResult['skipped'] = [];
   for (const c of options.fallback ? candidates : candidates.slice(0, 1)) {
     try {
@@ -83,6 +83,17 @@ async function candidatesOf(dir: string): Promise<string[]> {
     }
   }
   return (await committed(dir)).map((e) => e.dir);
+}
+
+/** Names the step directories that hold a manifest but no commit marker, and what that means. */
+async function whyNone(root: string): Promise<string> {
+  const debris: string[] = [];
+  for (const e of await listCheckpoints(root)) {
+    if (!e.committed && (await stat(join(e.dir, MANIFEST)).then(() => true, () => false))) debris.push(basename(e.dir));
+  }
+  if (debris.length === 0) return '';
+  return ` (${debris.join(', ')} ${debris.length === 1 ? 'has' : 'have'} ${MANIFEST} but no ${COMMIT}: a save that did not ` +
+    `commit, or a checkpoint written before commit markers existed, which this version does not trust to load)`;
 }
 
 /** A byte range of a target or of a staging buffer: host bytes, or a uint8 view of a DeviceBuffer. */

@@ -114,6 +114,17 @@ describe('checkpoint', () => {
     expect(r.skipped[0]!.dir).toBe(h2.dir);
   });
 
+  it('a step directory with a manifest but no commit marker is named when nothing committed is found', async () => {
+    const root = tmp();
+    const ck = await Checkpointer.create(root);
+    const h = await ck.save(state(3));
+    await h.committed;
+    rmSync(join(h.dir, 'commit.json'));
+    const err = await load(root, targets()).catch((e: unknown) => e);
+    expect(isNcclNodeError(err, 'ERR_IO')).toBe(true);
+    expect((err as Error).message).toMatch(/no committed checkpoint in .*\(step-0+3 has manifest\.json but no commit\.json: /);
+  });
+
   it('a truncated shard is reported with its file and tensor', async () => {
     const root = tmp();
     const ck = await Checkpointer.create(root);
