@@ -38,5 +38,7 @@ export { health, onXid, assess, type HealthReport, type GpuHealth, type XidEvent
 export * as runtime from './runtime/index.js';
 // Sharded checkpoints (docs/checkpoint.md); also the subpath nccl-node/checkpoint.
 export * as checkpoint from './checkpoint/index.js';
+// Token corpora: prepare, read, deterministic resumable batches (docs/data.md); also nccl-node/data.
+export * as data from './data/index.js';
 export { DistributedDataParallel, FullyShardedDataParallel, DeviceMesh, createOptimizer } from './runtime/index.js';
 export type { ParamLike, ModelHooks, DataParallel, DDPOptions, FSDPOptions, OptimizerOptions, MeshOptions } from './runtime/index.js';

@@ -14,10 +14,11 @@ import { registerBenchCommand } from './commands/bench.js';
 import { registerDoctorCommand } from './commands/doctor.js';
 import { registerRunCommand } from './commands/run.js';
 import { registerCkptCommand } from './commands/ckpt.js';
+import { registerDataCommand } from './commands/data.js';
 
 export type RegisterCommand = (program: Command) => void;
 
-export const SUBCOMMANDS: readonly RegisterCommand[] = [registerRunCommand, registerBenchCommand, registerCkptCommand, registerDoctorCommand];
+export const SUBCOMMANDS: readonly RegisterCommand[] = [registerRunCommand, registerBenchCommand, registerCkptCommand, registerDataCommand, registerDoctorCommand];
 
 export const USAGE_EXIT_CODE = 2;
 
