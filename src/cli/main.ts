@@ -15,10 +15,11 @@ import { registerDoctorCommand } from './commands/doctor.js';
 import { registerRunCommand } from './commands/run.js';
 import { registerCkptCommand } from './commands/ckpt.js';
 import { registerDataCommand } from './commands/data.js';
+import { registerJobspecCommand } from './commands/jobspec.js';
 
 export type RegisterCommand = (program: Command) => void;
 
-export const SUBCOMMANDS: readonly RegisterCommand[] = [registerRunCommand, registerBenchCommand, registerCkptCommand, registerDataCommand, registerDoctorCommand];
+export const SUBCOMMANDS: readonly RegisterCommand[] = [registerRunCommand, registerBenchCommand, registerCkptCommand, registerDataCommand, registerJobspecCommand, registerDoctorCommand];
 
 export const USAGE_EXIT_CODE = 2;
 
