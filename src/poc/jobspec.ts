@@ -129,9 +129,10 @@ export function slurmScript(options: JobSpecOptions): string {
     '#SBATCH --output=%x-%j.out',
     'set -euo pipefail',
     '# Node 0 is the first host of the allocation; the token is made once and exported to every task.',
-    'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+    // sed reads to the end: with pipefail, head closing the pipe early would fail the job (SIGPIPE).
+    'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
     'export MASTER_ADDR',
-    'export NCCL_NODE_TOKEN=${NCCL_NODE_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d \' \\n\')}',
+    'export NCCL_NODE_TOKEN=${NCCL_NODE_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr -d \' \\n\')}',
     `export NCCL_DEBUG=${o.ncclDebug}`,
     `srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c '${runLine(o, '$SLURM_NODEID', '$MASTER_ADDR').replace(/'/g, `'\\''`)}'`,
     '',

@@ -19,8 +19,8 @@ const scratch = mkdtempSync(join(tmpdir(), 'ckpt-py-'));
 let python = '';
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
-beforeAll(() => {
-  python = pythonWith(['safetensors', 'numpy']);
+beforeAll(async () => {
+  python = await pythonWith(['safetensors', 'numpy']);
 }, 600_000);
 
 const PY = `

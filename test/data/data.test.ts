@@ -81,7 +81,7 @@ describe('data prepare', () => {
   });
 
   it('nanoGPT .bin files written by numpy are taken token for token; bad ones are named', async () => {
-    const python = pythonWith(['numpy']);
+    const python = await pythonWith(['numpy']);
     const ids = gpt2Encode('Some text for a nanoGPT binary. '.repeat(5));
     const bin = join(scratch, 'train.bin');
     execFileSync(python, ['-c', 'import sys, json, numpy as np; np.array(json.load(sys.stdin), dtype=np.uint16).tofile(sys.argv[1])', bin],

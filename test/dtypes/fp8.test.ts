@@ -67,9 +67,9 @@ type Ref = Record<string, { decode: (number | string | null)[]; encode: number[]
 describe('fp8 against ml_dtypes and NCCL\'s reduction rule', () => {
   const values = probes();
   let ref: Ref;
-  const reference = () => {
+  const reference = async () => {
     if (ref) return ref;
-    const python = pythonWith(['numpy', 'ml-dtypes']);
+    const python = await pythonWith(['numpy', 'ml-dtypes']);
     // float32 bytes: JSON has no -0, NaN or infinities.
     const probesB64 = Buffer.from(new Float32Array(values).buffer).toString('base64');
     const input = JSON.stringify({ probes: probesB64, formats: FORMATS });
@@ -77,8 +77,8 @@ describe('fp8 against ml_dtypes and NCCL\'s reduction rule', () => {
     return ref;
   };
 
-  it('decodes every code and encodes ties, subnormals and out-of-range values as ml_dtypes does', () => {
-    const r = reference();
+  it('decodes every code and encodes ties, subnormals and out-of-range values as ml_dtypes does', async () => {
+    const r = await reference();
     for (const [name, f] of Object.entries(FORMATS)) {
       const decoded = Array.from({ length: 256 }, (_, c) => f.decode(c));
       const json = (v: number) => (Number.isNaN(v) ? null : Number.isFinite(v) ? v : v > 0 ? 'inf' : '-inf');
@@ -95,7 +95,7 @@ describe('fp8 against ml_dtypes and NCCL\'s reduction rule', () => {
 
   for (const backend of ['gloo', 'nccl'] as const) {
     it(`${backend}: all 65536 operand pairs of sum, prod, max and min reduce as NCCL does`, async () => {
-      const r = reference();
+      const r = await reference();
       const results = await runRanks('test/dtypes/fp8-worker.ts', 2, {
         env: { BACKEND: backend, ...(backend === 'nccl' ? standinEnv() : {}) },
         timeoutMs: 120_000,

@@ -14,17 +14,17 @@ import { repoRoot } from '../helpers/ranks.js';
 
 type Doc = Record<string, any>;
 
-function docs(text: string): Doc[] {
+async function docs(text: string): Promise<Doc[]> {
   const ours = parseAllDocuments(text).map((d) => d.toJS() as Doc);
-  const python = pythonWith(['pyyaml']);
+  const python = await pythonWith(['pyyaml']);
   const theirs = JSON.parse(execFileSync(python, ['-c', 'import sys, json, yaml; json.dump(list(yaml.safe_load_all(sys.stdin)), sys.stdout)'], { input: text }).toString()) as Doc[];
   expect(theirs).toEqual(ours);
   return ours;
 }
 
 describe('job specs', () => {
-  it('one node: a batch/v1 Job with the GPUs, the token Secret and nccl-node run', () => {
-    const [job] = docs(kubernetesSpec({ name: 'probe', nodes: 1, gpusPerNode: 4, command: ['train.ts', '--steps', '10'] }));
+  it('one node: a batch/v1 Job with the GPUs, the token Secret and nccl-node run', async () => {
+    const [job] = await docs(kubernetesSpec({ name: 'probe', nodes: 1, gpusPerNode: 4, command: ['train.ts', '--steps', '10'] }));
     expect(job).toMatchObject({ apiVersion: 'batch/v1', kind: 'Job', metadata: { name: 'probe' }, spec: { backoffLimit: 0 } });
     const c = job!.spec.template.spec.containers[0];
     expect(job!.spec.template.spec.restartPolicy).toBe('Never');
@@ -35,8 +35,8 @@ describe('job specs', () => {
     expect(c.command[2]).toBe('exec npx nccl-node run --nnodes 1 --node-rank "0" --master-addr "127.0.0.1" --master-port 29500 --nproc-per-node 4 train.ts --steps 10');
   });
 
-  it('several nodes: a headless Service and an Indexed Job whose pod 0 hosts the store', () => {
-    const [svc, job] = docs(kubernetesSpec({ name: 'pre', nodes: 16, gpusPerNode: 8, command: ['pre.ts'], port: 29600, ncclDebug: 'INFO' }));
+  it('several nodes: a headless Service and an Indexed Job whose pod 0 hosts the store', async () => {
+    const [svc, job] = await docs(kubernetesSpec({ name: 'pre', nodes: 16, gpusPerNode: 8, command: ['pre.ts'], port: 29600, ncclDebug: 'INFO' }));
     expect(svc).toMatchObject({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'pre' }, spec: { clusterIP: 'None', selector: { 'nccl-node/job': 'pre' }, publishNotReadyAddresses: true } });
     expect(svc!.spec.ports).toEqual([{ name: 'rendezvous', port: 29600 }]);
     expect(job!.spec).toMatchObject({ completionMode: 'Indexed', completions: 16, parallelism: 16, backoffLimit: 0 });
@@ -48,7 +48,7 @@ describe('job specs', () => {
     // The shell, not Kubernetes' $(VAR) substitution, expands the index.
     const rank = execFileSync('bash', ['-c', `JOB_COMPLETION_INDEX=5; echo ${c.command[2].match(/--node-rank ("[^"]+")/)[1]}`]).toString().trim();
     expect(rank).toBe('5');
-    const [js] = docs(kubernetesSpec({ name: 'pre', nodes: 2, gpusPerNode: 8, command: ['pre.ts'], flavor: 'jobset' }));
+    const [js] = await docs(kubernetesSpec({ name: 'pre', nodes: 2, gpusPerNode: 8, command: ['pre.ts'], flavor: 'jobset' }));
     expect(js).toMatchObject({ apiVersion: 'jobset.x-k8s.io/v1alpha2', kind: 'JobSet' });
     expect(js!.spec.replicatedJobs[0].template.spec).toMatchObject({ completionMode: 'Indexed', completions: 2, parallelism: 2 });
     expect(js!.spec.replicatedJobs[0].template.spec.template.spec.containers[0].command[2]).toContain('--master-addr "pre-workers-0-0.pre"');

@@ -36,7 +36,7 @@ json.dump(out, sys.stdout)
 `;
 
 describe('POC statistics', () => {
-  it('match scipy and numpy', () => {
+  it('match scipy and numpy', async () => {
     const r = rng(42);
     const cases: Record<string, unknown>[] = [];
     for (let k = 0; k < 60; k++) {
@@ -50,7 +50,7 @@ describe('POC statistics', () => {
       cases.push({ kind: 'pct', x, ps: [0, 1, 25, 50, 90, 95, 99, 99.9, 100] });
     }
     cases.push({ kind: 'sf', zs: [-40, -5, -1, 0, 0.3, 1, 1.96, 2, 3.5, 8, 15, 30] });
-    const python = pythonWith(['numpy', 'scipy']);
+    const python = await pythonWith(['numpy', 'scipy']);
     const want = JSON.parse(execFileSync(python, ['-c', PY], { input: JSON.stringify(cases), maxBuffer: 1 << 26 }).toString()) as number[][];
     const rel = (a: number, b: number) => (a === b ? 0 : Math.abs(a - b) / Math.max(Math.abs(b), 1e-300));
     cases.forEach((c, i) => {
