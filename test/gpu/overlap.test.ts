@@ -14,6 +14,7 @@ describe('nccl ops in flight together', () => {
     for (const r of results) {
       expect(r.result?.fatal, r.stderr).toBeUndefined();
       expect(r.code, r.stderr).toBe(0);
+      expect(r.result?.outcomes).toEqual(['ok', 'ok']);
       expect(r.result?.results).toEqual(r.result?.expected);
       const [first, second] = r.result?.entries as { state: string; startedUs: number; endedUs: number }[];
       expect([first!.state, second!.state]).toEqual(['completed', 'completed']);
@@ -23,6 +24,28 @@ describe('nccl ops in flight together', () => {
       expect(second!.startedUs).toBeLessThan(first!.endedUs);
       // The stream runs them one after the other: the second ends a run time later.
       expect(second!.endedUs - first!.endedUs).toBeGreaterThanOrEqual(RUN_US * 0.9);
+    }
+  }, 90000);
+
+  it('a timeout fails the op at fault with the flight record and the op queued behind it as aborted', async () => {
+    // Rank 1 stops moving data in its first all-reduce; the second is already on the
+    // stream. Rank 0's deadline is shorter, so rank 0 is the one that times out.
+    const results = await runRanks(2, 'overlap', {
+      NCCL_STANDIN_FAULT: 'hang:AllReduce:1:1', OP_TIMEOUT_MS_RANK0: '1500', OP_TIMEOUT_MS_RANK1: '5000',
+    }, 60000, 'test/gpu/overlap-worker.mts');
+    for (const r of results) {
+      expect(r.result?.fatal, r.stderr).toBeUndefined();
+      const [first, second] = r.result?.outcomes as { code: string; message: string }[];
+      // Rank 1 times out too, or first hears of rank 0's abort (ncclRemoteError).
+      expect(r.rank === 0 ? ['ERR_TIMEOUT'] : ['ERR_TIMEOUT', 'ERR_NCCL']).toContain(first!.code);
+      expect(first!.message).toMatch(/flight record: .*nccl-node-fr-rank/);
+      expect(second!.code).toBe('ERR_COMM_ABORTED');
+      expect(second!.message).toMatch(/after another operation failed: /);
+      expect(r.result?.state).toBe('broken');
+      const entries = r.result?.entries as { op: string; state: string; startedUs: number }[];
+      expect(entries.map((e) => e.state)).toEqual([r.rank === 0 || first!.code === 'ERR_TIMEOUT' ? 'timeout' : 'failed', 'aborted']);
+      // Both were on the stream when the watchdog gave up.
+      expect(entries.every((e) => e.startedUs > 0)).toBe(true);
     }
   }, 90000);
 });
