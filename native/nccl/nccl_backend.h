@@ -11,7 +11,9 @@
 //   order. On an error or timeout it aborts the communicator, marks it broken, dumps
 //   the flight record and fails every op in flight (ERR_NCCL / ERR_TIMEOUT for the
 //   one at fault, ERR_COMM_ABORTED for the rest).
-// An op keeps its buffers (and the JS references to them) until it completes.
+// An op keeps its buffers (and the JS references to them) until it completes. No
+// prepost: the launcher never waits for completion, so the JS thread need not
+// launch ahead of it (and NCCL's group depth is per thread).
 #pragma once
 
 #include <atomic>
