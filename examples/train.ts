@@ -96,7 +96,7 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
   if (cfg.ckpt?.resume) {
     // Rank 0 resolves the checkpoint and every rank loads that one, so all ranks agree.
     const found = comm.rank === 0 ? (await latest(cfg.ckpt.dir)) ?? '' : '';
-    const dir = await broadcastString(comm, found);
+    const dir = await comm.broadcastObject(found, { root: 0 });
     if (dir) {
       first = (await loadTraining(dir, dp)).step;
       cfg.log?.(`resumed from ${dir} at step ${first}`);
@@ -157,16 +157,6 @@ async function measuredInterval(comm: Communicator, stallSeconds: number, stepSe
   const every = checkpointEverySteps({ saveSeconds: t[0]!, mtbfSeconds: mtbfHours * 3600, stepSeconds: t[1]! });
   log?.(`checkpoint every ${every} steps (save stall ${(t[0]! * 1000).toFixed(1)} ms, step ${(t[1]! * 1000).toFixed(0)} ms, MTBF ${mtbfHours} h)`);
   return every;
-}
-
-async function broadcastString(comm: Communicator, s: string): Promise<string> {
-  if (comm.size === 1) return s;
-  const len = new Int32Array([Buffer.byteLength(s)]);
-  await comm.broadcast(len, { root: 0 });
-  const bytes = new Uint8Array(len[0]!);
-  if (comm.rank === 0) bytes.set(Buffer.from(s));
-  if (bytes.length) await comm.broadcast(bytes, { root: 0 });
-  return Buffer.from(bytes).toString();
 }
 
 async function main(): Promise<void> {

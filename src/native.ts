@@ -51,6 +51,10 @@ export interface NativeComm {
     /** allToAll with per-peer element counts (one per rank); count is then ignored. */
     sendCounts?: readonly number[],
     recvCounts?: readonly number[],
+    /** NCCL: the sum is of preMulScalar * each rank's input (allReduce, reduceScatter). */
+    preMulScalar?: number,
+    /** NCCL group boundaries: 0 none, 1 member of the open group, 2 ends it. */
+    group?: number,
   ): Promise<NativeComm | null | undefined>;
   /**
    * This rank refused a call locally (bad arguments): queues a stand-in that tells

@@ -2,6 +2,7 @@
 // by exactly one thread at a time: the communicator's worker. It may block.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,6 +25,18 @@ class Backend {
   // Runs one operation to completion. Throws Error; on a fault that leaves the
   // group unusable (peer lost, timeout) the backend marks itself broken().
   virtual void run(Op& op) = 0;
+
+  // Starts op and returns true when the backend completes it later: it then calls
+  // the completion the engine installed, once per op, in issue order, from a thread
+  // of its own, and does not touch op afterwards. Returns false when op ran to
+  // completion here. Lets a backend keep several operations in flight (NCCL queues
+  // them on its stream) while the worker launches the next.
+  virtual bool launch(Op& op) {
+    run(op);
+    return false;
+  }
+  using Completion = std::function<void(Op&)>;
+  void setCompletion(Completion c) { complete_ = std::move(c); }
 
   // Operations that may run concurrently with later ones (point-to-point), each on
   // a thread of its own, so a send and the matching peer's send cannot deadlock.
@@ -50,6 +63,9 @@ class Backend {
   virtual void abort() = 0;
 
   virtual bool broken() const = 0;
+
+ protected:
+  Completion complete_;
 };
 
 }  // namespace ncclnode

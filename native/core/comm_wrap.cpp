@@ -126,8 +126,9 @@ Napi::Promise CommWrap::Connect(Napi::Env env, int64_t timeoutMs) {
   return engine_->submit(env, std::move(p));
 }
 
-// submit(kind, dtype, redop, send, recv, count, rootOrPeer, timeoutMs, color, key, sendCounts, recvCounts);
-// the count arrays make allToAll the variable-size form, and count is then ignored.
+// submit(kind, dtype, redop, send, recv, count, rootOrPeer, timeoutMs, color, key, sendCounts, recvCounts,
+// preMulScalar, group); the count arrays make allToAll the variable-size form, and count is then ignored;
+// preMulScalar (a number) makes a sum a pre-multiplied sum; group is Op::Group (NCCL's group boundaries).
 Napi::Value CommWrap::Submit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
@@ -198,6 +199,20 @@ Napi::Value CommWrap::submit(const Napi::CallbackInfo& info, OpKind kind) {
     if (kind == OpKind::Split) {
       op.color = intArg(info, 8, "color", INT32_MIN, INT32_MAX);
       op.key = intArg(info, 9, "key", INT32_MIN, INT32_MAX);
+    }
+    if (info.Length() > 12 && !info[12].IsUndefined() && !info[12].IsNull()) {
+      if (!info[12].IsNumber()) throw Error(Code::InvalidArgument, "preMulScalar must be a number");
+      if ((kind != OpKind::AllReduce && kind != OpKind::ReduceScatter) || op.redop != RedOp::Sum) {
+        throw Error(Code::InvalidArgument, "a pre-multiplied sum is an allReduce or reduceScatter with op 'sum'");
+      }
+      op.hasPreMul = true;
+      op.preMulScalar = info[12].As<Napi::Number>().DoubleValue();
+    }
+    if (info.Length() > 13 && !info[13].IsUndefined()) {
+      op.group = static_cast<Op::Group>(intArg(info, 13, "group", 0, 2));
+      if (op.group != Op::Group::None && kind == OpKind::Split) {
+        throw Error(Code::InvalidArgument, "split cannot be part of a group");
+      }
     }
     const size_t w = elementSize(op.dtype);
     const size_t n = static_cast<size_t>(size_);

@@ -13,6 +13,7 @@ Engine::Engine(Napi::Env env, std::unique_ptr<Backend> backend, SplitFactory spl
       splitFactory_(splitFactory) {
   tsfn_ = Tsfn::New(env, "nccl-node-engine", 0, 1, this);
   tsfn_.Unref(env);  // an idle communicator keeps nothing alive
+  backend_->setCompletion([this](Op& op) { completeLater(op); });
   worker_ = std::thread([this] { loop(); });
 }
 
@@ -35,6 +36,7 @@ Napi::Promise Engine::submit(Napi::Env env, std::unique_ptr<Pending> p) {
 
 void Engine::submitRejected(Napi::Env env, std::unique_ptr<Pending> p) {
   p->op->enqueued = std::chrono::steady_clock::now();
+  p->op->owner = p.get();
   if (inFlight_++ == 0 && !aborted_) tsfn_.Ref(env);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -110,11 +112,12 @@ void Engine::loop() {
       runConcurrently(p);
       continue;
     }
-    execute(*p);
+    const bool later = execute(*p);  // p may be settled and gone when true
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
     }
+    if (later) continue;
     const bool last = p->destroy;
     if (tsfn_.BlockingCall(p) != napi_ok) {
       // The environment is going away: the JS objects in p die with it.
@@ -132,13 +135,28 @@ void Engine::runConcurrently(Pending* p) {
   std::thread([this, p] {
     execute(*p);
     tsfn_.BlockingCall(p);
-    std::lock_guard<std::mutex> lock(mu_);
-    --concurrent_;
-    cv_.notify_all();  // under the lock: the engine may be destroyed right after
+    leaveConcurrent();
   }).detach();
 }
 
-void Engine::execute(Pending& p) {
+void Engine::leaveConcurrent() {
+  std::lock_guard<std::mutex> lock(mu_);
+  --concurrent_;
+  cv_.notify_all();  // under the lock: the engine may be destroyed right after
+}
+
+// Called by the backend's own thread for an op launch() kept in flight.
+void Engine::completeLater(Op& op) {
+  op.finished = std::chrono::steady_clock::now();
+  if (op.failed && !op.rejected) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (firstFailure_.empty()) firstFailure_ = op.errorMessage;
+  }
+  tsfn_.BlockingCall(static_cast<Pending*>(op.owner));
+  leaveConcurrent();
+}
+
+bool Engine::execute(Pending& p) {
   Op& op = *p.op;
   op.started = std::chrono::steady_clock::now();
   try {
@@ -149,7 +167,12 @@ void Engine::execute(Pending& p) {
     } else if (aborted_) {
       throw Error(Code::CommAborted, "the communicator was aborted");
     } else if (backend_->broken() && !p.connect) {
-      throw Error(Code::CommAborted, "the communicator is unusable after an earlier failure: " + firstFailure_);
+      std::string first;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        first = firstFailure_.empty() ? "an operation failed" : firstFailure_;
+      }
+      throw Error(Code::CommAborted, "the communicator is unusable after an earlier failure: " + first);
     } else if (p.connect) {
       backend_->connect(op.timeout);
     } else if (op.rejected && !backend_->sharesRejections()) {
@@ -157,7 +180,20 @@ void Engine::execute(Pending& p) {
     } else if (op.kind == OpKind::Split) {
       op.splitResult = backend_->split(op.color, op.key, op.timeout);
     } else {
-      backend_->run(op);
+      // Counted before launch: the backend may complete the op before launch returns.
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++concurrent_;
+      }
+      bool later = false;
+      try {
+        later = backend_->launch(op);
+      } catch (...) {
+        leaveConcurrent();
+        throw;
+      }
+      if (later) return true;
+      leaveConcurrent();
     }
   } catch (const Error& e) {
     op.fail(e.code(), e.what());
@@ -166,8 +202,12 @@ void Engine::execute(Pending& p) {
   } catch (...) {
     op.fail(Code::Backend, "unknown native exception");
   }
-  if (op.failed && !op.rejected && firstFailure_.empty()) firstFailure_ = op.errorMessage;
+  if (op.failed && !op.rejected) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (firstFailure_.empty()) firstFailure_ = op.errorMessage;
+  }
   op.finished = std::chrono::steady_clock::now();
+  return false;
 }
 
 void Engine::settle(Napi::Env env, Napi::Function, Engine* self, Pending* p) {

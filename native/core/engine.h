@@ -62,7 +62,10 @@ class Engine {
 
  private:
   void loop();
-  void execute(Pending& p);
+  // Returns true when the backend completes the op later (completeLater).
+  bool execute(Pending& p);
+  void completeLater(Op& op);
+  void leaveConcurrent();
   void runConcurrently(Pending* p);
   static void settle(Napi::Env env, Napi::Function, Engine* self, Pending* p);
   void settleOnJs(Napi::Env env, Pending* p);
@@ -87,8 +90,9 @@ class Engine {
   size_t inFlight_ = 0;  // JS thread: submitted but not settled
   uint64_t seq_ = 0;     // JS thread: collective sequence numbers
   std::vector<uint64_t> sends_, recvs_;  // JS thread: per-peer point-to-point counters
-  size_t concurrent_ = 0;  // under mu_: operations running on threads of their own
-  std::string firstFailure_;
+  // under mu_: operations running on threads of their own or in flight in the backend
+  size_t concurrent_ = 0;
+  std::string firstFailure_;  // under mu_
 };
 
 }  // namespace ncclnode

@@ -71,6 +71,18 @@ struct Op {
   bool rejected = false;
   Code rejectCode = Code::InvalidArgument;
   std::string rejectReason;
+  // NCCL: the reduction is a sum of preMulScalar * each rank's input
+  // (ncclRedOpCreatePreMulSum), carried with the op as c10d carries it with ReduceOp.
+  bool hasPreMul = false;
+  double preMulScalar = 1.0;
+  // NCCL group boundaries (ncclGroupStart/End): a Member is issued inside the open
+  // group and completes with it; an End op closes the group and completes when all
+  // of the group's work is done.
+  enum class Group : int32_t { None = 0, Member = 1, End = 2 };
+  Group group = Group::None;
+  // The engine's record of the op, handed back by a backend that completes the op
+  // later from a thread of its own (Backend::launch).
+  void* owner = nullptr;
   bool preposted = false;  // Backend::prepost started it on the submitting thread
   std::exception_ptr prepostError;
 

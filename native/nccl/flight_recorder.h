@@ -22,7 +22,8 @@ class FlightRecorder {
 
   // Records an operation; returns its slot id for later updates.
   uint64_t begin(const Op& op, const char* what);
-  void setState(uint64_t id, const char* state);  // "started", "completed", "failed", "timeout", ...
+  // "enqueued", "started" (launched on the stream), "completed", "failed", "timeout", "aborted"
+  void setState(uint64_t id, const char* state);
 
   std::string json() const;
   // Writes every live recorder of this process to

@@ -53,12 +53,18 @@ NcclBackend::NcclBackend(NcclConfig cfg, std::shared_ptr<StoreClient> store, std
 
 NcclBackend::~NcclBackend() {
   ctl_->attach(nullptr);
+  {
+    std::lock_guard<std::mutex> lock(flightMu_);
+    stopWatchdog_ = true;
+  }
+  flightCv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
   try {
     useDevice(cfg_.device);
     finalizeAndDestroy();
     const CudaApi& cu = cuda();
     if (barrierBuf_) cu.cuMemFree(barrierBuf_);
-    if (event_) cu.cuEventDestroy(event_);
+    for (CUevent e : events_) cu.cuEventDestroy(e);
     if (stream_) cu.cuStreamDestroy(stream_);
   } catch (...) {
   }
@@ -189,7 +195,6 @@ void NcclBackend::connect(std::chrono::milliseconds timeout) {
       std::memcpy(id.internal, bytes.data(), sizeof id.internal);
     }
     cuCheck(cu.cuStreamCreate(&stream_, kStreamNonBlocking), "cuStreamCreate");
-    cuCheck(cu.cuEventCreate(&event_, kEventDisableTiming), "cuEventCreate");
     cuCheck(cu.cuMemAlloc(&barrierBuf_, 4), "cuMemAlloc");
     ncclConfigV23007 config = ncclConfigInit();
     config.blocking = 0;  // nonblocking, so abort is safe (NCCL docs)
@@ -220,143 +225,233 @@ void NcclBackend::abortComm() {
   }
 }
 
-void NcclBackend::fatal(Code code, const std::string& message, uint64_t frId, const char* state) {
-  abortComm();
-  fr_.setState(frId, state);
-  std::string where;
+std::string NcclBackend::dumpNote(const std::string& message) {
   try {
-    where = "; flight record: " + FlightRecorder::dumpAll(message);
+    return " (the watchdog aborted the communicator; flight record: " + FlightRecorder::dumpAll(message) + ")";
   } catch (const Error& e) {
-    where = std::string("; ") + e.what();
+    return std::string(" (the watchdog aborted the communicator; ") + e.what() + ")";
   }
-  throw Error(code, message + " (the watchdog aborted the communicator" + where + ")");
 }
 
-void NcclBackend::run(Op& op) {
-  std::optional<uint64_t> frId;
-  if (op.preposted) {
-    if (op.prepostError) std::rethrow_exception(op.prepostError);
-    frId = preposted_;
-    preposted_.reset();
-  } else {
-    frId = start(op);
-  }
-  if (!frId) return;  // joined an open group: completes with the group's end
-  waitDone(op, *frId);
-  fr_.setState(*frId, "completed");
+// The engine launches through launch() and is called back when an op completes;
+// there is no blocking form.
+void NcclBackend::run(Op&) {
+  throw Error(Code::Backend, "the nccl backend runs operations through launch()");
 }
 
-// NCCL calls only enqueue work on a stream, so the submitting thread can make them
-// itself while the worker is idle (as torch.distributed launches on the caller's
-// thread); the worker then only waits for the event.
-bool NcclBackend::prepost(Op& op) {
-  // NCCL's group depth is per thread: calls inside group() stay on the worker.
-  if (broken_ || inGroup_ || ctl_->peekKind(ordinal_) != OpTag::None) return false;
-  try {
-    preposted_ = start(op);
-  } catch (...) {
-    op.prepostError = std::current_exception();
+CUevent NcclBackend::takeEvent() {
+  if (!freeEvents_.empty()) {
+    CUevent e = freeEvents_.back();
+    freeEvents_.pop_back();
+    return e;
   }
-  op.preposted = true;
-  return true;
+  CUevent e = nullptr;
+  cuCheck(cuda().cuEventCreate(&e, kEventDisableTiming), "cuEventCreate");
+  events_.push_back(e);
+  return e;
 }
 
-std::optional<uint64_t> NcclBackend::start(Op& op) {
+void NcclBackend::drain() {
+  std::unique_lock<std::mutex> lock(flightMu_);
+  flightCv_.wait(lock, [this] { return inFlight_.empty(); });
+}
+
+// The launcher: issues op and waits only until NCCL has launched it, records the
+// op's event and hands it to the watchdog. A group member is issued into the open
+// group and completes at once (its work completes with the group's end op).
+bool NcclBackend::launch(Op& op) {
   useDevice(cfg_.device);
-  const OpTag tag = ctl_->take(ordinal_++);
-  const bool groupEnd = tag.kind == OpTag::GroupEnd;
-  const uint64_t frId = fr_.begin(op, groupEnd ? "groupEnd" : ncclOpName(op.kind));
+  const bool member = op.group == Op::Group::Member;
+  const bool end = op.group == Op::Group::End;
+  const char* what = end ? "groupEnd" : ncclOpName(op.kind);
+  const uint64_t frId = fr_.begin(op, what);
+  const auto deadline = Clock::now() + op.timeout;
+  CUevent event = nullptr;
   {
     std::unique_lock<std::mutex> lock(commMu_);
-    if (!comm_ || commAborted_) throw Error(Code::CommAborted, "the communicator was aborted");
+    bool issued = false;
     try {
-      // Ops are waited for in order, so the previous one has settled; this only
-      // matters after registration raced ahead of the worker.
-      settle(lock, Clock::now() + op.timeout, ncclOpName(op.kind));
-      if (tag.kind == OpTag::InGroup && !inGroup_) {
+      if (!comm_ || commAborted_) throw Error(Code::CommAborted, "the communicator was aborted");
+      // Only after registration raced ahead of the launcher is comm_ still pending.
+      settle(lock, deadline, what);
+      if (member && !inGroup_) {
         call(api_.GroupStart(), "ncclGroupStart");
         inGroup_ = true;
       }
-      if (groupEnd) {
+      if (end) {
         if (inGroup_) {
           inGroup_ = false;
           call(api_.GroupEnd(), "ncclGroupEnd");
         }
       } else {
-        launch(op, tag);
+        issue(op);
       }
+      issued = true;
       fr_.setState(frId, "enqueued");
-      if (tag.kind == OpTag::InGroup) return std::nullopt;  // completes with the group's end
-    } catch (const Error& e) {
-      fr_.setState(frId, "failed");
-      if (e.code() != Code::InvalidArgument && e.code() != Code::Unavailable) broken_ = true;
-      throw;
-    }
-  }
-  return frId;
-}
-
-void NcclBackend::waitDone(Op& op, uint64_t frId) {
-  const CudaApi& cu = cuda();
-  const auto deadline = Clock::now() + op.timeout;
-  {
-    // The event may only be recorded once NCCL has put the kernel on the stream.
-    std::unique_lock<std::mutex> lock(commMu_);
-    std::string failure;
-    Code code = Code::Nccl;
-    try {
-      settle(lock, deadline, ncclOpName(op.kind));
+      if (member) return false;
+      // The event may only be recorded once NCCL has put the kernel on the stream.
+      settle(lock, deadline, what);
       releaseRedOps();
-      cuCheck(cu.cuEventRecord(event_, stream_), "cuEventRecord");
-    } catch (const Error& e) {
-      if (e.code() == Code::CommAborted) {
-        fr_.setState(frId, "aborted");
-        throw;
+      {
+        std::lock_guard<std::mutex> fl(flightMu_);
+        event = takeEvent();
       }
-      failure = e.what();
-      code = e.code();
+      cuCheck(cuda().cuEventRecord(event, stream_), "cuEventRecord");
+    } catch (const Error& e) {
+      if (event) {
+        std::lock_guard<std::mutex> fl(flightMu_);
+        freeEvents_.push_back(event);
+      }
+      lock.unlock();
+      launchFailed(e, frId, issued);
     }
-    lock.unlock();
-    if (!failure.empty()) fatal(code, failure, frId, code == Code::Timeout ? "timeout" : "failed");
   }
   fr_.setState(frId, "started");
+  {
+    std::lock_guard<std::mutex> fl(flightMu_);
+    if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watch(); });
+    inFlight_.push_back({&op, frId, event, Clock::now() + op.timeout});
+  }
+  flightCv_.notify_all();
+  return true;  // op belongs to the watchdog now
+}
+
+// A call NCCL refused fails by itself (the communicator stays usable after bad
+// arguments); a launch that never settled aborts the communicator. Either way the
+// ops already in flight settle first, so ops settle in issue order.
+void NcclBackend::launchFailed(const Error& e, uint64_t frId, bool fatal) {
+  if (e.code() == Code::CommAborted) {
+    drain();
+    fr_.setState(frId, "aborted");
+    throw e;
+  }
+  if (!fatal) {
+    if (e.code() != Code::InvalidArgument && e.code() != Code::Unavailable) broken_ = true;
+    drain();
+    fr_.setState(frId, "failed");
+    throw e;
+  }
+  abortComm();
+  drain();
+  fr_.setState(frId, e.code() == Code::Timeout ? "timeout" : "failed");
+  throw Error(e.code(), e.what() + dumpNote(e.what()));
+}
+
+void NcclBackend::failInFlight(Code code, const std::string& message, long culprit, const char* state) {
+  if (code != Code::CommAborted) abortComm();
+  std::deque<InFlight> ops;
+  {
+    std::lock_guard<std::mutex> lock(flightMu_);
+    ops.swap(inFlight_);
+  }
+  std::string full = message;
+  if (culprit >= 0) {
+    fr_.setState(ops[culprit].frId, state);
+    full += dumpNote(message);
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Op& op = *ops[i].op;
+    if (static_cast<long>(i) == culprit) {
+      op.fail(code, full);
+    } else {
+      fr_.setState(ops[i].frId, "aborted");
+      op.fail(Code::CommAborted, culprit >= 0 ? "the watchdog aborted the communicator after another operation failed: " + full
+                                              : message);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(flightMu_);
+    for (const InFlight& f : ops) freeEvents_.push_back(f.event);
+  }
+  for (const InFlight& f : ops) complete_(*f.op);
+  flightCv_.notify_all();
+}
+
+// The watchdog: completes the ops in flight in order as their events fire; polls
+// NCCL's asynchronous error and every op's deadline meanwhile.
+void NcclBackend::watch() {
+  const CudaApi& cu = cuda();
+  try {
+    useDevice(cfg_.device);
+  } catch (...) {
+  }
   // Small collectives finish in tens of microseconds, and a sleep costs at least
-  // the timer slack (~50 us): poll hot, yielding the core, for a short window, then
-  // back off to naps that double up to 1 ms.
-  const auto spinUntil = Clock::now() + std::chrono::microseconds(200);
+  // the timer slack (~50 us): poll hot, yielding the core, for a short window after
+  // a launch or completion, then back off to naps that double up to 1 ms.
+  Clock::time_point spinUntil;
   auto nap = std::chrono::microseconds(20);
+  std::unique_lock<std::mutex> fl(flightMu_);
   for (;;) {
-    const CUresult done = cu.cuEventQuery(event_);
-    ncclResult async = kNcclSuccess;
-    std::string lastError;
-    {
-      std::lock_guard<std::mutex> lock(commMu_);
-      if (commAborted_ || aborted_) {
-        fr_.setState(frId, "aborted");
-        throw Error(Code::CommAborted, "the communicator was aborted");
-      }
-      api_.CommGetAsyncError(comm_, &async);
-      if (async != kNcclSuccess && async != kNcclInProgress) lastError = ncclErrorText(api_, async, comm_);
+    if (inFlight_.empty()) {
+      flightCv_.wait(fl, [this] { return stopWatchdog_ || !inFlight_.empty(); });
+      spinUntil = Clock::now() + std::chrono::microseconds(200);
+      nap = std::chrono::microseconds(20);
     }
-    if (!lastError.empty()) fatal(Code::Nccl, "NCCL reported an asynchronous error: " + lastError, frId, "failed");
-    if (done == kCudaSuccess) return;
-    if (done != kCudaNotReady) fatal(Code::Cuda, "cuEventQuery: " + cuErrorText(done), frId, "failed");
-    if (Clock::now() > deadline) {
-      std::ostringstream s;
-      s << "timed out after " << op.timeout.count() << " ms: the operation did not complete on the GPU"
-        << " (a peer may be stalled; compare the ranks' flight records)";
-      fatal(Code::Timeout, s.str(), frId, "timeout");
-    }
-    if (Clock::now() < spinUntil) {
-      std::this_thread::yield();
+    if (inFlight_.empty()) return;
+    if (stopWatchdog_) {  // destroyed with ops in flight (environment teardown)
+      fl.unlock();
+      abortComm();
+      failInFlight(Code::CommAborted, "the communicator was destroyed", -1, "aborted");
+      fl.lock();
       continue;
     }
-    std::this_thread::sleep_for(nap);
-    if (nap < std::chrono::milliseconds(1)) nap *= 2;
+    const InFlight front = inFlight_.front();
+    const auto now = Clock::now();
+    long expired = -1;
+    for (size_t i = 0; i < inFlight_.size(); ++i) {
+      if (now > inFlight_[i].deadline) {
+        expired = static_cast<long>(i);
+        break;
+      }
+    }
+    const int64_t expiredMs = expired >= 0 ? inFlight_[expired].op->timeout.count() : 0;
+    fl.unlock();
+    const CUresult done = cu.cuEventQuery(front.event);
+    ncclResult async = kNcclSuccess;
+    std::string lastError;
+    bool aborted = false;
+    {
+      std::lock_guard<std::mutex> lock(commMu_);
+      if (commAborted_ || aborted_ || !comm_) {
+        aborted = true;
+      } else {
+        api_.CommGetAsyncError(comm_, &async);
+        if (async != kNcclSuccess && async != kNcclInProgress) lastError = ncclErrorText(api_, async, comm_);
+      }
+    }
+    if (aborted) {
+      failInFlight(Code::CommAborted, "the communicator was aborted", -1, "aborted");
+    } else if (!lastError.empty()) {
+      failInFlight(Code::Nccl, "NCCL reported an asynchronous error: " + lastError, 0, "failed");
+    } else if (done == kCudaSuccess) {
+      fr_.setState(front.frId, "completed");
+      {
+        std::lock_guard<std::mutex> lock(flightMu_);
+        inFlight_.pop_front();
+        freeEvents_.push_back(front.event);
+      }
+      complete_(*front.op);
+      flightCv_.notify_all();
+      spinUntil = Clock::now() + std::chrono::microseconds(200);
+      nap = std::chrono::microseconds(20);
+    } else if (done != kCudaNotReady) {
+      failInFlight(Code::Cuda, "cuEventQuery: " + cuErrorText(done), 0, "failed");
+    } else if (expired >= 0) {
+      std::ostringstream s;
+      s << "timed out after " << expiredMs << " ms: the operation did not complete on the GPU"
+        << " (a peer may be stalled; compare the ranks' flight records)";
+      failInFlight(Code::Timeout, s.str(), expired, "timeout");
+    } else if (Clock::now() < spinUntil) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(nap);
+      if (nap < std::chrono::milliseconds(1)) nap *= 2;
+    }
+    fl.lock();
   }
 }
 
-void NcclBackend::launch(Op& op, const OpTag& tag) {
+void NcclBackend::issue(Op& op) {
   const int dt = static_cast<int>(op.dtype);
   int redop = static_cast<int>(op.redop);
   if (op.kind != OpKind::Barrier && ((op.send.data && op.send.mem != MemKind::Device) ||
@@ -365,8 +460,8 @@ void NcclBackend::launch(Op& op, const OpTag& tag) {
                                        "(copy it with DeviceBuffer.from(typedArray))");
   }
   bool premul = false;
-  if (tag.preMulSum) {
-    auto scalar = scalarBytes(tag.scalar, op.dtype);
+  if (op.hasPreMul) {
+    auto scalar = scalarBytes(op.preMulScalar, op.dtype);
     call(api_.RedOpCreatePreMulSum(&redop, scalar.data(), dt, kNcclScalarHostImmediate, comm_),
          "ncclRedOpCreatePreMulSum");
     premul = true;
@@ -465,7 +560,7 @@ void NcclBackend::allToAllV(Op& op) {
 
 std::unique_ptr<Backend> NcclBackend::split(int color, int key, std::chrono::milliseconds timeout) {
   useDevice(cfg_.device);
-  ctl_->take(ordinal_++);
+  drain();  // ops settle in issue order: the split after the ops before it
   const auto deadline = Clock::now() + timeout;
   // A nonblocking parent returns from ncclCommSplit before the child exists and NCCL's
   // thread writes it (reading the config) later: both live on the heap until then.
@@ -505,7 +600,6 @@ std::unique_ptr<Backend> NcclBackend::split(int color, int key, std::chrono::mil
   try {
     const CudaApi& cu = cuda();
     cuCheck(cu.cuStreamCreate(&backend->stream_, kStreamNonBlocking), "cuStreamCreate");
-    cuCheck(cu.cuEventCreate(&backend->event_, kEventDisableTiming), "cuEventCreate");
     cuCheck(cu.cuMemAlloc(&backend->barrierBuf_, 4), "cuMemAlloc");
   } catch (...) {
     backend->broken_ = true;

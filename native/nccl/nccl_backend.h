@@ -1,16 +1,25 @@
 // GPU backend on NCCL (loaded at run time). One nonblocking NCCL communicator and one
-// CUDA stream per communicator; run() issues the NCCL call, waits until NCCL has
-// launched it (a nonblocking communicator answers ncclInProgress and launches the
-// kernel later from its own thread; until ncclCommGetAsyncError leaves
-// ncclInProgress nothing may be recorded on the stream and no other NCCL call may be
-// made on the communicator), then records an event and polls it together with
-// ncclCommGetAsyncError and the op's deadline. That polling loop, on the
-// communicator's own worker thread (never the libuv pool), is the watchdog: on an
-// error or timeout it aborts the communicator, marks it broken, dumps the flight
-// record and fails the op with ERR_NCCL / ERR_TIMEOUT.
+// CUDA stream per communicator, and two threads, as ProcessGroupNCCL:
+// - the launcher (the engine's worker, launch()) issues the NCCL call and waits
+//   until NCCL has launched it (a nonblocking communicator answers ncclInProgress
+//   and launches the kernel later from its own thread; until ncclCommGetAsyncError
+//   leaves ncclInProgress nothing may be recorded on the stream and no other NCCL
+//   call may be made on the communicator), records the op's event (from a small
+//   pool) and moves on to the next op, so ops queue back to back on the stream;
+// - the watchdog (watch()) polls the in-flight ops' events together with
+//   ncclCommGetAsyncError and each op's deadline, and completes the ops in issue
+//   order. On an error or timeout it aborts the communicator, marks it broken, dumps
+//   the flight record and fails every op in flight (ERR_NCCL / ERR_TIMEOUT for the
+//   one at fault, ERR_COMM_ABORTED for the rest).
+// An op keeps its buffers (and the JS references to them) until it completes. No
+// prepost: the launcher never waits for completion, so the JS thread need not
+// launch ahead of it (and NCCL's group depth is per thread).
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <thread>
 #include <memory>
 #include <optional>
 #include <mutex>
@@ -47,7 +56,7 @@ class NcclBackend : public Backend {
 
   void connect(std::chrono::milliseconds timeout) override;
   void run(Op& op) override;
-  bool prepost(Op& op) override;
+  bool launch(Op& op) override;
   std::unique_ptr<Backend> split(int color, int key, std::chrono::milliseconds timeout) override;
   void abort() override;
   bool broken() const override { return broken_.load(); }
@@ -59,7 +68,7 @@ class NcclBackend : public Backend {
   const FlightRecorder& recorder() const { return fr_; }
 
  private:
-  void launch(Op& op, const OpTag& tag);
+  void issue(Op& op);
   void p2pFallback(Op& op);
   void allToAllV(Op& op);
   using Deadline = std::chrono::steady_clock::time_point;
@@ -70,11 +79,17 @@ class NcclBackend : public Backend {
   // comm_ out of ncclInProgress (a no-op when no call left it there); under commMu_.
   void settle(std::unique_lock<std::mutex>& lock, Deadline deadline, const char* what);
   void releaseRedOps();  // under commMu_, comm_ settled
-  void waitDone(Op& op, uint64_t frId);
-  // Launches op on the communicator's stream (group bookkeeping included). Returns
-  // the flight-record id, or nothing when the op only joined an open group.
-  std::optional<uint64_t> start(Op& op);
-  [[noreturn]] void fatal(Code code, const std::string& message, uint64_t frId, const char* state);
+  // Fails an op the launcher could not put in flight, after the ops ahead of it.
+  [[noreturn]] void launchFailed(const Error& e, uint64_t frId, bool fatal);
+  std::string dumpNote(const std::string& message);
+  // Waits until every op in flight has completed or failed.
+  void drain();
+  // The watchdog thread's loop.
+  void watch();
+  // Fails every op in flight: `culprit` (an index, or -1 for none) with code and
+  // message, the others with ERR_COMM_ABORTED; aborts the communicator first.
+  void failInFlight(Code code, const std::string& message, long culprit, const char* state);
+  CUevent takeEvent();  // under flightMu_
   void abortComm();
   // Checks the result of an NCCL call on comm_; ncclInProgress marks comm_ pending.
   ncclResult call(ncclResult r, const char* what);
@@ -90,13 +105,24 @@ class NcclBackend : public Backend {
   bool pending_ = false;      // under commMu_: comm_ answered ncclInProgress and has not settled
   std::vector<int> redOpsToRelease_;  // under commMu_: pre-multiplied sums freed once settled
   CUstream stream_ = nullptr;
-  CUevent event_ = nullptr;
+  // The ops in flight, in issue (= stream) order, each with its event and deadline.
+  struct InFlight {
+    Op* op;
+    uint64_t frId;
+    CUevent event;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::mutex flightMu_;
+  std::condition_variable flightCv_;
+  std::deque<InFlight> inFlight_;   // under flightMu_
+  std::vector<CUevent> freeEvents_;  // under flightMu_: recorded events come back here
+  std::vector<CUevent> events_;      // under flightMu_: every event made, destroyed with the backend
+  bool stopWatchdog_ = false;        // under flightMu_
+  std::thread watchdog_;
   CUdeviceptr barrierBuf_ = 0;
   std::atomic<bool> broken_{false};
   std::atomic<bool> aborted_{false};
   bool inGroup_ = false;
-  std::optional<uint64_t> preposted_;  // flight-record id of the op prepost() launched
-  uint64_t ordinal_ = 0;  // ops seen by run()/split(), matching the JS side's count
   int splits_ = 0;
   FlightRecorder fr_;
 };

@@ -8,11 +8,6 @@ namespace ncclnode {
 
 namespace {
 
-uint64_t ordinalArg(const Napi::Value& v) {
-  if (!v.IsNumber()) throw Error(Code::InvalidArgument, "ordinal must be a number");
-  return static_cast<uint64_t>(v.As<Napi::Number>().Int64Value());
-}
-
 BufferView deviceArg(const Napi::Value& v, const char* call) {
   BufferView view;
   if (!deviceBufferView(v, &view)) throw Error(Code::InvalidArgument, std::string(call) + ": expected a DeviceBuffer");
@@ -29,8 +24,7 @@ void* handleArg(const Napi::Value& v) {
 
 Napi::Function NcclControlWrap::Init(Napi::Env env) {
   return DefineClass(env, "NativeNcclControl",
-                     {InstanceMethod<&NcclControlWrap::Tag>("tag"), InstanceMethod<&NcclControlWrap::Untag>("untag"),
-                      InstanceMethod<&NcclControlWrap::TakeChild>("takeChild"),
+                     {InstanceMethod<&NcclControlWrap::TakeChild>("takeChild"),
                       InstanceMethod<&NcclControlWrap::Register>("register"),
                       InstanceMethod<&NcclControlWrap::Deregister>("deregister"),
                       InstanceMethod<&NcclControlWrap::RegisterHost>("registerHost"),
@@ -52,26 +46,6 @@ NcclControlWrap::NcclControlWrap(const Napi::CallbackInfo& info) : Napi::ObjectW
     return;
   }
   ctl_ = *info[0].As<Napi::External<std::shared_ptr<NcclControl>>>().Data();
-}
-
-Napi::Value NcclControlWrap::Tag(const Napi::CallbackInfo& info) {
-  return guard(info.Env(), [&]() -> Napi::Value {
-    OpTag t;
-    t.kind = static_cast<OpTag::Kind>(info[1].As<Napi::Number>().Int32Value());
-    if (info[2].IsNumber()) {
-      t.preMulSum = true;
-      t.scalar = info[2].As<Napi::Number>().DoubleValue();
-    }
-    ctl_->tag(ordinalArg(info[0]), t);
-    return info.Env().Undefined();
-  });
-}
-
-Napi::Value NcclControlWrap::Untag(const Napi::CallbackInfo& info) {
-  return guard(info.Env(), [&]() -> Napi::Value {
-    ctl_->untag(ordinalArg(info[0]));
-    return info.Env().Undefined();
-  });
 }
 
 Napi::Value NcclControlWrap::TakeChild(const Napi::CallbackInfo& info) {

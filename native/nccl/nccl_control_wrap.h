@@ -1,5 +1,5 @@
-// NativeNcclControl: the JS handle on a communicator's NcclControl (op tags for
-// group() and pre-multiplied sums, split children, registration, flight record).
+// NativeNcclControl: the JS handle on a communicator's NcclControl (split children,
+// registration, flight record).
 #pragma once
 
 #include <napi.h>
@@ -17,8 +17,6 @@ class NcclControlWrap : public Napi::ObjectWrap<NcclControlWrap> {
   explicit NcclControlWrap(const Napi::CallbackInfo& info);
 
  private:
-  Napi::Value Tag(const Napi::CallbackInfo& info);       // (ordinal, kind, scalar?)
-  Napi::Value Untag(const Napi::CallbackInfo& info);     // (ordinal)
   Napi::Value TakeChild(const Napi::CallbackInfo& info); // () -> NativeNcclControl | null
   Napi::Value Register(const Napi::CallbackInfo& info);  // (deviceBuffer) -> bigint handle
   Napi::Value Deregister(const Napi::CallbackInfo& info);

@@ -10,6 +10,8 @@
 //                                how long after a call on a nonblocking communicator
 //                                NCCL's thread launches its work (the call returns
 //                                ncclInProgress meanwhile, as NCCL 2.30 does)
+//   NCCL_STANDIN_RUN_US=0       how long each call's (or group's) work occupies the stream
+//                                before it moves data, as a large collective's kernel would
 //   NCCL_STANDIN_FAULT=<action>:<Collective>:<rank>[:<nth>]
 //                                action hang (stop moving data until aborted) or exit
 //                                (the process dies), at the nth (default 1st) call of

@@ -106,6 +106,16 @@ void runBatch(Batch& b) {
   Comm* c = b.comm;
   const int state = c->asyncError.load();
   if (c->aborted || (state != kSuccess && state != kInProgress)) return;  // like kernels after an abort
+  // NCCL_STANDIN_RUN_US: how long each batch occupies the stream before it moves
+  // data, as a large collective's kernel would (lets tests see ops queue up).
+  static const long runUs = [] {
+    const char* v = std::getenv("NCCL_STANDIN_RUN_US");
+    return v && *v ? std::atol(v) : 0L;
+  }();
+  for (const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(runUs);
+       !c->aborted && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(std::chrono::microseconds(std::min(runUs, 1000L)));
+  }
   const int n = c->nranks, me = c->rank;
   std::vector<Xfer> xfers;
   std::vector<std::unique_ptr<std::vector<char>>> scratch(b.plans.size());

@@ -8,8 +8,8 @@
  * built (no nvcc at install time) does it fall back to the host generators of
  * verifiable.ts, staging through host memory, and it says so once.
  *
- * Also the host-side Control and rank-line exchange for NCCL, which only moves
- * device memory: small DeviceBuffers carry the values.
+ * Also the host-side Control for NCCL, which only moves device memory: reductions
+ * go through small DeviceBuffers, rank 0's values through broadcastObject.
  */
 import type { Buffer, Communicator } from '../comm/communicator.js';
 import { DTYPE_BYTES, arrayTypeOf, type DType, type HostArray } from '../dtypes.js';
@@ -101,20 +101,7 @@ export function gpuControl(comm: Communicator): Control {
     size: comm.size,
     rank: comm.rank,
     allReduce: (values, op) => through(values, (b) => comm.allReduce(b, { op })),
-    fromRank0: (values) => through(values, (b) => comm.broadcast(b, { root: 0 })),
+    fromRank0: (values) => comm.broadcastObject(values, { root: 0 }),
     barrier: async () => void (await comm.barrier()),
   };
-}
-
-/** allGather of `slot`-byte records through device memory; returns size * slot bytes. */
-export async function allGatherBytes(comm: Communicator, mine: Uint8Array): Promise<Uint8Array> {
-  const send = await DeviceBuffer.from(mine, { dtype: 'uint8' });
-  const all = DeviceBuffer.alloc({ dtype: 'uint8', length: mine.length * comm.size });
-  try {
-    await comm.allGather(send, all);
-    return (await all.toHost()) as Uint8Array;
-  } finally {
-    send.dispose();
-    all.dispose();
-  }
 }

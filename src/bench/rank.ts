@@ -18,7 +18,7 @@ import { gpuInfo } from '../gpu/info.js';
 import { runCollective, type BenchEnv, type Control, type RunTotals } from './driver.js';
 import type { BenchFlags } from './flags.js';
 import { footerLines, headerLines, NCCL_TESTS_VERSION, tableHeader, type RankLine } from './format.js';
-import { allGatherBytes, createGpuDevice, gpuControl } from './gpu-device.js';
+import { createGpuDevice, gpuControl } from './gpu-device.js';
 import { hostDevice } from './host-device.js';
 import { buildCsv, buildJson, openExclusive, writeCsv, writeJson, type ReportMeta } from './report.js';
 
@@ -45,11 +45,7 @@ function commControl(comm: Communicator): Control {
       await comm.allReduce(buf, { op });
       return [...buf];
     },
-    async fromRank0(values) {
-      const buf = Float64Array.from(values);
-      await comm.broadcast(buf, { root: 0 });
-      return [...buf];
-    },
+    fromRank0: (values) => comm.broadcastObject(values, { root: 0 }),
     barrier: async () => void (await comm.barrier()),
   };
 }
@@ -65,14 +61,7 @@ function myRankLine(world: Communicator, group: number): RankLine {
 
 /** Every rank's line, in rank order (MPI_Gather of the device lines in nccl-tests). */
 async function gatherRankLines(comm: Communicator, mine: RankLine): Promise<RankLine[]> {
-  const SLOT = 1024;
-  const send = new Uint8Array(SLOT);
-  send.set(new TextEncoder().encode(JSON.stringify(mine)).subarray(0, SLOT));
-  let all: Uint8Array = new Uint8Array(SLOT * comm.size);
-  if (comm.backend === 'nccl') all = await allGatherBytes(comm, send);  // NCCL moves device memory only
-  else await comm.allGather(send, all);
-  const dec = new TextDecoder();
-  return [...Array(comm.size).keys()].map((r) => JSON.parse(dec.decode(all.subarray(r * SLOT, (r + 1) * SLOT)).replace(/\0+$/, '')) as RankLine);
+  return comm.allGatherObject(mine);
 }
 
 function versionLine(comm: Communicator): string {

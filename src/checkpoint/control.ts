@@ -1,16 +1,13 @@
 /**
  * The cross-rank control traffic of a save (barrier, the exchange of shard
- * records, rank 0's verdict) on the checkpoint sub-communicator. On NCCL the
- * few bytes travel in small DeviceBuffers (NCCL takes no host memory); on Gloo
- * as they are. A rank that dies mid-save breaks its connections: the
+ * records, rank 0's verdict) on the checkpoint sub-communicator, with the
+ * communicator's object exchange (allGatherObject, broadcastObject). A rank that dies mid-save breaks its connections: the
  * survivors' collective fails at once (Gloo: ERR_PEER_LOST; NCCL: the
  * watchdog's ncclRemoteError), and the save fails with that code and a message
  * saying which step and which phase, instead of waiting out a timeout.
  */
 import type { Communicator } from '../comm/communicator.js';
-import type { HostArray } from '../dtypes.js';
 import { NcclNodeError, isNcclNodeError, type ErrorCode } from '../errors.js';
-import { DeviceBuffer } from '../gpu/device-buffer.js';
 import type { RankRecord } from './commit.js';
 
 export type Phase = 'barrier' | 'exchange' | 'commit verdict';
@@ -32,21 +29,12 @@ export class Control {
     if (comm) await this.#guard('barrier', async () => { await comm.barrier(); });
   }
 
-  /** Every rank's record, in rank order, on every rank (variable-length JSON over two allGathers). */
+  /** Every rank's record, in rank order, on every rank. */
   async exchange(mine: RankRecord): Promise<RankRecord[]> {
     const comm = this.#comm;
     if (!comm) return [mine];
     return this.#guard('exchange', async () => {
-      const bytes = new TextEncoder().encode(JSON.stringify(mine));
-      const lens = new Int32Array(comm.size);
-      await allGather(comm, new Int32Array([bytes.length]), lens);
-      const max = Math.max(...lens);
-      const send = new Uint8Array(max);
-      send.set(bytes);
-      const all = new Uint8Array(max * comm.size);
-      await allGather(comm, send, all);
-      const dec = new TextDecoder();
-      return Array.from(lens, (n, r) => JSON.parse(dec.decode(all.subarray(r * max, r * max + n))) as RankRecord);
+      return comm.allGatherObject(mine);
     });
   }
 
@@ -60,9 +48,7 @@ export class Control {
     if (!comm) return ok;
     try {
       return await this.#guard('commit verdict', async () => {
-        const status = new Int32Array([ok ? 1 : 0]);
-        await broadcast(comm, status);
-        return status[0] === 1;
+        return (await comm.broadcastObject(ok, { root: 0 })) === true;
       });
     } catch (err) {
       if (await fromDisk()) return true;
@@ -92,34 +78,4 @@ export function lostDuring(err: unknown, phase: Phase, step: number, dir: string
   return new NcclNodeError(code, `checkpoint step ${step} not committed: ${why} (in the ${phase}): ${err.message}`, {
     step, dir, phase, cause: err.code,
   });
-}
-
-async function allGather(comm: Communicator, send: HostArray, recv: HostArray): Promise<void> {
-  if (comm.backend !== 'nccl') {
-    await comm.allGather(send, recv);
-    return;
-  }
-  const s = await DeviceBuffer.from(send);
-  const r = DeviceBuffer.alloc({ dtype: s.dtype, length: recv.length });
-  try {
-    await comm.allGather(s, r);
-    await r.copyTo(recv);
-  } finally {
-    s.dispose();
-    r.dispose();
-  }
-}
-
-async function broadcast(comm: Communicator, buf: HostArray): Promise<void> {
-  if (comm.backend !== 'nccl') {
-    await comm.broadcast(buf, { root: 0 });
-    return;
-  }
-  const d = await DeviceBuffer.from(buf);
-  try {
-    await comm.broadcast(d, { root: 0 });
-    await d.copyTo(buf);
-  } finally {
-    d.dispose();
-  }
 }

@@ -63,6 +63,8 @@ interface Submission {
   key?: number;
   sendCounts?: number[];
   recvCounts?: number[];
+  /** NCCL's pre-multiplied sum: the sum of preMulScalar * each rank's input. */
+  preMulScalar?: number;
 }
 
 export interface CommunicatorInit {
@@ -120,14 +122,31 @@ export class Communicator {
 
   /** Reduces `buf` across ranks into `buf`, or into `out` when given. */
   allReduce(buf: Buffer, options?: AllReduceOptions<Buffer>): Work {
+    return this.#allReduce(buf, options, undefined);
+  }
+
+  #allReduce(buf: Buffer, options: AllReduceOptions<Buffer> | undefined, preMulScalar: number | undefined): Work {
     return this.#guard('allReduce', -1, () => {
       const o = options ? parse(allReduceSchema, options, this.#where('allReduce')) : {};
       const dtype = dtypeOf(buf, o.dtype, this.#where('allReduce'));
       const count = lengthOf(buf, dtype);
       const out = o.out as Buffer | undefined;
       if (out !== undefined) this.#expectLength('allReduce', 'out', out, dtype, count, 'the input length');
-      return this.#submit('allReduce', { send: buf, recv: out ?? buf, count, dtype, op: o.op, timeoutMs: o.timeoutMs });
+      return this.#submit('allReduce', { send: buf, recv: out ?? buf, count, dtype, op: o.op, timeoutMs: o.timeoutMs, preMulScalar });
     });
+  }
+
+  /**
+   * @internal allReduce / reduceScatter as a sum of `scalar` * each rank's input,
+   * the scalar carried with the op (gpu/group.ts: allReducePreMulSum, reduceScatterPreMulSum).
+   */
+  _preMulSum(call: 'allReduce' | 'reduceScatter', input: Buffer, output: Buffer | undefined, scalar: number,
+    options: { out?: Buffer; timeoutMs?: number }): Work {
+    if (typeof scalar !== 'number' || !Number.isFinite(scalar)) {
+      throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${this.#where(call)}: the pre-multiplier must be a finite number, received ${String(scalar)}`);
+    }
+    if (call === 'allReduce') return this.#allReduce(input, { op: 'sum', ...options }, scalar);
+    return this.#reduceScatter(input, output!, { op: 'sum', timeoutMs: options.timeoutMs }, scalar);
   }
 
   /** Copies `buf` from `root` (default 0) to every rank. */
@@ -166,12 +185,16 @@ export class Communicator {
 
   /** Reduces `input` (size x output length) across ranks; rank r receives block r in `output`. */
   reduceScatter(input: Buffer, output: Buffer, options?: ReduceScatterOptions): Work {
+    return this.#reduceScatter(input, output, options, undefined);
+  }
+
+  #reduceScatter(input: Buffer, output: Buffer, options: ReduceScatterOptions | undefined, preMulScalar: number | undefined): Work {
     return this.#guard('reduceScatter', -1, () => {
       const o = options ? parse(reduceScatterSchema, options, this.#where('reduceScatter')) : {};
       const dtype = dtypeOf(output, o.dtype, this.#where('reduceScatter'));
       const count = lengthOf(output, dtype);
       this.#expectLength('reduceScatter', 'input', input, dtype, count * this.size, `${this.size} ranks x ${count} output elements`);
-      return this.#submit('reduceScatter', { send: input, recv: output, count, dtype, op: o.op, timeoutMs: o.timeoutMs });
+      return this.#submit('reduceScatter', { send: input, recv: output, count, dtype, op: o.op, timeoutMs: o.timeoutMs, preMulScalar });
     });
   }
 
@@ -247,6 +270,73 @@ export class Communicator {
       const o = options ? parse(barrierSchema, options, this.#where('barrier')) : {};
       return this.#submit('barrier', { count: 0, dtype: 'uint8', timeoutMs: o.timeoutMs });
     });
+  }
+
+  /**
+   * Every rank's `value` (anything JSON can carry), in rank order, on every rank, as
+   * torch's all_gather_object. Two rounds: the encoded lengths, then the UTF-8 bytes
+   * padded to the longest; through small device buffers on NCCL. A value JSON cannot
+   * encode fails the call on every rank with ERR_INVALID_ARGUMENT naming the rank.
+   */
+  async allGatherObject<T = unknown>(value: T, options: { timeoutMs?: number } = {}): Promise<T[]> {
+    const where = this.#where('allGatherObject');
+    const mine = encodeObject(value);
+    if (this.size === 1) return [decodeObject(checkEncoded(mine, 0, where), where) as T];
+    const lens = new Int32Array(this.size);
+    await this.#exchange('allGather', new Int32Array([mine instanceof Uint8Array ? mine.length : -1]), lens, 0, options.timeoutMs);
+    const bad = lens.findIndex((n) => n < 0);
+    if (bad >= 0) checkEncoded(bad === this.rank ? mine : `rank ${bad} passed a value JSON cannot encode`, bad, where);
+    const width = Math.max(1, ...lens);
+    const send = new Uint8Array(width);
+    send.set(mine as Uint8Array);
+    const all = new Uint8Array(width * this.size);
+    await this.#exchange('allGather', send, all, 0, options.timeoutMs);
+    return Array.from(lens, (n, r) => decodeObject(all.subarray(r * width, r * width + n), where) as T);
+  }
+
+  /**
+   * `root`'s `value` (anything JSON can carry) on every rank, as torch's
+   * broadcast_object_list; other ranks' `value` is ignored. Two rounds: the length,
+   * then the UTF-8 bytes; through small device buffers on NCCL. Every rank gets the
+   * decoded copy, root included.
+   */
+  async broadcastObject<T = unknown>(value: T, options: { root?: number; timeoutMs?: number } = {}): Promise<T> {
+    const where = this.#where('broadcastObject');
+    const root = this.#root('broadcastObject', options.root);
+    if (!Number.isInteger(root) || root < 0) {
+      throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${where}: root must be a rank in 0..${this.size - 1}, received ${root}`);
+    }
+    const mine = this.rank === root ? encodeObject(value) : new Uint8Array(0);
+    if (this.size === 1) return decodeObject(checkEncoded(mine, root, where), where) as T;
+    const len = new Int32Array([mine instanceof Uint8Array ? mine.length : -1]);
+    await this.#exchange('broadcast', len, undefined, root, options.timeoutMs);
+    if (len[0]! < 0) checkEncoded(this.rank === root ? mine : `rank ${root} passed a value JSON cannot encode`, root, where);
+    const bytes = new Uint8Array(Math.max(1, len[0]!));
+    if (this.rank === root) bytes.set(mine as Uint8Array);
+    await this.#exchange('broadcast', bytes, undefined, root, options.timeoutMs);
+    return decodeObject(bytes.subarray(0, len[0]!), where) as T;
+  }
+
+  /** A host-array collective for the object exchanges: as is on Gloo, through device memory on NCCL. */
+  async #exchange(call: 'allGather' | 'broadcast', send: HostArray, recv: HostArray | undefined, root: number,
+    timeoutMs: number | undefined): Promise<void> {
+    if (this.backend !== 'nccl') {
+      if (call === 'allGather') await this.allGather(send, recv!, { timeoutMs });
+      else await this.broadcast(send, { root, timeoutMs });
+      return;
+    }
+    // Loaded here: device-buffer.ts imports this module.
+    const { DeviceBuffer } = await import('../gpu/device-buffer.js');
+    const s = await DeviceBuffer.from(send);
+    const r = recv ? DeviceBuffer.alloc({ dtype: s.dtype, length: recv.length }) : s;
+    try {
+      if (call === 'allGather') await this.allGather(s, r, { timeoutMs });
+      else await this.broadcast(s, { root, timeoutMs });
+      await r.copyTo(recv ?? send);
+    } finally {
+      s.dispose();
+      if (r !== s) r.dispose();
+    }
   }
 
   /**
@@ -440,6 +530,7 @@ export class Communicator {
       s.key,
       s.sendCounts,
       s.recvCounts,
+      s.preMulScalar,
       );
     } catch (err) {
       throw fromNative(err);
@@ -462,5 +553,30 @@ export class Communicator {
   /** @internal A Work of this communicator settled. */
   _settled(work: Work<unknown>): void {
     this.#pending.delete(work);
+  }
+}
+
+/** UTF-8 JSON of `value`, or why JSON cannot encode it. */
+function encodeObject(value: unknown): Uint8Array | string {
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(value);
+  } catch (err) {
+    return `the value cannot be encoded as JSON (${err instanceof Error ? err.message : String(err)})`;
+  }
+  if (text === undefined) return `the value cannot be encoded as JSON (received ${typeof value})`;
+  return new TextEncoder().encode(text);
+}
+
+function checkEncoded(encoded: Uint8Array | string, rank: number, where: string): Uint8Array {
+  if (typeof encoded !== 'string') return encoded;
+  throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${where}: ${encoded}`, { rank });
+}
+
+function decodeObject(bytes: Uint8Array, where: string): unknown {
+  try {
+    return JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+  } catch (err) {
+    throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${where}: a rank's bytes are not UTF-8 JSON (${err instanceof Error ? err.message : String(err)})`);
   }
 }

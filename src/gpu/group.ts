@@ -38,21 +38,11 @@ function requireNccl(comm: Communicator, call: string): void {
 /** allReduce of scalar * buf over ranks (ncclRedOpCreatePreMulSum), e.g. scalar = 1 / size. */
 export function allReducePreMulSum(comm: Communicator, buf: Buffer, scalar: number, options: { out?: Buffer; timeoutMs?: number } = {}): Work {
   requireNccl(comm, 'allReducePreMulSum');
-  pending.preMulSum = scalar;
-  try {
-    return comm.allReduce(buf, { op: 'sum', ...options });
-  } finally {
-    pending.preMulSum = undefined;
-  }
+  return comm._preMulSum('allReduce', buf, undefined, scalar, options);
 }
 
 /** reduceScatter of scalar * input over ranks. */
 export function reduceScatterPreMulSum(comm: Communicator, input: Buffer, output: Buffer, scalar: number, options: { timeoutMs?: number } = {}): Work {
   requireNccl(comm, 'reduceScatterPreMulSum');
-  pending.preMulSum = scalar;
-  try {
-    return comm.reduceScatter(input, output, { op: 'sum', ...options });
-  } finally {
-    pending.preMulSum = undefined;
-  }
+  return comm._preMulSum('reduceScatter', input, output, scalar, options);
 }

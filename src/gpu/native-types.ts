@@ -32,8 +32,6 @@ export interface NativeEvent {
 }
 
 export interface NativeNcclControl {
-  tag(ordinal: number, kind: number, scalar?: number): void;
-  untag(ordinal: number): void;
   takeChild(): NativeNcclControl | null;
   register(buf: NativeDeviceBuffer): bigint;
   deregister(handle: bigint): void;
