@@ -45,17 +45,30 @@ function isErrorCode(value: unknown): value is ErrorCode {
 }
 
 /**
- * Turns whatever a native call rejected with into an NcclNodeError whose stack is
- * the caller's (captured before the call went off-thread), as sharp does.
+ * The addon throws and rejects with NcclNodeErrors itself (src/native.ts hands it
+ * the class). An error it builds when off-thread work completes was made with no
+ * JavaScript on the stack; given `callSite` (an Error captured before the call went
+ * off-thread, as sharp does), such an error gets the caller's stack instead. Anything
+ * else (a non-NcclNodeError from a callback, say) becomes an NcclNodeError with the
+ * code it carries, or ERR_BACKEND.
  */
 export function fromNative(err: unknown, callSite?: Error): NcclNodeError {
-  if (err instanceof NcclNodeError) return err;
-  const raw = err as { code?: unknown; message?: unknown } | undefined;
-  const code = isErrorCode(raw?.code) ? raw.code : 'ERR_BACKEND';
-  const message = typeof raw?.message === 'string' ? raw.message : String(err);
-  const out = new NcclNodeError(code, message);
+  let out: NcclNodeError;
+  if (err instanceof NcclNodeError) {
+    out = err;
+    if (hasFrames(out)) return out;
+  } else {
+    const raw = err as { code?: unknown; message?: unknown } | undefined;
+    const code = isErrorCode(raw?.code) ? raw.code : 'ERR_BACKEND';
+    out = new NcclNodeError(code, typeof raw?.message === 'string' ? raw.message : String(err));
+  }
   if (callSite?.stack) {
-    out.stack = `${out.name} [${code}]: ${message}\n${callSite.stack.split('\n').slice(1).join('\n')}`;
+    out.stack = `${out.name} [${out.code}]: ${out.message}\n${callSite.stack.split('\n').slice(1).join('\n')}`;
   }
   return out;
+}
+
+/** Whether V8 recorded any JavaScript frame for `err` (it records none for one made in a native callback). */
+function hasFrames(err: Error): boolean {
+  return typeof err.stack === 'string' && err.stack.includes('\n    at ');
 }

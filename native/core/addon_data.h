@@ -11,9 +11,13 @@ class Engine;
 
 struct AddonData {
   Napi::FunctionReference commCtor;
+  // The class native errors are built with (NcclNodeError, from setErrorConstructor);
+  // empty until JavaScript hands it over, and then plain Errors carry the code.
+  Napi::FunctionReference errorCtor;
   std::set<Engine*> engines;  // live engines, stopped at environment teardown
 };
 
-AddonData& addonData(Napi::Env env);
+// Set by the addon's entry (native/addon/addon.cpp) before any other call.
+inline AddonData& addonData(Napi::Env env) { return *env.GetInstanceData<AddonData>(); }
 
 }  // namespace ncclnode

@@ -76,7 +76,7 @@ void checkAgreement(const Op& op, const std::vector<Fingerprint>& all, int myRan
     std::ostringstream s;
     s << "rank " << r << " rejected its " << opKindName(static_cast<OpKind>(all[r].kind)) << " #" << all[r].seq
       << " before it reached the wire, so this one fails with it: " << reasonOf(static_cast<int>(r));
-    throw Error(code >= 0 && code <= static_cast<int>(Code::Io) ? static_cast<Code>(code) : Code::Backend, s.str());
+    throw Error(codeFromNumber(code), s.str());
   }
   const Fingerprint mine = fingerprintOf(op);
   for (size_t r = 0; r < all.size(); ++r) {

@@ -18,14 +18,15 @@
 
 #include <v8.h>
 
+#include <atomic>
 #include <cstring>
 #include <string>
-
-#include "../cuda/gpu_env.h"
 
 namespace ncclnode {
 
 namespace {
+
+std::atomic<DeviceMemoryRecognizer> deviceRecognizer{nullptr};
 
 // napi_value is a v8::Local<v8::Value> in disguise (Node's own
 // v8impl::V8LocalValueFromJsValue does exactly this copy).
@@ -83,9 +84,12 @@ std::shared_ptr<v8::BackingStore> storeOf(v8::Local<v8::Value> buffer, const cha
 
 }  // namespace
 
+void setDeviceMemoryRecognizer(DeviceMemoryRecognizer recognize) { deviceRecognizer.store(recognize); }
+
 BufferView viewOf(const Napi::Value& value, const char* what) {
   BufferView v;
-  if (deviceBufferView(value, &v)) return v;  // a NativeDeviceBuffer: device memory
+  DeviceMemoryRecognizer device = deviceRecognizer.load();
+  if (device && device(value, &v)) return v;  // e.g. a NativeDeviceBuffer: device memory
   v8::Local<v8::Value> local = toV8(value);
   if (local->IsArrayBufferView()) {
     auto view = local.As<v8::ArrayBufferView>();

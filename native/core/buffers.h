@@ -8,6 +8,13 @@
 
 namespace ncclnode {
 
+// Recognises a backend's own device-memory objects: true, with *out filled (mem =
+// Device), for one of them. Core knows no backend; the CUDA layer registers its
+// recogniser at load (native/cuda/gpu_addon.cpp). One per process: every
+// environment's addon instance registers the same function.
+using DeviceMemoryRecognizer = bool (*)(const Napi::Value& value, BufferView* out);
+void setDeviceMemoryRecognizer(DeviceMemoryRecognizer recognize);
+
 // Throws Error(InvalidArgument) naming `what` for anything else, for a detached
 // ArrayBuffer and for a resizable one. A host view holds the memory's backing
 // store (BufferView::keep) so that it outlives a detach; see buffers.cpp.

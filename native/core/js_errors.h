@@ -1,5 +1,6 @@
-// Builds the JS-side error objects native code rejects and throws with: a plain
-// Error carrying `code`, which src/errors.ts turns into an NcclNodeError.
+// Builds the JS-side error objects native code rejects and throws with: an
+// NcclNodeError (the class src/native.ts hands over with setErrorConstructor),
+// made with the stable code and the message, so JavaScript gets it as thrown.
 #pragma once
 
 #include <napi.h>
@@ -10,7 +11,12 @@
 
 namespace ncclnode {
 
+// new NcclNodeError(codeName(code), message); before setErrorConstructor, a plain
+// Error with a `code` property. JS thread only.
 Napi::Error makeError(Napi::Env env, Code code, const std::string& message);
+
+// setErrorConstructor(ctor): remembers the class for this environment.
+Napi::Value SetErrorConstructor(const Napi::CallbackInfo& info);
 
 // Runs f; a native Error becomes a thrown JS error with its code.
 template <class F>

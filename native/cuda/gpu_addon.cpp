@@ -3,6 +3,7 @@
 #include <map>
 #include <mutex>
 
+#include "../core/buffers.h"
 #include "../core/comm_wrap.h"
 #include "../core/js_errors.h"
 #include "../core/js_options.h"
@@ -180,6 +181,7 @@ void registerGpu(Napi::Env env, Napi::Object exports) {
   exports.Set("dumpFlightRecords", Napi::Function::New(env, DumpFlightRecords, "dumpFlightRecords"));
   registerKernels(env, exports);
   registerNvml(env, exports);
+  setDeviceMemoryRecognizer(deviceBufferView);  // collectives and file I/O take NativeDeviceBuffers
 }
 
 }  // namespace ncclnode

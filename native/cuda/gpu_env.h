@@ -20,7 +20,8 @@ GpuEnv& gpuEnv(Napi::Env env);
 // Registers every GPU export (DeviceBuffer, Stream, Event, createNccl, health, ...).
 void registerGpu(Napi::Env env, Napi::Object exports);
 
-// buffers.cpp's hook: true (and *out filled, mem = Device) for a NativeDeviceBuffer.
+// True (and *out filled, mem = Device) for a NativeDeviceBuffer; registerGpu hands it
+// to core as its DeviceMemoryRecognizer (core/buffers.h).
 bool deviceBufferView(const Napi::Value& value, BufferView* out);
 
 // Type tags that let native code recognise its own wrapped objects.

@@ -33,13 +33,13 @@ std::string rejectedText(int peer, const char* call, const P2PHeader& h) {
   std::ostringstream s;
   const int code = h.dtype;
   s << "rank " << peer << " rejected its matching " << call << " ("
-    << (code >= 0 && code <= static_cast<int>(Code::Io) ? codeName(static_cast<Code>(code)) : "unknown")
+    << (code >= 0 && code < kNumCodes ? codeName(static_cast<Code>(code)) : "unknown")
     << "; its own error says why), so no data moved";
   return s.str();
 }
 
 Code rejectedCode(const P2PHeader& h) {
-  return h.dtype >= 0 && h.dtype <= static_cast<int>(Code::Io) ? static_cast<Code>(h.dtype) : Code::Backend;
+  return codeFromNumber(h.dtype);
 }
 
 }  // namespace

@@ -5,12 +5,9 @@
  * elements on the device. They compute exactly what verifiable.ts computes on the
  * host; test/bench/gpu-verifiable.test.ts holds them to it.
  */
-import { nativeHandle } from '../comm/communicator.js';
 import { DTYPE_CODE, REDUCE_OP_CODE, type DType } from '../dtypes.js';
-import { fromNative } from '../errors.js';
 import type { DeviceBuffer } from '../gpu/device-buffer.js';
-import type { NativeDeviceBuffer } from '../gpu/native-types.js';
-import { binding } from '../native.js';
+import { binding, nativeHandle, type NativeDeviceBuffer } from '../native.js';
 import type { GenOp } from './verifiable.js';
 
 interface VerifiableKernels {
@@ -25,12 +22,9 @@ function k(): VerifiableKernels {
   return binding().kernels as unknown as VerifiableKernels;
 }
 
+/** Calls f so that whatever it throws, the caller gets as a rejection. */
 async function run<T>(f: () => Promise<T>): Promise<T> {
-  try {
-    return await f();
-  } catch (err) {
-    throw fromNative(err);
-  }
+  return f();
 }
 
 /** rank >= 0: that rank's input; rank -1: the expected result over nranks ranks. */

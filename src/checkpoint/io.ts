@@ -1,4 +1,4 @@
-/** The addon's checkpoint I/O functions, with native errors turned into NcclNodeErrors. */
+/** The addon's checkpoint I/O functions; their failures carry the caller's stack (settle). */
 import { fromNative } from '../errors.js';
 import { binding } from '../native.js';
 import type { IoBinding } from './native-types.js';

@@ -9,14 +9,13 @@
  */
 import { stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { nativeHandle } from '../comm/communicator.js';
 import { DTYPE_BYTES, type HostArray } from '../dtypes.js';
 import { NcclNodeError, isNcclNodeError } from '../errors.js';
 import { DeviceBuffer } from '../gpu/device-buffer.js';
 import { io, settle } from './io.js';
 import { committed, listCheckpoints } from './layout.js';
 import { COMMIT, HEADER, MANIFEST, PAST_END, damaged, numelOf, readManifest, unreadable, type Manifest } from './manifest.js';
-import type { IoMemory } from './native-types.js';
+import { nativeHandle, type IoMemory } from '../native.js';
 import { dtypeOf } from './state.js';
 import type { DType } from '../dtypes.js';
 

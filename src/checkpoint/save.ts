@@ -7,7 +7,7 @@
  */
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { nativeHandle, type Communicator } from '../comm/communicator.js';
+import type { Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
 import { DeviceBuffer } from '../gpu/device-buffer.js';
 import { buildManifest, committedOnDisk, uncommit, writeManifest, type RankRecord } from './commit.js';
@@ -15,8 +15,8 @@ import { Control } from './control.js';
 import { crc32cConcat } from './crc.js';
 import { encodeHeader } from './format.js';
 import { io, settle } from './io.js';
+import { nativeHandle, type IoMemory, type IoWriteOptions } from '../native.js';
 import { prune, shardFileName, stepDirName } from './layout.js';
-import type { IoMemory, IoWriteOptions } from './native-types.js';
 import { StagingPool, type DeviceStaging, type DeviceStagingOptions } from './staging.js';
 import { snapshot, type CheckpointState, type Staged } from './state.js';
 

@@ -14,8 +14,8 @@ import {
   type HostArray,
   type ReduceOp,
 } from '../dtypes.js';
-import { NcclNodeError, fromNative } from '../errors.js';
-import { OpKind, type NativeBuffer, type NativeComm, type OpName } from '../native.js';
+import { NcclNodeError } from '../errors.js';
+import { OpKind, nativeHandle, type NativeBuffer, type NativeComm, type OpName } from '../native.js';
 import {
   allReduceSchema,
   allToAllSchema,
@@ -42,8 +42,8 @@ import type { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
 /** What a collective reads or writes: host TypedArrays, or device buffers on the GPU path. */
 export type Buffer = HostArray | DeviceLike;
 
-/** Anything with a native handle (device buffers) hands it over here. */
-export const nativeHandle = Symbol.for('nccl-node.nativeHandle');
+/** Anything with a native handle (device buffers) hands it over here; defined in native/contract.ts. */
+export { nativeHandle };
 
 function toNative(buf: Buffer | undefined): NativeBuffer | undefined {
   if (buf === undefined) return undefined;
@@ -516,8 +516,7 @@ export class Communicator {
     if (this.#closed === 'aborted') {
       throw new NcclNodeError('ERR_COMM_ABORTED', `${this.#where(call)}: the communicator was aborted`);
     }
-    try {
-      return this.#native.submit(
+    return this.#native.submit(
       OpKind[call],
       DTYPE_CODE[s.dtype],
       REDUCE_OP_CODE[s.op ?? 'sum'],
@@ -531,10 +530,7 @@ export class Communicator {
       s.sendCounts,
       s.recvCounts,
       s.preMulScalar,
-      );
-    } catch (err) {
-      throw fromNative(err);
-    }
+    );
   }
 
   #submit(call: OpName, s: Submission): Work {

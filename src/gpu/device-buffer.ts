@@ -7,10 +7,8 @@
  *   const sums = await buf.toHost();   // a new Float32Array
  */
 import { DTYPE_BYTES, DTYPE_CODE, arrayTypeOf, dtypeOf, type DType, type HostArray } from '../dtypes.js';
-import { NcclNodeError, fromNative } from '../errors.js';
-import { nativeHandle } from '../comm/communicator.js';
-import { binding } from '../native.js';
-import type { NativeDeviceBuffer } from './native-types.js';
+import { NcclNodeError } from '../errors.js';
+import { binding, nativeHandle, type NativeDeviceBuffer } from '../native.js';
 import { currentDevice } from './device.js';
 import type { Stream } from './stream.js';
 
@@ -23,21 +21,6 @@ export interface AllocOptions {
   ncclMemAlloc?: boolean;
 }
 
-async function settle<T>(p: Promise<T>): Promise<T> {
-  try {
-    return await p;
-  } catch (err) {
-    throw fromNative(err);
-  }
-}
-
-function call<T>(f: () => T): T {
-  try {
-    return f();
-  } catch (err) {
-    throw fromNative(err);
-  }
-}
 
 export class DeviceBuffer {
   readonly dtype: DType;
@@ -58,7 +41,7 @@ export class DeviceBuffer {
       throw new NcclNodeError('ERR_INVALID_ARGUMENT', `DeviceBuffer.alloc: length must be a positive integer, received ${length}`);
     }
     const device = options.device ?? currentDevice();
-    const native = call(() => new (binding().NativeDeviceBuffer)(length * DTYPE_BYTES[dtype], device, options.ncclMemAlloc ?? false));
+    const native = new (binding().NativeDeviceBuffer)(length * DTYPE_BYTES[dtype], device, options.ncclMemAlloc ?? false);
     return new DeviceBuffer(native, dtype, length);
   }
 
@@ -101,7 +84,7 @@ export class DeviceBuffer {
       throw new NcclNodeError('ERR_SIZE_MISMATCH', `view: ${bytes} bytes at offset ${byteOffset} do not fit in a buffer of ${this.byteLength} bytes`);
     }
     const View = binding().NativeDeviceBuffer as unknown as new (p: NativeDeviceBuffer, o: number, n: number) => NativeDeviceBuffer;
-    return new DeviceBuffer(call(() => new View(this.#native, byteOffset, bytes)), dtype, length);
+    return new DeviceBuffer(new View(this.#native, byteOffset, bytes), dtype, length);
   }
 
   /** What collectives hand to native code. */
@@ -114,7 +97,7 @@ export class DeviceBuffer {
     if (src.byteLength !== this.byteLength) {
       throw new NcclNodeError('ERR_SIZE_MISMATCH', `copyFrom: source holds ${src.byteLength} bytes, the DeviceBuffer ${this.byteLength}`);
     }
-    return settle(call(() => this.#native.copyFromHost(src, 0, stream?.native)));
+    return this.#native.copyFromHost(src, 0, stream?.native);
   }
 
   /** Copies the contents into `dst` (a TypedArray of the same byte length) once the GPU is done. */
@@ -122,7 +105,7 @@ export class DeviceBuffer {
     if (dst.byteLength !== this.byteLength) {
       throw new NcclNodeError('ERR_SIZE_MISMATCH', `copyTo: destination holds ${dst.byteLength} bytes, the DeviceBuffer ${this.byteLength}`);
     }
-    await settle(call(() => this.#native.copyToHost(dst, 0, stream?.native)));
+    await this.#native.copyToHost(dst, 0, stream?.native);
     return dst;
   }
 
@@ -137,12 +120,12 @@ export class DeviceBuffer {
     if (src.byteLength !== this.byteLength) {
       throw new NcclNodeError('ERR_SIZE_MISMATCH', `copyFromDevice: source holds ${src.byteLength} bytes, this buffer ${this.byteLength}`);
     }
-    return settle(call(() => this.#native.copyFromDevice(src.#native, this.byteLength, 0, 0, stream?.native)));
+    return this.#native.copyFromDevice(src.#native, this.byteLength, 0, 0, stream?.native);
   }
 
   /** Sets every byte to `byte`. */
   fillBytes(byte: number, stream?: Stream): Promise<void> {
-    return settle(call(() => this.#native.memset(byte & 0xff, stream?.native)));
+    return this.#native.memset(byte & 0xff, stream?.native);
   }
 
   /**
@@ -153,7 +136,7 @@ export class DeviceBuffer {
    * the caller closes the fd.
    */
   exportDmabuf(offset = 0, byteLength = this.byteLength): number {
-    return call(() => this.#native.exportDmabuf(offset, byteLength));
+    return this.#native.exportDmabuf(offset, byteLength);
   }
 
   /** Frees the device memory now (the GC would later). Work using it must be done. */
@@ -183,7 +166,7 @@ export class PinnedHostBuffer {
   constructor(byteLength: number, options: { device?: number } = {}) {
     this.buffer = new ArrayBuffer(byteLength);
     this.device = options.device ?? currentDevice();
-    call(() => binding().pinHost(this.buffer, this.device));
+    binding().pinHost(this.buffer, this.device);
   }
 
   /** A view of the pinned bytes as `dtype` elements. */
@@ -199,7 +182,7 @@ export class PinnedHostBuffer {
   dispose(): void {
     if (!this.#pinned) return;
     this.#pinned = false;
-    call(() => binding().unpinHost(this.buffer, this.device));
+    binding().unpinHost(this.buffer, this.device);
   }
   [Symbol.dispose](): void {
     this.dispose();

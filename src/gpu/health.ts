@@ -177,26 +177,21 @@ const NA = 0xffffffff;
  * alive. If the event set breaks, `onError` (default: a process warning) is told and the watch ends.
  */
 export function onXid(callback: (event: XidEvent) => void, onError?: (err: NcclNodeError) => void): XidWatch {
-  let native: { devices: number; stop(): void };
-  try {
-    native = binding().onXid((raw) => {
-      if (typeof raw.error === 'string') {
-        const err = new NcclNodeError('ERR_NVML', `onXid: ${raw.error}`);
-        if (onError) onError(err); else process.emitWarning(err.message, 'NcclNodeWarning');
-        return;
-      }
-      const eventType = raw.eventType as number;
-      const type = (Object.keys(NVML_EVENTS) as (keyof typeof NVML_EVENTS)[]).find((k) => NVML_EVENTS[k] === eventType) ?? 'other';
-      callback({
-        device: raw.device as number, uuid: raw.uuid as string | null, type, eventType,
-        xid: type === 'xid' ? (raw.data as number) : null, data: raw.data as number,
-        gpuInstanceId: raw.gpuInstanceId === NA ? null : (raw.gpuInstanceId as number),
-        computeInstanceId: raw.computeInstanceId === NA ? null : (raw.computeInstanceId as number),
-        time: new Date(),
-      });
+  const native = binding().onXid((raw) => {
+    if (typeof raw.error === 'string') {
+      const err = new NcclNodeError('ERR_NVML', `onXid: ${raw.error}`);
+      if (onError) onError(err); else process.emitWarning(err.message, 'NcclNodeWarning');
+      return;
+    }
+    const eventType = raw.eventType as number;
+    const type = (Object.keys(NVML_EVENTS) as (keyof typeof NVML_EVENTS)[]).find((k) => NVML_EVENTS[k] === eventType) ?? 'other';
+    callback({
+      device: raw.device as number, uuid: raw.uuid as string | null, type, eventType,
+      xid: type === 'xid' ? (raw.data as number) : null, data: raw.data as number,
+      gpuInstanceId: raw.gpuInstanceId === NA ? null : (raw.gpuInstanceId as number),
+      computeInstanceId: raw.computeInstanceId === NA ? null : (raw.computeInstanceId as number),
+      time: new Date(),
     });
-  } catch (err) {
-    throw fromNative(err);
-  }
+  });
   return { devices: native.devices, stop: () => native.stop(), [Symbol.dispose]: () => native.stop() };
 }

@@ -1,5 +1,4 @@
 /** What the GPU libraries report here, and on-demand flight-record dumps. */
-import { fromNative } from '../errors.js';
 import { binding } from '../native.js';
 import type { GpuInfo } from './native-types.js';
 
@@ -14,9 +13,5 @@ export function gpuInfo(): GpuInfo {
  * nccl-node-fr-rank<R>-<pid>.json; returns the path.
  */
 export function dumpFlightRecords(reason = 'requested'): string {
-  try {
-    return binding().dumpFlightRecords(reason);
-  } catch (err) {
-    throw fromNative(err);
-  }
+  return binding().dumpFlightRecords(reason);
 }

@@ -1,5 +1,5 @@
 /** The NCCL half of init(): backend choice and communicator creation (used by src/comm/init.ts). */
-import { NcclNodeError, fromNative } from '../errors.js';
+import { NcclNodeError } from '../errors.js';
 import type { Binding } from '../native.js';
 import { LIBRARY_ENV, detectBackend, probeLibrary } from './detect.js';
 import { NcclComm } from './nccl-comm.js';
@@ -59,20 +59,15 @@ export interface NcclInit {
 
 /** Joins the world communicator on device LOCAL_RANK (or NCCL_NODE_DEVICE); the unique id goes over the store. */
 export async function createNcclComm(native: Binding, j: NcclInit): Promise<NcclComm> {
-  let comm;
-  try {
-    comm = await native.createNccl({
-      rank: j.rank,
-      size: j.worldSize,
-      device: deviceOverride() ?? j.localRank,
-      storeHost: j.storeHost,
-      storePort: j.storePort,
-      token: j.token,
-      prefix: 'nccl-node/nccl/world/',
-      timeoutMs: j.timeoutMs,
-    });
-  } catch (err) {
-    throw fromNative(err);
-  }
+  const comm = await native.createNccl({
+    rank: j.rank,
+    size: j.worldSize,
+    device: deviceOverride() ?? j.localRank,
+    storeHost: j.storeHost,
+    storePort: j.storePort,
+    token: j.token,
+    prefix: 'nccl-node/nccl/world/',
+    timeoutMs: j.timeoutMs,
+  });
   return new NcclComm(comm, comm.gpuControl);
 }

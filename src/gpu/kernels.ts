@@ -6,18 +6,14 @@
  * ERR_UNAVAILABLE saying so.
  */
 import { DTYPE_CODE } from '../dtypes.js';
-import { NcclNodeError, fromNative } from '../errors.js';
-import { binding } from '../native.js';
+import { NcclNodeError } from '../errors.js';
+import { binding, nativeHandle } from '../native.js';
 import type { DeviceBuffer } from './device-buffer.js';
-import { nativeHandle } from '../comm/communicator.js';
 import type { Stream } from './stream.js';
 
+/** Calls f so that whatever it throws, the caller gets as a rejection. */
 async function run<T>(f: () => Promise<T>): Promise<T> {
-  try {
-    return await f();
-  } catch (err) {
-    throw fromNative(err);
-  }
+  return f();
 }
 
 /** Element i of rank r: ((i*7 + r*13 + seed) % 31), minus 15 for signed and float dtypes. */

@@ -4,11 +4,11 @@
  * with the op itself (native Op::group); the group's end is an op of its own.
  */
 import type { NativeBuffer, NativeComm } from '../native.js';
-import { OpKind } from '../native.js';
+import { GroupFlag, OpKind } from '../native.js';
 import type { NativeNcclControl } from './native-types.js';
 
-/** Matches native/core/op.h Op::Group. */
-export const GroupFlag = { none: 0, member: 1, end: 2 } as const;
+/** native/core/op.h Op::Group, as the contract declares it. */
+export { GroupFlag };
 
 /** The communicators that got calls in the group() callback running now, if any. */
 export const pending: { group: Set<NcclComm> | undefined } = { group: undefined };

@@ -5,21 +5,15 @@
  * same order), `comm.registerHost(pinned)` registers page-locked host memory. An
  * older library answers ERR_UNAVAILABLE "... needs NCCL >= x.y (loaded: ...)"
  * from the native version gate; Gloo answers ERR_UNAVAILABLE.
- *
- * Types only from device-buffer.ts: communicator.ts imports this module, and
- * device-buffer.ts imports communicator.ts, so a runtime import here would be a cycle.
  */
 import { NcclNodeError, fromNative } from '../errors.js';
-import type { NativeComm } from '../native.js';
+import { nativeHandle, type NativeComm, type NativeDeviceBuffer, type NativeNcclControl } from '../native.js';
 import type { DeviceBuffer, PinnedHostBuffer } from './device-buffer.js';
-import type { NativeDeviceBuffer, NativeNcclControl } from './native-types.js';
 
 export interface RegisterOptions {
   /** A symmetric window (ncclCommWindowRegister, NCCL >= 2.27): collective across the communicator. */
   symmetric?: boolean;
 }
-
-const NATIVE_HANDLE = Symbol.for('nccl-node.nativeHandle');  // = communicator.ts nativeHandle
 
 /** One registration; deregister() (or `using`) releases it. Idempotent. */
 export class Registration implements Disposable {
@@ -43,11 +37,7 @@ export class Registration implements Disposable {
     this.#release = undefined;
     // A destroyed or aborted communicator has already dropped its registrations.
     if (!this.#alive()) return;
-    try {
-      release();
-    } catch (err) {
-      throw fromNative(err);
-    }
+    release();
   }
 
   [Symbol.dispose](): void { this.deregister(); }
@@ -68,7 +58,7 @@ function controlOf(native: NativeComm, where: string): NativeNcclControl {
 
 export function registerBuffer(native: NativeComm, where: string, buf: DeviceBuffer, options: RegisterOptions = {}): Registration {
   const control = controlOf(native, where);
-  const dev = (buf as unknown as { [NATIVE_HANDLE]?: NativeDeviceBuffer } | null)?.[NATIVE_HANDLE];
+  const dev = (buf as unknown as { [nativeHandle]?: NativeDeviceBuffer } | null)?.[nativeHandle];
   if (!dev || typeof dev.ptr !== 'bigint') {
     throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${where}: expected a DeviceBuffer (use registerHost for pinned host memory)`);
   }

@@ -1,0 +1,47 @@
+#include "gloo_addon.h"
+
+#include "../core/comm_wrap.h"
+#include "../core/js_errors.h"
+#include "../core/js_options.h"
+#include "gloo_backend.h"
+
+namespace ncclnode {
+
+namespace {
+
+// createGloo({rank, size, storeHost, storePort, token, prefix, hostname, iface,
+//             timeoutMs, checkAgreement}) -> Promise<NativeComm>
+// Options arrive validated by src/comm/options.ts; only types are re-checked here.
+Napi::Value CreateGloo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsObject()) throw Error(Code::InvalidArgument, "createGloo: expected an options object");
+    auto o = info[0].As<Napi::Object>();
+    GlooConfig cfg;
+    cfg.rank = static_cast<int>(num(o, "rank", -1));
+    cfg.size = static_cast<int>(num(o, "size", 0));
+    if (cfg.size < 1 || cfg.rank < 0 || cfg.rank >= cfg.size) {
+      throw Error(Code::InvalidArgument, "createGloo: expected 0 <= rank < size, received rank " +
+                                             std::to_string(cfg.rank) + " size " + std::to_string(cfg.size));
+    }
+    cfg.prefix = str(o, "prefix", "nccl-node/gloo/");
+    cfg.hostname = str(o, "hostname");
+    cfg.iface = str(o, "iface");
+    cfg.storeHost = str(o, "storeHost", "127.0.0.1");
+    cfg.storePort = static_cast<int>(num(o, "storePort", 0));
+    cfg.token = str(o, "token");
+    Napi::Value check = o.Get("checkAgreement");
+    cfg.checkAgreement = !check.IsBoolean() || check.As<Napi::Boolean>().Value();
+    const int64_t timeoutMs = num(o, "timeoutMs", 600000);
+    Napi::Object comm = CommWrap::Wrap(env, std::make_unique<GlooBackend>(cfg, nullptr));
+    return CommWrap::Unwrap(comm)->Connect(env, timeoutMs);
+  });
+}
+
+}  // namespace
+
+void registerGloo(Napi::Env env, Napi::Object exports) {
+  exports.Set("createGloo", Napi::Function::New(env, CreateGloo, "createGloo"));
+}
+
+}  // namespace ncclnode

@@ -1,0 +1,259 @@
+/**
+ * The addon's native surface as TypeScript sees it: every binding, the opaque
+ * handles it returns, the numeric op kinds and group flags shared with native/, and the
+ * symbol through which wrappers hand their native object to collectives. A leaf:
+ * it imports nothing but types from errors.ts, so any module may import it and no
+ * import cycle can run through it. src/native.ts loads the addon against it.
+ *
+ * The numeric lists here and in errors.ts mirror native/core/op.h, native/core/errors.h
+ * and native/nccl/nccl_control.h; test/contract/lists.test.ts fails when they drift.
+ */
+import type { ErrorCode } from '../errors.js';
+
+/** Matches native/core/op.h OpKind. */
+export const OpKind = {
+  allReduce: 0,
+  broadcast: 1,
+  reduce: 2,
+  allGather: 3,
+  reduceScatter: 4,
+  allToAll: 5,
+  gather: 6,
+  scatter: 7,
+  send: 8,
+  recv: 9,
+  barrier: 10,
+  split: 11,
+} as const;
+export type OpName = keyof typeof OpKind;
+
+/** Host memory a collective reads or writes; device buffers join this union. */
+export type NativeBuffer = ArrayBufferView | ArrayBuffer;
+
+export interface NativeComm {
+  readonly rank: number;
+  readonly size: number;
+  readonly backend: string;
+  readonly version: string;
+  readonly inFlight: number;
+  readonly state: 'ok' | 'aborted' | 'broken' | 'destroyed';
+  submit(
+    kind: number,
+    dtype: number,
+    redop: number,
+    send: NativeBuffer | undefined,
+    recv: NativeBuffer | undefined,
+    count: number,
+    rootOrPeer: number,
+    timeoutMs: number,
+    color?: number,
+    key?: number,
+    /** allToAll with per-peer element counts (one per rank); count is then ignored. */
+    sendCounts?: readonly number[],
+    recvCounts?: readonly number[],
+    /** NCCL: the sum is of preMulScalar * each rank's input (allReduce, reduceScatter). */
+    preMulScalar?: number,
+    /** NCCL group boundaries: 0 none, 1 member of the open group, 2 ends it. */
+    group?: number,
+  ): Promise<NativeComm | null | undefined>;
+  /**
+   * This rank refused a call locally (bad arguments): queues a stand-in that tells
+   * the other ranks, so they fail the same operation and later calls line up.
+   */
+  reject?(kind: number, code: string, message: string, rootOrPeer: number, timeoutMs: number): void;
+  abort(): void;
+  destroy(): Promise<void>;
+}
+
+export interface GlooOptions {
+  rank: number;
+  size: number;
+  storeHost: string;
+  storePort: number;
+  token: string;
+  prefix: string;
+  hostname?: string;
+  iface?: string;
+  timeoutMs: number;
+  checkAgreement: boolean;
+}
+
+/** Matches native/core/op.h Op::Group: an NCCL op's place in a group() (carried by the op itself). */
+export const GroupFlag = { none: 0, member: 1, end: 2 } as const;
+export type GroupName = keyof typeof GroupFlag;
+
+/**
+ * The property through which an object with native memory (a DeviceBuffer) hands
+ * its native handle to collectives, kernels and checkpoint I/O. Symbol.for, so that
+ * two copies of the package in one process still recognise each other's buffers.
+ */
+export const nativeHandle = Symbol.for('nccl-node.nativeHandle');
+
+/** An object that carries a native handle under `nativeHandle`. */
+export interface HasNativeHandle<H = NativeDeviceBuffer> {
+  readonly [nativeHandle]: H;
+}
+
+declare const brand: unique symbol;
+/** An opaque value from the addon, only good for handing back to the call that takes it. */
+export type Opaque<T, Name extends string> = T & { readonly [brand]: Name };
+/** An ncclCommRegister registration (device or pinned host memory). */
+export type RegistrationHandle = Opaque<bigint, 'RegistrationHandle'>;
+/** An ncclCommWindowRegister window. */
+export type WindowHandle = Opaque<bigint, 'WindowHandle'>;
+
+// ---- GPU (native/cuda, native/nccl, native/nvml, native/kernels)
+export interface NativeDeviceBuffer {
+  readonly ptr: bigint;
+  readonly byteLength: number;
+  readonly device: number;
+  readonly disposed: boolean;
+  readonly allocator: 'cuMemAlloc' | 'ncclMemAlloc';
+  dispose(): void;
+  copyFromHost(src: ArrayBufferView | ArrayBuffer, dstOffset: number, stream?: NativeStream): Promise<void>;
+  copyToHost<T extends ArrayBufferView | ArrayBuffer>(dst: T, srcOffset: number, stream?: NativeStream): Promise<T>;
+  copyFromDevice(src: NativeDeviceBuffer, byteLength: number, dstOffset: number, srcOffset: number, stream?: NativeStream): Promise<void>;
+  memset(byte: number, stream?: NativeStream): Promise<void>;
+  exportDmabuf(offset: number, byteLength: number): number;
+}
+
+export interface NativeStream {
+  readonly device: number;
+  synchronize(): Promise<void>;
+  query(): boolean;
+  waitEvent(event: NativeEvent): void;
+  destroy(): void;
+}
+
+export interface NativeEvent {
+  record(stream?: NativeStream): void;
+  query(): boolean;
+  synchronize(): Promise<void>;
+  elapsedMs(end: NativeEvent): number;
+  destroy(): void;
+}
+
+export interface NativeNcclControl {
+  takeChild(): NativeNcclControl | null;
+  register(buf: NativeDeviceBuffer): RegistrationHandle;
+  deregister(handle: RegistrationHandle): void;
+  registerHost(buffer: ArrayBuffer): RegistrationHandle;
+  windowRegister(buf: NativeDeviceBuffer, flags: number): WindowHandle;
+  windowDeregister(handle: WindowHandle): void;
+  flightRecord(): string;
+}
+
+export interface NcclOptions {
+  rank: number;
+  size: number;
+  device: number;
+  storeHost: string;
+  storePort: number;
+  token: string;
+  prefix: string;
+  timeoutMs: number;
+}
+
+export interface GpuInfo {
+  cuda: boolean;
+  cudaError?: string;
+  devices: number;
+  driverVersion: number;
+  nccl: boolean;
+  ncclVersion?: string;
+  ncclVersionCode?: number;
+  /** Optional features the loaded libnccl enables (register, symmetricWindows, memAlloc, alltoall, ...). */
+  ncclFeatures?: Record<string, boolean>;
+  ncclError?: string;
+}
+
+export interface GpuBinding {
+  NativeDeviceBuffer: new (byteLength: number, device: number, ncclMemAlloc: boolean) => NativeDeviceBuffer;
+  NativeStream: new (device: number) => NativeStream;
+  NativeEvent: new (device: number, timing: boolean) => NativeEvent;
+  createNccl(options: NcclOptions): Promise<NativeComm & { gpuControl: NativeNcclControl }>;
+  gpuInfo(): GpuInfo;
+  pinHost(buffer: ArrayBuffer, device: number): void;
+  unpinHost(buffer: ArrayBuffer, device: number): void;
+  dumpFlightRecords(reason?: string): string;
+  kernels: {
+    fill(buf: NativeDeviceBuffer, count: number, dtype: number, rank: number, seed: number, stream?: NativeStream): Promise<void>;
+    verify(buf: NativeDeviceBuffer, count: number, dtype: number, nranks: number, seed: number, stream?: NativeStream): Promise<number>;
+    cast(src: NativeDeviceBuffer, dst: NativeDeviceBuffer, kind: number, count: number, stream?: NativeStream): Promise<void>;
+    checksum(buf: NativeDeviceBuffer, byteLength: number, stream?: NativeStream): Promise<bigint>;
+    add(dst: NativeDeviceBuffer, src: NativeDeviceBuffer, count: number, stream?: NativeStream): Promise<void>;
+    scale(buf: NativeDeviceBuffer, count: number, c: number, stream?: NativeStream): Promise<void>;
+    sumSquares(buf: NativeDeviceBuffer, count: number, stream?: NativeStream): Promise<number>;
+    adamw(param: NativeDeviceBuffer, grad: NativeDeviceBuffer, expAvg: NativeDeviceBuffer, expAvgSq: NativeDeviceBuffer,
+      count: number, hyper: number[], stream?: NativeStream): Promise<void>;
+    sgd(param: NativeDeviceBuffer, grad: NativeDeviceBuffer, momentumBuffer: NativeDeviceBuffer | null, count: number,
+      hyper: number[], stream?: NativeStream): Promise<void>;
+    path(): string;
+  };
+  health(): Promise<unknown>;
+  onXid(callback: (event: Record<string, unknown>) => void): { devices: number; stop(): void };
+}
+
+// ---- checkpoint I/O (native/io)
+/** Host memory, or a DeviceBuffer's native handle (read or written on the device). */
+export type IoMemory = ArrayBufferView | NativeDeviceBuffer;
+
+export interface IoWriteOptions {
+  /** Try O_DIRECT (default true); the writer falls back to buffered I/O where refused. */
+  direct?: boolean;
+  /** Bytes per pwrite (default 8 MiB). */
+  blockBytes?: number;
+  /** Granularity of the per-chunk CRCs that partial reads verify (default 1 MiB). */
+  chunkBytes?: number;
+  /** fsync before resolving (default true). */
+  sync?: boolean;
+  /** Drop the file from the page cache afterwards (default true). */
+  dropCache?: boolean;
+  /** Device segments: write them with GPUDirect Storage (cuFile) where usable (default true). */
+  gds?: boolean;
+}
+
+export interface IoWriteResult {
+  bytes: number;
+  /** Every block went through O_DIRECT. */
+  direct: boolean;
+  /** The device segments went to the file through cuFileWrite. */
+  gds: boolean;
+  /** Why not, when there were device segments ('' otherwise). */
+  gdsReason: string;
+  seconds: number;
+  /** CRC32C of each checksummed segment, in order. */
+  crcs: number[];
+  /** Per-chunk CRC32C of each checksummed segment. */
+  chunks: Uint32Array[];
+}
+
+export interface IoBinding {
+  ioWriteFile(path: string, segments: IoMemory[], checksum: boolean[], options?: IoWriteOptions): Promise<IoWriteResult>;
+  /**
+   * Reads [offsets[i], offsets[i]+lengths[i]) into the start of dsts[i]; CRC32C of each range.
+   * Device destinations: cuFileRead where usable (gds: true), else through a host bounce buffer.
+   */
+  ioReadFile(path: string, offsets: number[], lengths: number[], dsts: IoMemory[], options?: { gds?: boolean }):
+    Promise<{ crcs: Uint32Array; seconds: number; gds: boolean; gdsReason: string }>;
+  /** Whether libcufile loads (NCCL_NODE_LIBCUFILE or libcufile.so.0) and, given `dir`, takes an O_DIRECT file there. */
+  ioGdsStatus(dir?: string): { available: boolean; library: string | null; reason: string };
+  ioFsyncDir(path: string): Promise<void>;
+  /** Copies each source into its destination on native threads, spread over the cores. */
+  ioCopy(dsts: ArrayBufferView[], srcs: ArrayBufferView[]): Promise<{ seconds: number }>;
+  crc32c(data: ArrayBufferView, seed?: number): number;
+  readonly crc32cHardware: boolean;
+}
+
+/** GpuBinding: DeviceBuffer, Stream, Event, createNccl, health; IoBinding: checkpoint I/O. */
+export interface Binding extends GpuBinding, IoBinding {
+  createGloo(options: GlooOptions): Promise<NativeComm>;
+  /** float -> float16 (false) or bfloat16 (true) bits, with the native rounding. */
+  floatTo16(value: number, bf16: boolean): number;
+  napiVersion: number;
+  /**
+   * Gives the addon the class it throws and rejects with: native code then builds
+   * every error as `new ctor(code, message)`. src/native.ts calls it once per load.
+   */
+  setErrorConstructor(ctor: new (code: ErrorCode, message: string) => Error): void;
+}
