@@ -6,7 +6,7 @@
 import { init } from '../../src/comm/init.js';
 import { train, type TrainConfig } from '../../examples/train.js';
 import { concat } from './helpers.js';
-import { readPayload, writeResult } from './rank-io.js';
+import { readPayload, writeResult } from '../helpers/ranks.js';
 
 const { runs } = readPayload<{ runs: TrainConfig[] }>();
 const comm = await init();
