@@ -9,7 +9,8 @@ import { concat } from './helpers.js';
 import { readPayload, writeResult } from '../helpers/ranks.js';
 
 const { runs } = readPayload<{ runs: TrainConfig[] }>();
-const comm = await init();
+// Host storage on Gloo even where the NCCL libraries (or their stand-ins) are present.
+const comm = await init({ backend: 'gloo' });
 const results = [];
 const params: Float32Array[] = [];
 for (const cfg of runs) {
