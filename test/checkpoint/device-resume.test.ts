@@ -1,5 +1,5 @@
 /**
- * Checkpoints of the GPU runtime (ddp-device.ts, fsdp-device.ts) on the stand-in
+ * Checkpoints of the GPU runtime (device storage of ddp.ts, fsdp.ts) on the stand-in
  * libcuda/libnccl (never skipped: test/gpu/helpers.ts throws when the build or its
  * stand-ins are missing). At 2 ranks with DeviceBuffers, for DDP, ZeRO-3 (AdamW),
  * ZeRO-1 (SGD with momentum) and ZeRO-2 with bf16 parameters: K steps, trainingState() save, on to N, must be
