@@ -4,8 +4,12 @@
  *   node bin/nccl-node.js run --nproc-per-node 2 examples/train.ts --parallel fsdp --stage 3
  *
  * Read train() top to bottom: build the model, wrap it (the only place DDP and
- * FSDP differ), then per step: accumulate micro-batches, wait for the
- * reductions, clip, step. Tests and benchmarks import train() directly.
+ * FSDP, host and device differ), then per step: accumulate micro-batches, wait
+ * for the reductions, clip, step. Tests and benchmarks import train() directly.
+ *
+ * --device cuda trains on the GPU runtime: parameters, gradients, shards and
+ * optimizer state in DeviceBuffers, collectives on NCCL (the model itself computes
+ * on host arrays mirrored from the device, examples/tiny-lm/device.ts).
  *
  * Checkpoints: --ckpt-dir DIR saves asynchronously with an overlapped snapshot (the
  * copy runs beside the next forward/backward; only the optimizer step waits for
@@ -21,15 +25,21 @@ import { init, type Communicator } from 'nccl-node';
 import { checkpointEverySteps, Checkpointer, latest, loadTraining, trainingState, type SaveHandle } from 'nccl-node/checkpoint';
 import {
   createOptimizer,
+  DeviceDistributedDataParallel,
+  DeviceFullyShardedDataParallel,
   DeviceMesh,
+  deviceStorage,
   DistributedDataParallel,
   FullyShardedDataParallel,
+  hostStorage,
   type DataParallel,
+  type DeviceDataParallel,
   type DDPOptions,
   type FSDPOptions,
   type OptimizerOptions,
 } from 'nccl-node/runtime';
 import { globalBatch, rowsOf } from './tiny-lm/data.js';
+import { DeviceTinyLM } from './tiny-lm/device.js';
 import { DEFAULT_CONFIG, TEST_CONFIG, TinyLM, type TinyLMConfig } from './tiny-lm/model.js';
 
 /** A few thousand parameters: what the checkpoint example test trains. */
@@ -44,6 +54,14 @@ export interface CheckpointConfig {
   every?: number;
   mtbfHours?: number;
   keep?: number;
+  /** Save after exactly these steps, and no others (no final save); [] only loads. */
+  at?: number[];
+  /** Load this checkpoint (a root or one checkpoint) instead of resuming from dir. */
+  from?: string;
+  /** Snapshot beside the next forward/backward (default) or before save() resolves. */
+  overlap?: boolean;
+  /** After each save() resolved: `params` gathers the full parameters (a collective). */
+  onSave?: (s: { step: number; handle: SaveHandle; params: () => Promise<Float32Array[]> }) => Promise<void> | void;
 }
 
 export interface TrainConfig {
@@ -59,16 +77,22 @@ export interface TrainConfig {
   /** Hybrid sharding (FSDP only): shard over `dp` ranks, replicate across `replicate` groups. */
   mesh?: { replicate: number; dp: number };
   dataSeed: number;
+  /** Where parameters, gradients and optimizer state live: host arrays (Gloo) or the GPU (NCCL). */
+  device?: 'cpu' | 'cuda';
   ckpt?: CheckpointConfig;
   log?: (line: string) => void;
+  /** Called before each step's finish(); what it returns is called after step() (e.g. to trace copies). */
+  traceStep?: () => () => void;
 }
 
 export interface TrainResult {
+  /** The step the loop started at (0, or the loaded checkpoint's). */
+  start: number;
   losses: number[];
   gradNorms: number[];
   /** Final parameters, full and unpadded, in registration order. */
   params: Float32Array[];
-  dp: DataParallel;
+  dp: DataParallel | DeviceDataParallel;
   stepMs: number[];
 }
 
@@ -79,9 +103,23 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
   // With a mesh, FSDP shards within mesh.get('dp') and all-reduces across mesh.get('replicate').
   const mesh = cfg.mesh ? await DeviceMesh.create(comm, cfg.mesh) : null;
   const shardComm = mesh ? mesh.get('dp') : comm;
-  const dp: DataParallel = kind === 'ddp'
-    ? await DistributedDataParallel.create(comm, model.params, optimizer, opts as DDPOptions)
-    : await FullyShardedDataParallel.create(shardComm, model.units, optimizer, { ...(opts as FSDPOptions), replicate: mesh?.get('replicate') ?? null });
+  const fsdpOpts = { ...(opts as FSDPOptions), replicate: mesh?.get('replicate') ?? null };
+  const onDevice = cfg.device === 'cuda';
+  const storage = onDevice ? deviceStorage : hostStorage;
+  const dm = onDevice ? await DeviceTinyLM.create(model) : null;
+  const dp = !dm
+    ? kind === 'ddp'
+      ? await DistributedDataParallel.create(comm, model.params, optimizer, opts as DDPOptions)
+      : await FullyShardedDataParallel.create(shardComm, model.units, optimizer, fsdpOpts)
+    : kind === 'ddp'
+      ? await DeviceDistributedDataParallel.create(comm, dm.params, optimizer, opts as DDPOptions)
+      : await DeviceFullyShardedDataParallel.create(shardComm, dm.units, optimizer, fsdpOpts);
+  const hooks = dm ? dm.hooks(dp.hooks as DeviceDataParallel['hooks']) : (dp.hooks as DataParallel['hooks']);
+  /** Full, unpadded parameters in registration order (a collective under FSDP). */
+  const fullParams = async (): Promise<Float32Array[]> => {
+    if (dp instanceof FullyShardedDataParallel || dp instanceof DeviceFullyShardedDataParallel) return dp.gatherParams();
+    return dm ? dm.toHost() : model.params.map((p) => p.data.slice());
+  };
 
   const rowsPerRank = cfg.globalBatch / comm.size;
   const microRows = rowsPerRank / cfg.microBatches;
@@ -91,9 +129,11 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
   // own tokens here, and the reduction averages over ranks.
   const gradScale = 1 / (microRows * T * cfg.microBatches);
 
-  const ck = cfg.ckpt ? await Checkpointer.create(cfg.ckpt.dir, { comm, keep: cfg.ckpt.keep ?? 3 }) : null;
+  // at: [] only loads: nothing is written, so no Checkpointer is opened on the directory.
+  const ck = cfg.ckpt && cfg.ckpt.at?.length !== 0 ? await Checkpointer.create(cfg.ckpt.dir, { comm, keep: cfg.ckpt.keep ?? 3 }) : null;
   let first = 0;
-  if (cfg.ckpt?.resume) {
+  if (cfg.ckpt?.from) first = (await loadTraining(cfg.ckpt.from, dp)).step;
+  else if (cfg.ckpt?.resume) {
     // Rank 0 resolves the checkpoint and every rank loads that one, so all ranks agree.
     const found = comm.rank === 0 ? (await latest(cfg.ckpt.dir)) ?? '' : '';
     const dir = await comm.broadcastObject(found, { root: 0 });
@@ -114,27 +154,32 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
     for (let m = 0; m < cfg.microBatches; m++) {
       dp.setRequiresGradSync(m === cfg.microBatches - 1);
       const rows = rowsOf(batch, T, comm.rank * rowsPerRank + m * microRows, microRows);
-      loss += (await model.forwardBackward(rows, microRows, { gradScale, hooks: dp.hooks })) / cfg.microBatches;
+      loss += (await model.forwardBackward(rows, microRows, { gradScale, hooks })) / cfg.microBatches;
+      await dm?.flush();
     }
+    const traced = cfg.traceStep?.();
     await dp.finish();
     const norm = cfg.clipNorm ? await dp.clipGradNorm(cfg.clipNorm) : NaN;
     await lastSave?.snapshotted; // an overlapped snapshot must finish before the state changes
     await dp.step();
+    traced?.();
     stepMs.push(performance.now() - t0);
 
-    const global = new Float64Array([loss / comm.size]);
-    if (comm.size > 1) await comm.allReduce(global, { op: 'sum' });
-    losses.push(global[0]!);
+    const global = await storage.allReduceScalar(comm, loss / comm.size);
+    losses.push(global);
     gradNorms.push(norm);
-    cfg.log?.(`step ${step} loss ${global[0]!.toFixed(4)}${cfg.clipNorm ? ` grad_norm ${norm.toFixed(4)}` : ''} ${stepMs.at(-1)!.toFixed(0)} ms`);
+    cfg.log?.(`step ${step} loss ${global.toFixed(4)}${cfg.clipNorm ? ` grad_norm ${norm.toFixed(4)}` : ''} ${stepMs.at(-1)!.toFixed(0)} ms`);
 
     const done = step + 1; // steps completed: what train.step records
-    if (ck && (every ? done % every === 0 : done === first + 1) || (ck && done === cfg.steps)) {
+    const at = cfg.ckpt?.at;
+    if (ck && (at ? at.includes(done) : (every ? done % every === 0 : done === first + 1) || done === cfg.steps)) {
       // Overlapped: the copy runs beside the next forward/backward (awaited before dp.step()).
       const t1 = performance.now();
-      lastSave = await ck!.save(trainingState(dp, { step: done, dataSeed: cfg.dataSeed }, { config: { model: cfg.model, parallel: { ...cfg.parallel, replicate: undefined } }, codeVersion: 'examples/train.ts' }), { async: true, overlap: true });
+      const overlap = cfg.ckpt!.overlap ?? true;
+      lastSave = await ck.save(trainingState(dp, { step: done, dataSeed: cfg.dataSeed }, { config: { model: cfg.model, parallel: { ...cfg.parallel, replicate: undefined } }, codeVersion: 'examples/train.ts' }), { async: true, overlap });
       lastSave.committed.catch((err: Error) => cfg.log?.(`checkpoint step ${done} failed: ${err.message}`));
-      if (!every) {
+      await cfg.ckpt!.onSave?.({ step: done, handle: lastSave, params: fullParams });
+      if (!every && !at) {
         // The interval's save cost: the whole snapshot, as if nothing overlapped it (an upper bound).
         await lastSave.snapshotted;
         every = await measuredInterval(comm, (performance.now() - t1) / 1000, stepMs.at(-1)! / 1000, cfg.ckpt!.mtbfHours ?? 24, cfg.log);
@@ -143,8 +188,8 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
   }
   if (lastSave) await lastSave.committed; // a failed final save fails the run
   await ck?.close();
-  const params = dp instanceof FullyShardedDataParallel ? await dp.gatherParams() : model.params.map((p) => p.data.slice());
-  return { losses, gradNorms, params, dp, stepMs };
+  const params = await fullParams();
+  return { start: first, losses, gradNorms, params, dp, stepMs };
 }
 
 /**
@@ -177,12 +222,14 @@ async function main(): Promise<void> {
       'mtbf-hours': { type: 'string', default: '24' },
       keep: { type: 'string', default: '3' },
       resume: { type: 'boolean', default: false },
+      device: { type: 'string', default: 'cpu' },
     },
   });
   const model = MODELS[a.model];
   if (!model) throw new Error(`--model must be one of ${Object.keys(MODELS).join(', ')}, received ${a.model}`);
   if (a.resume && !a['ckpt-dir']) throw new Error('--resume needs --ckpt-dir');
-  const comm = await init();
+  if (a.device !== 'cpu' && a.device !== 'cuda') throw new Error(`--device must be cpu or cuda, received ${a.device}`);
+  const comm = await init(a.device === 'cuda' ? { backend: 'nccl' } : undefined);
   const parallel = a.parallel === 'fsdp'
     ? { kind: 'fsdp' as const, stage: Number(a.stage) as 1 | 2 | 3, paramDtype: a['param-dtype'] as 'float32' | 'bfloat16' }
     : { kind: 'ddp' as const, compression: a.compression as 'none' | 'bfloat16' | 'float16' };
@@ -197,6 +244,7 @@ async function main(): Promise<void> {
     optimizer: { kind: 'adamw', lr: Number(a.lr), weightDecay: 0.01 },
     ...(a['clip-norm'] ? { clipNorm: Number(a['clip-norm']) } : {}),
     dataSeed: 1,
+    device: a.device,
     ...(a['ckpt-dir'] ? { ckpt: { dir: a['ckpt-dir'], resume: a.resume, mtbfHours: Number(a['mtbf-hours']), keep: Number(a.keep), ...(a['ckpt-every'] ? { every: Number(a['ckpt-every']) } : {}) } } : {}),
     ...(log ? { log } : {}),
   });

@@ -9,7 +9,7 @@
 import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { runRanks } from '../../test/runtime/helpers.js';
+import { runRanks } from '../../test/helpers/ranks.js';
 
 const { values: a } = parseArgs({
   options: {
@@ -22,10 +22,10 @@ const { values: a } = parseArgs({
 });
 const worker = fileURLToPath(new URL('./overlap-worker.ts', import.meta.url));
 type R = { rank: number; results: Record<string, { computeMs: number; exposedMs: number; skewMs: number; stepMs: number; buckets: number }>; commAloneMs: number; params: number };
-const out = await runRanks<R>(worker, Number(a.ranks), { rowsPerRank: Number(a.rows), steps: Number(a.steps), warmup: Number(a.warmup) }, { timeoutMs: 590_000 });
+const out = await runRanks<R>(worker, Number(a.ranks), { payload: { rowsPerRank: Number(a.rows), steps: Number(a.steps), warmup: Number(a.warmup) }, check: true, timeoutMs: 590_000 });
 
 // Average over ranks: each rank's exposed time differs by its compute speed.
-const ranks = out.map((o) => o.result);
+const ranks = out.map((o) => o.result!);
 const mean = (f: (r: R) => number) => ranks.reduce((s, r) => s + f(r), 0) / ranks.length;
 const commMs = mean((r) => r.commAloneMs);
 const rows = Object.keys(ranks[0]!.results).map((mode) => {

@@ -1,13 +1,16 @@
 /**
- * What the GPU runtime (ddp-device.ts, fsdp-device.ts) needs beyond DeviceBuffer:
- * float32 views by element, zeroed allocations, casts, accumulation, scaling and
- * sums of squares through the CUDA kernels (native/kernels: no shard is copied to
- * the host), and a submission queue that keeps collectives in program order. The
- * arithmetic is the host path's, bit for bit (native/kernels/optim_defs.h).
+ * The GPU storage of the runtime (storage.ts): float32 and 16-bit DeviceBuffers,
+ * collectives on an NCCL communicator, and the CUDA kernels for casts,
+ * accumulation, scaling, sums of squares and the optimizer step (native/kernels:
+ * no shard is copied to the host). The arithmetic is the host storage's, bit for
+ * bit (native/kernels/optim_defs.h).
  */
 import type { DType } from '../dtypes.js';
 import { DeviceBuffer } from '../gpu/device-buffer.js';
-import { add, cast as castKernel, scale, sumSquares } from '../gpu/kernels.js';
+import { allReducePreMulSum, reduceScatterPreMulSum } from '../gpu/group.js';
+import { add, cast, scale, sumSquares } from '../gpu/kernels.js';
+import { DeviceOptimizer } from './optim-device.js';
+import type { Storage } from './storage.js';
 
 /**
  * A parameter whose storage lives on the GPU. The runtime rebinds `data` and `grad`
@@ -36,47 +39,45 @@ export function slice(buf: DeviceBuffer, start: number, length: number): DeviceB
   return buf.view(start * (buf.byteLength / buf.length), length);
 }
 
-/** dst = src converted by the cast kernel (float32 <-> bfloat16 / float16, round to nearest even). */
-export function cast(src: DeviceBuffer, dst: DeviceBuffer): Promise<void> {
-  return castKernel(src, dst);
-}
-
-/** dst += src (float32). */
-export function addInto(dst: DeviceBuffer, src: DeviceBuffer): Promise<void> {
-  return add(dst, src);
-}
-
-/** buf *= c (float32), the same rounding as the host path's clipping. */
-export async function scaleBy(bufs: DeviceBuffer[], c: number): Promise<void> {
-  await Promise.all(bufs.map((b) => scale(b, c)));
-}
-
-/** Σ x² in float64 over the buffers (the local part of a norm), in the host path's order. */
-export async function deviceSumSquares(bufs: DeviceBuffer[]): Promise<number> {
-  let total = 0;
-  for (const s of await Promise.all(bufs.map((b) => sumSquares(b)))) total += s;
-  return total;
-}
-
-/**
- * Collectives must be submitted in the same order on every rank. Casts before a
- * collective are awaited, so two launches (a prefetch and a reduce-scatter, two
- * buckets) could otherwise submit in whichever order their casts finish. Every
- * launch goes through one chain: `prepare` runs after the previous launch has
- * submitted, and returns the submitted work, which the chain does not wait for.
- */
-export class SubmitQueue {
-  #tail: Promise<unknown> = Promise.resolve();
-
-  /** Runs `launch` after every earlier launch has submitted; resolves when its own work is done. */
-  run(launch: () => Promise<{ done: PromiseLike<unknown> }>): Promise<void> {
-    const submitted = this.#tail.then(launch);
-    this.#tail = submitted.catch(() => undefined);
-    return submitted.then(({ done }) => done).then(() => undefined);
-  }
-
-  /** Resolves once every launch so far has submitted (e.g. before a host-side read-modify-write). */
-  drained(): Promise<void> {
-    return this.#tail.then(() => undefined);
-  }
-}
+/** DeviceBuffers carry their dtype, so the dtypes the interface passes are not needed here. */
+export const deviceStorage: Storage<DeviceBuffer, DeviceBuffer, null> = {
+  unbound: null,
+  zeros: (length) => zeros('float32', length),
+  zerosOf: zeros,
+  view: slice,
+  copy: (dst, src) => dst.copyFromDevice(src.length === dst.length ? src : slice(src, 0, dst.length)),
+  zero: (buf) => buf.fillBytes(0),
+  compress: async (src, dtype, premul) => {
+    const buf = await zeros(dtype, src.length);
+    await cast(src, buf);
+    return { buf, premul };
+  },
+  cast: (src, dst) => cast(src, dst),
+  addInto: (dst, src) => add(dst, src),
+  scaleBy: async (bufs, c) => {
+    await Promise.all(bufs.map((b) => scale(b, c)));
+  },
+  sumSquares: async (bufs) => {
+    let total = 0;
+    for (const s of await Promise.all(bufs.map((b) => sumSquares(b)))) total += s;
+    return total;
+  },
+  free: (buf) => buf?.dispose(),
+  toHost: async (buf) => (await buf.toHost()) as Float32Array,
+  allReduce: (comm, buf, o) => (o.premul != null ? allReducePreMulSum(comm, buf, o.premul) : comm.allReduce(buf, { op: o.op })),
+  reduceScatter: (comm, send, recv, o) =>
+    o.premul != null ? reduceScatterPreMulSum(comm, send, recv, o.premul) : comm.reduceScatter(send, recv, { op: o.op }),
+  allGather: (comm, send, recv) => comm.allGather(send, recv),
+  broadcast: (comm, buf) => comm.broadcast(buf, { root: 0 }),
+  allReduceScalar: async (comm, x) => {
+    const local = await zeros('float64', 1);
+    try {
+      await local.copyFrom(new Float64Array([x]));
+      if (comm.size > 1) await comm.allReduce(local, { op: 'sum' });
+      return ((await local.toHost()) as Float64Array)[0]!;
+    } finally {
+      local.dispose();
+    }
+  },
+  optimizer: (opt, slots) => DeviceOptimizer.create(opt, slots),
+};

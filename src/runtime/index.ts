@@ -7,6 +7,7 @@ export { DeviceMesh, meshCoords, meshGroup, MESH_DIMS, type MeshDim } from './me
 export type { DDPOptions, FSDPOptions, OptimizerOptions, MeshOptions } from './options.js';
 export { toHalf, fromHalf, roundTo, type HalfDType } from './cast.js';
 // GPU path: the same runtime on DeviceBuffers over an NCCL communicator (docs/runtime.md, "GPU path").
-export { DeviceDistributedDataParallel, type DeviceDataParallel } from './ddp-device.js';
-export { DeviceFullyShardedDataParallel } from './fsdp-device.js';
-export type { DeviceParam } from './device.js';
+export { DeviceDistributedDataParallel, type DeviceDataParallel } from './ddp.js';
+export { DeviceFullyShardedDataParallel } from './fsdp.js';
+export { hostStorage, type Storage, type RuntimeParam, type SlotOptimizer } from './storage.js';
+export { deviceStorage, type DeviceParam } from './device.js';

@@ -66,11 +66,7 @@ export interface DataParallel<P = ParamLike, D = Float32Array> {
   loadStateDict(fill: (targets: Record<string, FlatPiece<D>>) => Promise<{ optimizerStep: number }>): Promise<void>;
 }
 
-/**
- * Piece data of the GPU runtime: parameters are DeviceBuffer views; optimizer
- * state is host Float32Arrays, because the device optimizer step is the host
- * fallback (device.ts) and its moments live only in host memory.
- */
+/** Piece data of the GPU runtime: DeviceBuffer views of parameters and optimizer state (host arrays also accepted). */
 export type DevicePieceData = Float32Array | DeviceBuffer;
 
 /** A flat range of a named global tensor, as src/checkpoint's TensorShard / LoadTarget take it. */

@@ -1,5 +1,5 @@
 /**
- * Checkpoints of the GPU runtime (ddp-device.ts, fsdp-device.ts) on the stand-in
+ * Checkpoints of the GPU runtime (device storage of ddp.ts, fsdp.ts) on the stand-in
  * libcuda/libnccl (never skipped: test/gpu/helpers.ts throws when the build or its
  * stand-ins are missing). At 2 ranks with DeviceBuffers, for DDP, ZeRO-3 (AdamW),
  * ZeRO-1 (SGD with momentum) and ZeRO-2 with bf16 parameters: K steps, trainingState() save, on to N, must be
@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { standinEnv } from '../gpu/helpers.js';
-import { runRanks } from '../runtime/helpers.js';
+import { runRanks } from '../helpers/ranks.js';
 import { latest, readManifest } from '../../src/checkpoint/index.js';
 import type { TrainConfig } from '../../examples/train.js';
 import type { DeviceRun, Payload } from './device-train-worker.js';
@@ -49,11 +49,11 @@ afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 const dirOf = (i: number) => join(scratch, `case${i}`);
 
 async function device(runs: DeviceRun[]): Promise<Out[]> {
-  const out = await runRanks<(Omit<Out, 'params' | 'paramsAtSave'> & { numel: number; hasAtSave: boolean })[]>(WORKER, 2, { mode: 'device', runs } satisfies Payload, { timeoutMs: 170_000 });
+  const out = await runRanks<(Omit<Out, 'params' | 'paramsAtSave'> & { numel: number; hasAtSave: boolean })[]>(WORKER, 2, { payload: { mode: 'device', runs } satisfies Payload, check: true, timeoutMs: 170_000 });
   const blob = out[0]!.arrays!;
   let off = 0;
   const take = (n: number) => blob.subarray(off, (off += n));
-  return out[0]!.result.map((r) => ({ ...r, params: take(r.numel), ...(r.hasAtSave ? { paramsAtSave: take(r.numel) } : {}) }));
+  return out[0]!.result!.map((r) => ({ ...r, params: take(r.numel), ...(r.hasAtSave ? { paramsAtSave: take(r.numel) } : {}) }));
 }
 
 const bytes = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
@@ -68,8 +68,8 @@ beforeAll(async () => {
   saved = first.filter((_, j) => j % 2 === 1);
   resumed = await device(CASES.map(([, c], i) => ({ cfg: c, from: dirOf(i) })));
   const zero3 = CASES.findIndex(([name]) => name === 'ZeRO-3');
-  const h = await runRanks<{ step: number; optimizerStep: number; momentMass: number }>(WORKER, 3, { mode: 'host', cfg: CASES[zero3]![1], from: dirOf(zero3) } satisfies Payload, { timeoutMs: 60_000 });
-  host = { result: h[0]!.result, params: h[0]!.arrays! };
+  const h = await runRanks<{ step: number; optimizerStep: number; momentMass: number }>(WORKER, 3, { payload: { mode: 'host', cfg: CASES[zero3]![1], from: dirOf(zero3) } satisfies Payload, check: true, timeoutMs: 60_000 });
+  host = { result: h[0]!.result!, params: h[0]!.arrays! };
 }, 300_000);
 
 describe('device DDP / FSDP checkpoints (2 ranks, NCCL stand-ins, DeviceBuffers)', () => {

@@ -1,19 +1,19 @@
 /**
  * One rank of device-resume.test.ts. MODE 'device' (NCCL, stand-ins): each run
- * of the payload trains on the device runtime, optionally saving after `saveAt`
- * or starting from a checkpoint (device-train.ts). MODE 'host' (Gloo): the host
- * DistributedDataParallel loads a checkpoint with loadTraining() and reports its
- * parameters and optimizer step. Rank 0 writes the parameters as the float32 blob.
+ * of the payload trains examples/train.ts's loop on the device runtime, optionally
+ * saving after `saveAt` (and gathering the parameters right then) or starting from
+ * a checkpoint. MODE 'host' (Gloo): the host DistributedDataParallel loads a
+ * checkpoint with loadTraining() and reports its parameters and optimizer step.
+ * Rank 0 writes the parameters as the float32 blob.
  */
 import { init } from '../../src/comm/init.js';
 import { loadTraining } from '../../src/checkpoint/index.js';
 import { DistributedDataParallel } from '../../src/runtime/ddp.js';
 import { createOptimizer } from '../../src/runtime/optim.js';
 import { TinyLM } from '../../examples/tiny-lm/model.js';
-import type { TrainConfig } from '../../examples/train.js';
+import { train, type CheckpointConfig, type TrainConfig } from '../../examples/train.js';
 import { concat } from '../runtime/helpers.js';
-import { readPayload, writeResult } from '../runtime/rank-io.js';
-import { trainCheckpointed } from './device-train.js';
+import { readPayload, writeResult } from '../helpers/ranks.js';
 
 export interface DeviceRun {
   cfg: TrainConfig;
@@ -42,9 +42,22 @@ if (p.mode === 'host') {
   const results = [];
   const blobs: Float32Array[] = [];
   for (const run of p.runs) {
-    const r = await trainCheckpointed(comm, run.cfg, run);
-    results.push({ start: r.start, losses: r.losses, deviceStaging: r.deviceStaging, numel: r.params.length, hasAtSave: !!r.paramsAtSave });
-    blobs.push(r.params, ...(r.paramsAtSave ? [r.paramsAtSave] : []));
+    let atSave: Float32Array | undefined;
+    let deviceStaging: string | undefined;
+    const ckpt: CheckpointConfig | undefined = run.saveAt
+      ? {
+        dir: run.saveAt.dir, at: [run.saveAt.step], overlap: false,
+        // save() resolved: the device pieces are snapshotted, so the next step may overwrite them.
+        onSave: async ({ handle, params }) => {
+          deviceStaging = handle.deviceStaging;
+          atSave = concat(await params());
+        },
+      }
+      : run.from ? { dir: run.from, from: run.from, at: [] } : undefined;
+    const r = await train(comm, { ...run.cfg, device: 'cuda', ...(ckpt ? { ckpt } : {}) });
+    const params = concat(r.params);
+    results.push({ start: r.start, losses: r.losses, deviceStaging, numel: params.length, hasAtSave: !!atSave });
+    blobs.push(params, ...(atSave ? [atSave] : []));
   }
   writeResult(results, comm.rank === 0 ? concat(blobs) : undefined);
   await comm.destroy();

@@ -1,6 +1,5 @@
 // Shared helpers for the GPU tests: the stand-in libraries, the addon build in
 // build/ (or NCCL_NODE_GPU_BUILD), and a launcher for N rank processes running test/gpu/worker.mts.
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,7 +25,7 @@ export function standinEnv(extra: Record<string, string> = {}): Record<string, s
   };
 }
 
-import { freePort } from '../helpers/ranks.js';
+import { freePort, runRanks as run } from '../helpers/ranks.js';
 export { freePort };
 
 export interface RankResult {
@@ -36,32 +35,19 @@ export interface RankResult {
   stderr: string;
 }
 
-/** Runs `scenario` on `n` ranks (each its own process) and collects each rank's RESULT line. */
+/**
+ * Runs `scenario` on `n` ranks (runRanks of test/helpers/ranks.ts, on the stand-ins)
+ * and collects each rank's RESULT line, with the flight-recorder directory they shared.
+ */
 export async function runRanks(n: number, scenario: string, env: Record<string, string> = {}, timeoutMs = 60000,
   script = 'test/gpu/worker.mts'): Promise<RankResult[]> {
-  const port = await freePort();
   const frDir = mkdtempSync(join(tmpdir(), 'nccl-node-fr-'));
-  const procs = Array.from({ length: n }, (_, rank) => new Promise<RankResult>((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', join(root, script)], {
-      env: {
-        ...process.env,
-        ...standinEnv(),
-        RANK: String(rank), WORLD_SIZE: String(n), LOCAL_RANK: String(rank), LOCAL_WORLD_SIZE: String(n),
-        MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'gpu-test-token',
-        NCCL_NODE_FLIGHT_RECORDER_DIR: frDir, SCENARIO: scenario, ...env,
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '', err = '';
-    child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
-    child.stderr.on('data', (d: Buffer) => { err += d.toString(); });
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      const line = out.split('\n').find((l) => l.startsWith('RESULT '));
-      resolve({ rank, code, result: line ? JSON.parse(line.slice(7)) : undefined, stderr: err });
-    });
-  }));
-  const results = await Promise.all(procs);
-  return results.map((r) => ({ ...r, result: r.result ? { ...r.result, frDir } : undefined }));
+  const ranks = await run(join(root, script), n, {
+    env: { ...standinEnv(), NCCL_NODE_TOKEN: 'gpu-test-token', NCCL_NODE_FLIGHT_RECORDER_DIR: frDir, SCENARIO: scenario, ...env },
+    timeoutMs,
+  });
+  return ranks.map(({ rank, code, stdout, stderr }) => {
+    const line = stdout.split('\n').find((l) => l.startsWith('RESULT '));
+    return { rank, code, result: line ? { ...JSON.parse(line.slice(7)), frDir } : undefined, stderr };
+  });
 }

@@ -2,7 +2,7 @@
 import { fileURLToPath } from 'node:url';
 import { TEST_CONFIG } from '../../examples/tiny-lm/model.js';
 import type { TrainConfig } from '../../examples/train.js';
-import { runRanks } from './helpers.js';
+import { runRanks } from '../helpers/ranks.js';
 
 export const WORKER = fileURLToPath(new URL('./train-worker.ts', import.meta.url));
 
@@ -33,8 +33,8 @@ export interface RunOut {
 
 /** Trains every config on `world` ranks in one set of processes; returns rank 0's view of each run. */
 export async function runAll(world: number, runs: TrainConfig[], timeoutMs: number): Promise<RunOut[]> {
-  const out = await runRanks<Omit<RunOut, 'params'>[]>(WORKER, world, { runs }, { timeoutMs });
+  const out = await runRanks<Omit<RunOut, 'params'>[]>(WORKER, world, { payload: { runs }, check: true, timeoutMs });
   const blob = out[0]!.arrays!;
   const per = blob.length / runs.length;
-  return out[0]!.result.map((r, i) => ({ ...r, params: blob.subarray(i * per, (i + 1) * per) }));
+  return out[0]!.result!.map((r, i) => ({ ...r, params: blob.subarray(i * per, (i + 1) * per) }));
 }

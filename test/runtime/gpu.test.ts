@@ -11,8 +11,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { standinEnv } from '../gpu/helpers.js';
-import { concat, maxRelDiff, runRanks } from './helpers.js';
-import { baseConfig, DDP, type RunOut } from './cases.js';
+import { runRanks } from '../helpers/ranks.js';
+import { concat, maxRelDiff } from './helpers.js';
+import { baseConfig, DDP, runAll, type RunOut } from './cases.js';
 import { referenceTrain } from './reference.js';
 import type { TrainConfig } from '../../examples/train.js';
 
@@ -39,14 +40,15 @@ const DTOH_TRACE = join(mkdtempSync(join(tmpdir(), 'nccl-node-dtoh-')), 'trace')
 
 async function runGpu(world: number, runs: TrainConfig[]): Promise<RunOut[]> {
   Object.assign(process.env, standinEnv(), { CUDA_STANDIN_DTOH_TRACE: DTOH_TRACE });
-  const out = await runRanks<Omit<RunOut, 'params'>[]>(WORKER, world, { runs }, { timeoutMs: 170_000 });
+  const out = await runRanks<Omit<RunOut, 'params'>[]>(WORKER, world, { payload: { runs }, check: true, timeoutMs: 170_000 });
   const blob = out[0]!.arrays!;
   const per = blob.length / runs.length;
-  return out[0]!.result.map((r, i) => ({ ...r, params: blob.subarray(i * per, (i + 1) * per) }));
+  return out[0]!.result!.map((r, i) => ({ ...r, params: blob.subarray(i * per, (i + 1) * per) }));
 }
 
 let ref: { losses: number[]; params: Float32Array };
 let refClip: { losses: number[]; params: Float32Array; norms: number[] };
+const byWorld = new Map<number, RunOut[]>();
 
 beforeAll(async () => {
   const r = await referenceTrain(baseConfig());
@@ -63,6 +65,7 @@ for (const world of [2, 4]) {
     let runs: RunOut[];
     beforeAll(async () => {
       runs = await runGpu(world, cases.map(([, cfg]) => cfg));
+      byWorld.set(world, runs);
     }, 180_000);
 
     cases.forEach(([name, , tol, clipped], i) => {
@@ -81,3 +84,20 @@ for (const world of [2, 4]) {
     });
   });
 }
+
+// One DDP and one FSDP serve both storages, so their accounting cannot drift apart:
+// the host run (Gloo, typed arrays) of the same configs reports the same bytes.
+describe('the host and device storages report the same memory (2 ranks)', () => {
+  // Cases whose transients follow the hook order alone (DDP's 16-bit copies and stage 3's
+  // prefetched bf16 compute copies live as long as their collectives, a matter of timing).
+  const names = ['ZeRO-1', 'ZeRO-2 accumulation', 'ZeRO-2 bf16 params + fp32 reduce', 'ZeRO-3'];
+  it(`${names.join(', ')}: params, grads, optimizer state and peak transient bytes`, async () => {
+    const picked = names.map((n) => CASES.findIndex(([name]) => name === n));
+    const host = await runAll(2, picked.map((i) => CASES[i]![1]), 120_000);
+    picked.forEach((i, j) => {
+      const device = byWorld.get(2)![i]!.memory;
+      expect(device, names[j]).toEqual(host[j]!.memory);
+      if (names[j] !== 'ZeRO-1') expect(device.peakTransient, names[j]).toBeGreaterThan(0); // gathered units, unsharded gradients
+    });
+  }, 150_000);
+});

@@ -1,7 +1,7 @@
 /** One rank of the mesh layout test: reports who is in each of its groups, and the errors of bad meshes. */
 import { init } from '../../src/comm/init.js';
 import { DeviceMesh, MESH_DIMS } from '../../src/runtime/mesh.js';
-import { readPayload, writeResult } from './rank-io.js';
+import { readPayload, writeResult } from '../helpers/ranks.js';
 
 const { dims } = readPayload<{ dims: Record<string, number> }>();
 const comm = await init();

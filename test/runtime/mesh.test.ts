@@ -6,7 +6,8 @@
 import { fileURLToPath } from 'node:url';
 import { expect, it } from 'vitest';
 import { meshGroup } from '../../src/runtime/mesh.js';
-import { concat, maxRelDiff, runRanks } from './helpers.js';
+import { runRanks } from '../helpers/ranks.js';
+import { concat, maxRelDiff } from './helpers.js';
 import { baseConfig, runAll } from './cases.js';
 import { referenceTrain } from './reference.js';
 
@@ -14,8 +15,8 @@ const WORKER = fileURLToPath(new URL('./mesh-worker.ts', import.meta.url));
 
 it('lays out dp x tp = 2 x 2 with tp inside a node, and rejects bad meshes', async () => {
   const out = await runRanks<{ rank: number; groups: Record<string, number[]>; errors: Record<string, string> }>(
-    WORKER, 4, { dims: { dp: 2, tp: 2 } }, { timeoutMs: 40_000, localWorldSize: 2 });
-  const byRank = out.map((o) => o.result);
+    WORKER, 4, { payload: { dims: { dp: 2, tp: 2 } }, check: true, timeoutMs: 40_000, localWorldSize: 2 });
+  const byRank = out.map((o) => o.result!);
   expect(byRank.map((r) => r.groups.tp)).toEqual([[0, 1], [0, 1], [2, 3], [2, 3]]);
   expect(byRank.map((r) => r.groups.dp)).toEqual([[0, 2], [1, 3], [0, 2], [1, 3]]);
   expect(byRank.map((r) => r.groups.pp)).toEqual([[0], [1], [2], [3]]);

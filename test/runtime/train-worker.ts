@@ -6,10 +6,11 @@
 import { init } from '../../src/comm/init.js';
 import { train, type TrainConfig } from '../../examples/train.js';
 import { concat } from './helpers.js';
-import { readPayload, writeResult } from './rank-io.js';
+import { readPayload, writeResult } from '../helpers/ranks.js';
 
 const { runs } = readPayload<{ runs: TrainConfig[] }>();
-const comm = await init();
+// Host storage on Gloo even where the NCCL libraries (or their stand-ins) are present.
+const comm = await init({ backend: 'gloo' });
 const results = [];
 const params: Float32Array[] = [];
 for (const cfg of runs) {

@@ -7,7 +7,7 @@ import { FullyShardedDataParallel, shardLayout } from '../../src/runtime/fsdp.js
 import { createOptimizer } from '../../src/runtime/optim.js';
 import { fromHalf, toHalf } from '../../src/runtime/cast.js';
 import { floatToBf16, floatToHalf } from '../../src/util/half.js';
-import { freePort } from './helpers.js';
+import { freePort } from '../helpers/ranks.js';
 
 describe('assignBuckets', () => {
   it('caps the first-registered bucket at firstBytes, the rest at cap, and launches last-registered first', () => {
