@@ -13,6 +13,7 @@
  * (`prefetch`) with positional reads off the training thread.
  */
 import { NcclNodeError } from '../errors.js';
+import { mulberry32 } from '../util/prng.js';
 import { TokenDataset, type TokenArray } from './dataset.js';
 
 export interface LoaderOptions {
@@ -51,14 +52,7 @@ export interface Batch {
 
 /** mulberry32 over a 32-bit mix of (seed, epoch). */
 function prng(seed: number, epoch: number): () => number {
-  let a = (Math.imul(seed ^ 0x9e3779b9, 0x85ebca6b) ^ Math.imul(epoch + 1, 0xc2b2ae35)) >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  return mulberry32(Math.imul(seed ^ 0x9e3779b9, 0x85ebca6b) ^ Math.imul(epoch + 1, 0xc2b2ae35));
 }
 
 /** The epoch's order of sample ids: a Fisher-Yates shuffle of [0, n). */

@@ -7,6 +7,7 @@
  * corrections), which the tests hold them to.
  */
 import { NcclNodeError } from '../errors.js';
+import { mulberry32 } from '../util/prng.js';
 
 function finite(values: readonly number[], what: string): number[] {
   if (values.length === 0) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${what}: no values`);
@@ -27,18 +28,6 @@ function percentileSorted(s: readonly number[], p: number): number {
   return s[lo]! + (h - lo) * (s[hi]! - s[lo]!);
 }
 
-/** mulberry32: seeded, so a gate's interval replays. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 export interface Interval { estimate: number; low: number; high: number; confidence: number; resamples: number }
 
 /**
@@ -50,7 +39,7 @@ export function bootstrapInterval(values: readonly number[], statistic: (sorted:
   o: { confidence?: number; resamples?: number; seed?: number } = {}): Interval {
   const s = finite(values, 'bootstrapInterval');
   const confidence = o.confidence ?? 0.95, resamples = o.resamples ?? 2000;
-  const rand = rng(o.seed ?? 1);
+  const rand = mulberry32(o.seed ?? 1); // seeded: a gate's interval replays
   const stats: number[] = [];
   const r = new Array<number>(s.length);
   for (let k = 0; k < resamples; k++) {
