@@ -7,9 +7,8 @@
  * state dict can hand out views of it at any time, as the host optimizer's does.
  */
 import { NcclNodeError } from '../errors.js';
-import type { DeviceBuffer } from '../gpu/device-buffer.js';
+import { DeviceBuffer } from '../gpu/device-buffer.js';
 import { adamw, sgd } from '../gpu/kernels.js';
-import { zeros } from './device.js';
 import { AdamW, SGD, type Optimizer } from './optim.js';
 
 export interface DeviceSlot {
@@ -39,7 +38,12 @@ export class DeviceOptimizer {
     const o = new DeviceOptimizer(host);
     for (const { key, size } of slots) {
       const entry: Record<string, DeviceBuffer> = {};
-      for (const name of o.#names) entry[name] = await zeros('float32', size);
+      for (const name of o.#names) {
+        // Zeroed as a first step expects (device.ts, the storage built on this class, has the same helper).
+        const buf = DeviceBuffer.alloc({ dtype: 'float32', length: size });
+        await buf.fillBytes(0);
+        entry[name] = buf;
+      }
       o.#state.set(key, entry);
     }
     return o;
