@@ -1,4 +1,4 @@
-// The interface every backend implements (Gloo now, NCCL next). A backend is used
+// The interface every backend implements (Gloo, NCCL). A backend is used
 // by exactly one thread at a time: the communicator's worker. It may block.
 #pragma once
 

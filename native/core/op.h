@@ -55,7 +55,7 @@ struct Op {
   RedOp redop = RedOp::Sum;
   BufferView send;   // may equal recv (in place)
   BufferView recv;
-  size_t count = 0;  // elements per rank, as docs/collectives.md defines per call
+  size_t count = 0;  // elements per rank, as the README's API table defines per call
   // allToAll with per-peer counts (elements, packed in rank order); empty for the
   // equal-block form. count is then the total this rank sends.
   std::vector<uint64_t> sendCounts, recvCounts;

@@ -1,5 +1,5 @@
-// libnvidia-ml.so.1's API, declared from the NVML ABI reference (nccl-abi.md §13; no
-// nvml.h) and resolved with dlopen/dlsym by the versioned export names the header
+// libnvidia-ml.so.1's API, declared from NVIDIA's NVML documentation (no nvml.h; the
+// layouts are checked against the documented numbers in test/abi/abi_check.cpp) and resolved with dlopen/dlsym by the versioned export names the header
 // maps to (nvmlInit -> nvmlInit_v2, ...). Every per-device query is optional: a
 // missing symbol is treated like NVML_ERROR_NOT_SUPPORTED, i.e. "unavailable".
 #pragma once
