@@ -79,5 +79,5 @@ export const deviceStorage: Storage<DeviceBuffer, DeviceBuffer, null> = {
       local.dispose();
     }
   },
-  optimizer: (opt, slots) => DeviceOptimizer.create(opt, slots),
+  optimizer: (opt, slots) => DeviceOptimizer.create(opt, slots, (length) => zeros('float32', length)),
 };

@@ -7,7 +7,7 @@
  * state dict can hand out views of it at any time, as the host optimizer's does.
  */
 import { NcclNodeError } from '../errors.js';
-import { DeviceBuffer } from '../gpu/device-buffer.js';
+import type { DeviceBuffer } from '../gpu/device-buffer.js';
 import { adamw, sgd } from '../gpu/kernels.js';
 import { AdamW, SGD, type Optimizer } from './optim.js';
 
@@ -30,20 +30,19 @@ export class DeviceOptimizer {
     this.#t = host.state([]).step;
   }
 
-  /** State for every slot (key, element count), zeroed as a first step expects. */
-  static async create(host: Optimizer, slots: readonly { key: string; size: number }[]): Promise<DeviceOptimizer> {
+  /**
+   * State for every slot (key, element count), from `zeros` (the device storage's
+   * zeroed float32 allocation: zeros are what a first step expects).
+   */
+  static async create(host: Optimizer, slots: readonly { key: string; size: number }[],
+    zeros: (length: number) => Promise<DeviceBuffer>): Promise<DeviceOptimizer> {
     if (!(host instanceof AdamW) && !(host instanceof SGD)) {
       throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'the GPU runtime steps AdamW and SGD (from createOptimizer) on the device; received another optimizer');
     }
     const o = new DeviceOptimizer(host);
     for (const { key, size } of slots) {
       const entry: Record<string, DeviceBuffer> = {};
-      for (const name of o.#names) {
-        // Zeroed as a first step expects (device.ts, the storage built on this class, has the same helper).
-        const buf = DeviceBuffer.alloc({ dtype: 'float32', length: size });
-        await buf.fillBytes(0);
-        entry[name] = buf;
-      }
+      for (const name of o.#names) entry[name] = await zeros(size);
       o.#state.set(key, entry);
     }
     return o;
