@@ -5,8 +5,10 @@
  * the sums, and torch's TCPStore server for the TCPStore client.
  */
 import { execFile, spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -29,9 +31,19 @@ interface Done {
   reports: Array<Record<string, unknown>>;
 }
 
+/**
+ * Runs a launcher; its ranks' reports come back through files (NCCL_NODE_TEST_REPORTS),
+ * not the shared stdout, where two ranks' writes can interleave. A report that does not
+ * parse is kept as { unparsed } so the assertions, not a throw in a callback, say so.
+ */
 function exec(file: string, args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 120_000): Promise<Done> {
+  const reportDir = mkdtempSync(path.join(os.tmpdir(), 'nccl-node-reports-'));
   return new Promise((resolve) => {
-    const child = spawn(file, args, { cwd: ROOT, env: { ...process.env, NCCL_NODE_TOKEN: undefined, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(file, args, {
+      cwd: ROOT,
+      env: { ...process.env, NCCL_NODE_TOKEN: undefined, NCCL_NODE_TEST_REPORTS: reportDir, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     let err = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -39,7 +51,15 @@ function exec(file: string, args: string[], env: NodeJS.ProcessEnv = {}, timeout
     const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
     child.on('close', (code) => {
       clearTimeout(timer);
-      const reports = out.split('\n').filter((l) => l.startsWith('@@')).map((l) => JSON.parse(l.slice(2)) as Record<string, unknown>);
+      const lines = readdirSync(reportDir).flatMap((f) => readFileSync(path.join(reportDir, f), 'utf8').split('\n').filter(Boolean));
+      rmSync(reportDir, { recursive: true, force: true });
+      const reports = lines.map((l): Record<string, unknown> => {
+        try {
+          return JSON.parse(l) as Record<string, unknown>;
+        } catch {
+          return { unparsed: l };
+        }
+      });
       resolve({ code, out, err, reports });
     });
   });
@@ -79,6 +99,7 @@ describe('under the real torchrun', { timeout: 180_000 }, () => {
     ]);
     const digests = expectAllReduced(ours, 2);
     expect(torch.code).toBe(0);
+    expect(torch.reports.map((r) => r.rank).sort()).toEqual([0, 1]);
     // Two addends: every correct float32 sum is the same bits, whatever the algorithm.
     for (const r of torch.reports) expect(r.digests).toEqual(digests);
   });
