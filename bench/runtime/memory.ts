@@ -12,8 +12,8 @@
  */
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { DEFAULT_CONFIG, TinyLM } from '../../examples/tiny-lm/model.js';
-import type { TrainConfig } from '../../examples/train.js';
+import { DEFAULT_CONFIG, TinyLM } from '../../src/models/tiny-lm/model.js';
+import type { TrainConfig } from '../../src/train/loop.js';
 import { runAll } from '../../test/runtime/cases.js';
 
 const { values: a } = parseArgs({ options: { ranks: { type: 'string', default: '2,4' }, out: { type: 'string', default: 'bench/runtime/memory.json' } } });

@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { standinEnv } from '../gpu/helpers.js';
 import { runRanks } from '../helpers/ranks.js';
 import { latest, readManifest } from '../../src/checkpoint/index.js';
-import type { TrainConfig } from '../../examples/train.js';
+import type { TrainConfig } from '../../src/train/loop.js';
 import type { DeviceRun, Payload } from './device-train-worker.js';
 
 const WORKER = fileURLToPath(new URL('./device-train-worker.ts', import.meta.url));

@@ -1,6 +1,6 @@
 /**
  * One rank of device-resume.test.ts. MODE 'device' (NCCL, stand-ins): each run
- * of the payload trains examples/train.ts's loop on the device runtime, optionally
+ * of the payload trains src/train/loop.ts's loop on the device runtime, optionally
  * saving after `saveAt` (and gathering the parameters right then) or starting from
  * a checkpoint. MODE 'host' (Gloo): the host DistributedDataParallel loads a
  * checkpoint with loadTraining() and reports its parameters and optimizer step.
@@ -10,8 +10,8 @@ import { init } from '../../src/comm/init.js';
 import { loadTraining } from '../../src/checkpoint/index.js';
 import { DistributedDataParallel } from '../../src/runtime/ddp.js';
 import { createOptimizer } from '../../src/runtime/optim.js';
-import { TinyLM } from '../../examples/tiny-lm/model.js';
-import { train, type CheckpointConfig, type TrainConfig } from '../../examples/train.js';
+import { TinyLM } from '../../src/models/tiny-lm/model.js';
+import { train, type CheckpointConfig, type TrainConfig } from '../../src/train/loop.js';
 import { concat } from '../runtime/helpers.js';
 import { readPayload, writeResult } from '../helpers/ranks.js';
 

@@ -5,7 +5,7 @@
  */
 import type { DType } from '../../src/dtypes.js';
 import { flatShard, type CheckpointState } from '../../src/checkpoint/index.js';
-import { rng } from '../../examples/tiny-lm/kernels.js';
+import { rng } from '../../src/models/tiny-lm/kernels.js';
 
 export const SPECS: { name: string; dtype: DType; shape: number[] }[] = [
   { name: 'layer.w', dtype: 'float32', shape: [37, 101] },

@@ -1,7 +1,7 @@
 /** Shared configs of the multi-rank correctness tests. */
 import { fileURLToPath } from 'node:url';
-import { TEST_CONFIG } from '../../examples/tiny-lm/model.js';
-import type { TrainConfig } from '../../examples/train.js';
+import { TEST_CONFIG } from '../../src/models/tiny-lm/model.js';
+import type { TrainConfig } from '../../src/train/loop.js';
 import { runRanks } from '../helpers/ranks.js';
 
 export const WORKER = fileURLToPath(new URL('./train-worker.ts', import.meta.url));

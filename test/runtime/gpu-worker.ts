@@ -1,11 +1,11 @@
 /**
  * One rank of the GPU-path correctness runs (gpu.test.ts): init() on NCCL (the
- * stand-ins in CI), then each config of the payload through examples/train.ts's
+ * stand-ins in CI), then each config of the payload through src/train/loop.ts's
  * loop on the device runtime (device: 'cuda').
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { init } from '../../src/comm/init.js';
-import { train, type TrainConfig } from '../../examples/train.js';
+import { train, type TrainConfig } from '../../src/train/loop.js';
 import { concat } from './helpers.js';
 import { readPayload, writeResult } from '../helpers/ranks.js';
 

@@ -15,7 +15,7 @@ import { runRanks } from '../helpers/ranks.js';
 import { concat, maxRelDiff } from './helpers.js';
 import { baseConfig, DDP, runAll, type RunOut } from './cases.js';
 import { referenceTrain } from './reference.js';
-import type { TrainConfig } from '../../examples/train.js';
+import type { TrainConfig } from '../../src/train/loop.js';
 
 const WORKER = fileURLToPath(new URL('./gpu-worker.ts', import.meta.url));
 const FP32_TOL = 1e-4; // as parity.test.ts

@@ -4,7 +4,7 @@
  * memory, plus rank 0's final parameters of every run concatenated.
  */
 import { init } from '../../src/comm/init.js';
-import { train, type TrainConfig } from '../../examples/train.js';
+import { train, type TrainConfig } from '../../src/train/loop.js';
 import { concat } from './helpers.js';
 import { readPayload, writeResult } from '../helpers/ranks.js';
 

@@ -6,8 +6,8 @@
  * gradients, then calls the runtime's hook. Every collective, the bucketing,
  * sharding, casts, clipping and the optimizer step stay on the device.
  */
-import { DeviceBuffer } from 'nccl-node';
-import type { DeviceParam, ModelHooks } from 'nccl-node/runtime';
+import { DeviceBuffer } from '../../index.js';
+import type { DeviceParam, ModelHooks } from '../../runtime/index.js';
 import type { Param, TinyLM } from './model.js';
 
 export class DeviceTinyLM {

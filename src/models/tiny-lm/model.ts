@@ -11,7 +11,7 @@
  * Units (FSDP's wrapping granularity) are embed, each block, and head; the
  * model calls the runtime's hooks at unit boundaries and per finished gradient.
  */
-import type { ModelHooks, ParamLike } from 'nccl-node/runtime';
+import type { ModelHooks, ParamLike } from '../../runtime/index.js';
 import { linear, linearBackward, rng } from './kernels.js';
 
 export interface TinyLMConfig {

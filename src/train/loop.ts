@@ -1,0 +1,201 @@
+/**
+ * The training loop: TinyLM data-parallel with DDP or FSDP/ZeRO, one process per rank
+ * (examples/train.ts is its command line; the POC, tests and benchmarks call train()).
+ *
+ * Read train() top to bottom: build the model, wrap it (the only place DDP and
+ * FSDP, host and device differ), then per step: accumulate micro-batches, wait
+ * for the reductions, clip, step. Tests and benchmarks import train() directly.
+ *
+ * --device cuda trains on the GPU runtime: parameters, gradients, shards and
+ * optimizer state in DeviceBuffers, collectives on NCCL (the model itself computes
+ * on host arrays mirrored from the device, src/models/tiny-lm/device.ts).
+ *
+ * Checkpoints: --ckpt-dir DIR saves asynchronously with an overlapped snapshot (the
+ * copy runs beside the next forward/backward; only the optimizer step waits for
+ * it) every N steps, N from Daly's formula given the measured save stall
+ * and --mtbf-hours (or --ckpt-every N), and at the end; --resume continues from
+ * the newest committed checkpoint. The data of step s depends only on s, so a
+ * resumed run is bit-identical to an uninterrupted one.
+ */
+import type { Communicator } from '../comm/communicator.js';
+import { checkpointEverySteps, Checkpointer, latest, loadTraining, trainingState, type SaveHandle } from '../checkpoint/index.js';
+import {
+  createOptimizer,
+  DeviceDistributedDataParallel,
+  DeviceFullyShardedDataParallel,
+  DeviceMesh,
+  deviceStorage,
+  DistributedDataParallel,
+  FullyShardedDataParallel,
+  hostStorage,
+  type DataParallel,
+  type DeviceDataParallel,
+  type DDPOptions,
+  type FSDPOptions,
+  type OptimizerOptions,
+} from '../runtime/index.js';
+import { globalBatch, rowsOf } from '../models/tiny-lm/data.js';
+import { DeviceTinyLM } from '../models/tiny-lm/device.js';
+import { DEFAULT_CONFIG, TEST_CONFIG, TinyLM, type TinyLMConfig } from '../models/tiny-lm/model.js';
+
+/** A few thousand parameters: what the checkpoint example test trains. */
+const TINY_CONFIG: TinyLMConfig = { vocab: 61, dim: 16, hidden: 37, layers: 2, seqLen: 8, seed: 5 };
+export const MODELS: Record<string, TinyLMConfig> = { default: DEFAULT_CONFIG, test: TEST_CONFIG, tiny: TINY_CONFIG };
+
+export interface CheckpointConfig {
+  dir: string;
+  /** Continue from the newest committed checkpoint in dir (a fresh start if there is none). */
+  resume?: boolean;
+  /** Steps between saves; default: Daly's interval from the first save's stall and mtbfHours. */
+  every?: number;
+  mtbfHours?: number;
+  keep?: number;
+  /** Save after exactly these steps, and no others (no final save); [] only loads. */
+  at?: number[];
+  /** Load this checkpoint (a root or one checkpoint) instead of resuming from dir. */
+  from?: string;
+  /** Snapshot beside the next forward/backward (default) or before save() resolves. */
+  overlap?: boolean;
+  /** After each save() resolved: `params` gathers the full parameters (a collective). */
+  onSave?: (s: { step: number; handle: SaveHandle; params: () => Promise<Float32Array[]> }) => Promise<void> | void;
+}
+
+export interface TrainConfig {
+  model: TinyLMConfig;
+  steps: number;
+  /** Sequences per optimizer step across all ranks; divisible by world size x microBatches. */
+  globalBatch: number;
+  /** Gradient accumulation: micro-batches per step, synchronised only on the last. */
+  microBatches: number;
+  parallel: ({ kind: 'ddp' } & DDPOptions) | ({ kind: 'fsdp' } & FSDPOptions);
+  optimizer: OptimizerOptions;
+  clipNorm?: number;
+  /** Hybrid sharding (FSDP only): shard over `dp` ranks, replicate across `replicate` groups. */
+  mesh?: { replicate: number; dp: number };
+  dataSeed: number;
+  /** Where parameters, gradients and optimizer state live: host arrays (Gloo) or the GPU (NCCL). */
+  device?: 'cpu' | 'cuda';
+  ckpt?: CheckpointConfig;
+  log?: (line: string) => void;
+  /** Called before each step's finish(); what it returns is called after step() (e.g. to trace copies). */
+  traceStep?: () => () => void;
+}
+
+export interface TrainResult {
+  /** The step the loop started at (0, or the loaded checkpoint's). */
+  start: number;
+  losses: number[];
+  gradNorms: number[];
+  /** Final parameters, full and unpadded, in registration order. */
+  params: Float32Array[];
+  dp: DataParallel | DeviceDataParallel;
+  stepMs: number[];
+}
+
+export async function train(comm: Communicator, cfg: TrainConfig): Promise<TrainResult> {
+  const model = new TinyLM(cfg.model);
+  const optimizer = createOptimizer(cfg.optimizer);
+  const { kind, ...opts } = cfg.parallel;
+  // With a mesh, FSDP shards within mesh.get('dp') and all-reduces across mesh.get('replicate').
+  const mesh = cfg.mesh ? await DeviceMesh.create(comm, cfg.mesh) : null;
+  const shardComm = mesh ? mesh.get('dp') : comm;
+  const fsdpOpts = { ...(opts as FSDPOptions), replicate: mesh?.get('replicate') ?? null };
+  const onDevice = cfg.device === 'cuda';
+  const storage = onDevice ? deviceStorage : hostStorage;
+  const dm = onDevice ? await DeviceTinyLM.create(model) : null;
+  const dp = !dm
+    ? kind === 'ddp'
+      ? await DistributedDataParallel.create(comm, model.params, optimizer, opts as DDPOptions)
+      : await FullyShardedDataParallel.create(shardComm, model.units, optimizer, fsdpOpts)
+    : kind === 'ddp'
+      ? await DeviceDistributedDataParallel.create(comm, dm.params, optimizer, opts as DDPOptions)
+      : await DeviceFullyShardedDataParallel.create(shardComm, dm.units, optimizer, fsdpOpts);
+  const hooks = dm ? dm.hooks(dp.hooks as DeviceDataParallel['hooks']) : (dp.hooks as DataParallel['hooks']);
+  /** Full, unpadded parameters in registration order (a collective under FSDP). */
+  const fullParams = async (): Promise<Float32Array[]> => {
+    if (dp instanceof FullyShardedDataParallel || dp instanceof DeviceFullyShardedDataParallel) return dp.gatherParams();
+    return dm ? dm.toHost() : model.params.map((p) => p.data.slice());
+  };
+
+  const rowsPerRank = cfg.globalBatch / comm.size;
+  const microRows = rowsPerRank / cfg.microBatches;
+  if (!Number.isInteger(microRows)) throw new Error(`globalBatch ${cfg.globalBatch} must divide by ${comm.size} ranks x ${cfg.microBatches} micro-batches`);
+  const T = cfg.model.seqLen;
+  // Gradient of the mean token loss over the global batch: each rank averages its
+  // own tokens here, and the reduction averages over ranks.
+  const gradScale = 1 / (microRows * T * cfg.microBatches);
+
+  // at: [] only loads: nothing is written, so no Checkpointer is opened on the directory.
+  const ck = cfg.ckpt && cfg.ckpt.at?.length !== 0 ? await Checkpointer.create(cfg.ckpt.dir, { comm, keep: cfg.ckpt.keep ?? 3 }) : null;
+  let first = 0;
+  if (cfg.ckpt?.from) first = (await loadTraining(cfg.ckpt.from, dp)).step;
+  else if (cfg.ckpt?.resume) {
+    // Rank 0 resolves the checkpoint and every rank loads that one, so all ranks agree.
+    const found = comm.rank === 0 ? (await latest(cfg.ckpt.dir)) ?? '' : '';
+    const dir = await comm.broadcastObject(found, { root: 0 });
+    if (dir) {
+      first = (await loadTraining(dir, dp)).step;
+      cfg.log?.(`resumed from ${dir} at step ${first}`);
+    } else cfg.log?.(`no checkpoint in ${cfg.ckpt.dir}: starting at step 0`);
+  }
+  let every = cfg.ckpt?.every ?? 0; // 0: measured after the first save
+  let lastSave: SaveHandle | null = null;
+
+  const losses: number[] = [], gradNorms: number[] = [], stepMs: number[] = [];
+  for (let step = first; step < cfg.steps; step++) {
+    const t0 = performance.now();
+    const batch = globalBatch(step, cfg.globalBatch, T, cfg.model.vocab, cfg.dataSeed);
+    dp.zeroGrad();
+    let loss = 0;
+    for (let m = 0; m < cfg.microBatches; m++) {
+      dp.setRequiresGradSync(m === cfg.microBatches - 1);
+      const rows = rowsOf(batch, T, comm.rank * rowsPerRank + m * microRows, microRows);
+      loss += (await model.forwardBackward(rows, microRows, { gradScale, hooks })) / cfg.microBatches;
+      await dm?.flush();
+    }
+    const traced = cfg.traceStep?.();
+    await dp.finish();
+    const norm = cfg.clipNorm ? await dp.clipGradNorm(cfg.clipNorm) : NaN;
+    await lastSave?.snapshotted; // an overlapped snapshot must finish before the state changes
+    await dp.step();
+    traced?.();
+    stepMs.push(performance.now() - t0);
+
+    const global = await storage.allReduceScalar(comm, loss / comm.size);
+    losses.push(global);
+    gradNorms.push(norm);
+    cfg.log?.(`step ${step} loss ${global.toFixed(4)}${cfg.clipNorm ? ` grad_norm ${norm.toFixed(4)}` : ''} ${stepMs.at(-1)!.toFixed(0)} ms`);
+
+    const done = step + 1; // steps completed: what train.step records
+    const at = cfg.ckpt?.at;
+    if (ck && (at ? at.includes(done) : (every ? done % every === 0 : done === first + 1) || done === cfg.steps)) {
+      // Overlapped: the copy runs beside the next forward/backward (awaited before dp.step()).
+      const t1 = performance.now();
+      const overlap = cfg.ckpt!.overlap ?? true;
+      lastSave = await ck.save(trainingState(dp, { step: done, dataSeed: cfg.dataSeed }, { config: { model: cfg.model, parallel: { ...cfg.parallel, replicate: undefined } }, codeVersion: 'nccl-node/train' }), { async: true, overlap });
+      lastSave.committed.catch((err: Error) => cfg.log?.(`checkpoint step ${done} failed: ${err.message}`));
+      await cfg.ckpt!.onSave?.({ step: done, handle: lastSave, params: fullParams });
+      if (!every && !at) {
+        // The interval's save cost: the whole snapshot, as if nothing overlapped it (an upper bound).
+        await lastSave.snapshotted;
+        every = await measuredInterval(comm, (performance.now() - t1) / 1000, stepMs.at(-1)! / 1000, cfg.ckpt!.mtbfHours ?? 24, cfg.log);
+      }
+    }
+  }
+  if (lastSave) await lastSave.committed; // a failed final save fails the run
+  await ck?.close();
+  const params = await fullParams();
+  return { start: first, losses, gradNorms, params, dp, stepMs };
+}
+
+/**
+ * Daly's interval in steps. Every rank must save at the same steps, so the
+ * measured costs are the maximum over ranks (one all-reduce).
+ */
+async function measuredInterval(comm: Communicator, stallSeconds: number, stepSeconds: number, mtbfHours: number, log?: (l: string) => void): Promise<number> {
+  const t = new Float64Array([stallSeconds, stepSeconds]);
+  if (comm.size > 1) await comm.allReduce(t, { op: 'max' });
+  const every = checkpointEverySteps({ saveSeconds: t[0]!, mtbfSeconds: mtbfHours * 3600, stepSeconds: t[1]! });
+  log?.(`checkpoint every ${every} steps (save stall ${(t[0]! * 1000).toFixed(1)} ms, step ${(t[1]! * 1000).toFixed(0)} ms, MTBF ${mtbfHours} h)`);
+  return every;
+}
