@@ -60,6 +60,15 @@ export interface CheckpointConfig {
   onSave?: (s: { step: number; handle: SaveHandle; params: () => Promise<Float32Array[]> }) => Promise<void> | void;
 }
 
+/** Where each step's tokens come from (a DataLoader over a prepared corpus, a task set, ...). */
+export interface TrainData {
+  /**
+   * This rank's rows of global step `step`: `rows` sequences of seqLen + 1 model
+   * token ids (inputs and shifted targets). Called once per step, in step order.
+   */
+  rows(step: number, rank: number, rows: number): Promise<Int32Array> | Int32Array;
+}
+
 export interface TrainConfig {
   model: TinyLMConfig;
   steps: number;
@@ -73,6 +82,8 @@ export interface TrainConfig {
   /** Hybrid sharding (FSDP only): shard over `dp` ranks, replicate across `replicate` groups. */
   mesh?: { replicate: number; dp: number };
   dataSeed: number;
+  /** Default: the synthetic corpus of src/models/tiny-lm/data.ts, seeded by dataSeed. */
+  data?: TrainData;
   /** Where parameters, gradients and optimizer state live: host arrays (Gloo) or the GPU (NCCL). */
   device?: 'cpu' | 'cuda';
   ckpt?: CheckpointConfig;
@@ -144,12 +155,14 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
   const losses: number[] = [], gradNorms: number[] = [], stepMs: number[] = [];
   for (let step = first; step < cfg.steps; step++) {
     const t0 = performance.now();
-    const batch = globalBatch(step, cfg.globalBatch, T, cfg.model.vocab, cfg.dataSeed);
+    const mine = cfg.data
+      ? await cfg.data.rows(step, comm.rank, rowsPerRank)
+      : rowsOf(globalBatch(step, cfg.globalBatch, T, cfg.model.vocab, cfg.dataSeed), T, comm.rank * rowsPerRank, rowsPerRank);
     dp.zeroGrad();
     let loss = 0;
     for (let m = 0; m < cfg.microBatches; m++) {
       dp.setRequiresGradSync(m === cfg.microBatches - 1);
-      const rows = rowsOf(batch, T, comm.rank * rowsPerRank + m * microRows, microRows);
+      const rows = rowsOf(mine, T, m * microRows, microRows);
       loss += (await model.forwardBackward(rows, microRows, { gradScale, hooks })) / cfg.microBatches;
       await dm?.flush();
     }
