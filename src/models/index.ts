@@ -2,3 +2,4 @@
 export { TinyLM, Param, DEFAULT_CONFIG, TEST_CONFIG, type TinyLMConfig } from './tiny-lm/model.js';
 export { DeviceTinyLM } from './tiny-lm/device.js';
 export { globalBatch, rowsOf } from './tiny-lm/data.js';
+export { GPT, GPT_TEST_CONFIG, type GPTConfig } from './gpt/model.js';

@@ -55,14 +55,5 @@ export function linearBackward(
   }
 }
 
-/** Deterministic PRNG (mulberry32): the same seed gives the same model and data on every rank. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** Deterministic PRNG: the same seed gives the same model and data on every rank. */
+export { mulberry32 as rng } from '../../util/prng.js';

@@ -1,0 +1,203 @@
+/**
+ * A small GPT (GPT-2's block, pre-norm), forward and backward by hand on Float32Array:
+ *
+ *   embed:   x = wte[tok] + wpe[t]
+ *   block l: x = x + proj(attn(ln1(x)))        multi-head causal self-attention
+ *            x = x + fc2(gelu(fc1(ln2(x))))    MLP
+ *   head:    logits = lnf(x)·Wout, softmax cross-entropy on the next token
+ *
+ * The same contract as TinyLM (params, units, forwardBackward with the runtime's
+ * hooks), so DDP, FSDP and the training loop take either. Units (FSDP's wrapping
+ * granularity, the pipeline's split points) are embed, each block, and head.
+ */
+import type { ModelHooks } from '../../runtime/index.js';
+import { linear, linearBackward, rng } from '../tiny-lm/kernels.js';
+import { Param } from '../tiny-lm/model.js';
+import { attention, attentionBackward, gelu, geluBackward, layerNorm, layerNormBackward, type NormSaved } from './layers.js';
+
+export interface GPTConfig {
+  vocab: number;
+  dim: number;
+  heads: number;
+  layers: number;
+  seqLen: number;
+  /** MLP width (GPT-2: 4 x dim). */
+  hidden: number;
+  seed: number;
+}
+
+export const GPT_TEST_CONFIG: GPTConfig = { vocab: 61, dim: 24, heads: 4, layers: 2, seqLen: 8, hidden: 96, seed: 11 };
+
+interface Block { ln1g: Param; ln1b: Param; qkvW: Param; qkvB: Param; projW: Param; projB: Param; ln2g: Param; ln2b: Param; fc1W: Param; fc1B: Param; fc2W: Param; fc2B: Param }
+interface Saved { x: Float32Array; n1: NormSaved; a: Float32Array; qkv: Float32Array; probs: Float32Array; att: Float32Array; x1: Float32Array; n2: NormSaved; c: Float32Array; f: Float32Array; m: Float32Array }
+
+export class GPT {
+  readonly params: Param[] = [];
+  readonly units: Param[][] = [];
+  readonly wte: Param;
+  readonly wpe: Param;
+  readonly blocks: Block[] = [];
+  readonly lnfG: Param;
+  readonly lnfB: Param;
+  readonly wOut: Param;
+
+  constructor(readonly cfg: GPTConfig) {
+    const { vocab: V, dim: D, heads, hidden: H, seqLen: T, layers: L } = cfg;
+    if (D % heads !== 0) throw new RangeError(`GPT: dim ${D} must divide by heads ${heads}`);
+    const r = rng(cfg.seed);
+    // GPT-2's init: normal(0, 0.02) approximated by a uniform of the same variance,
+    // residual projections scaled by 1/√(2L).
+    const uniform = (std: number) => () => (r() * 2 - 1) * std * Math.sqrt(3);
+    const zero = () => 0, one = () => 1;
+    this.wte = this.#add(0, new Param('embed.wte', [V, D], uniform(0.02)));
+    this.wpe = this.#add(0, new Param('embed.wpe', [T, D], uniform(0.01)));
+    for (let l = 0; l < L; l++) {
+      const u = l + 1, p = `block${l}.`;
+      this.blocks.push({
+        ln1g: this.#add(u, new Param(`${p}ln1.g`, [D], one)),
+        ln1b: this.#add(u, new Param(`${p}ln1.b`, [D], zero)),
+        qkvW: this.#add(u, new Param(`${p}attn.qkv.w`, [D, 3 * D], uniform(0.02))),
+        qkvB: this.#add(u, new Param(`${p}attn.qkv.b`, [3 * D], zero)),
+        projW: this.#add(u, new Param(`${p}attn.proj.w`, [D, D], uniform(0.02 / Math.sqrt(2 * L)))),
+        projB: this.#add(u, new Param(`${p}attn.proj.b`, [D], zero)),
+        ln2g: this.#add(u, new Param(`${p}ln2.g`, [D], one)),
+        ln2b: this.#add(u, new Param(`${p}ln2.b`, [D], zero)),
+        fc1W: this.#add(u, new Param(`${p}mlp.fc1.w`, [D, H], uniform(0.02))),
+        fc1B: this.#add(u, new Param(`${p}mlp.fc1.b`, [H], zero)),
+        fc2W: this.#add(u, new Param(`${p}mlp.fc2.w`, [H, D], uniform(0.02 / Math.sqrt(2 * L)))),
+        fc2B: this.#add(u, new Param(`${p}mlp.fc2.b`, [D], zero)),
+      });
+    }
+    this.lnfG = this.#add(L + 1, new Param('head.lnf.g', [D], one));
+    this.lnfB = this.#add(L + 1, new Param('head.lnf.b', [D], zero));
+    this.wOut = this.#add(L + 1, new Param('head.w', [D, V], uniform(0.02)));
+  }
+
+  get numParams(): number {
+    return this.params.reduce((a, p) => a + p.size, 0);
+  }
+
+  #add(unit: number, p: Param): Param {
+    (this.units[unit] ??= []).push(p);
+    this.params.push(p);
+    return p;
+  }
+
+  /**
+   * Forward and backward on `batch` sequences of seqLen+1 tokens (inputs and shifted
+   * targets). Gradients of the summed token loss times gradScale accumulate into each
+   * param.grad; returns the mean token loss.
+   */
+  async forwardBackward(tokens: Int32Array, batch: number, opts: { gradScale: number; hooks?: ModelHooks }): Promise<number> {
+    const { dim: D, hidden: H, vocab: V, seqLen: T, layers: L, heads } = this.cfg;
+    const hk = opts.hooks ?? {};
+    const N = batch * T;
+    const shape = { batch, T, D, heads };
+    const tokAt = (n: number, shift: number) => tokens[Math.floor(n / T) * (T + 1) + (n % T) + shift]!;
+
+    // ---- forward ----
+    await hk.beforeForward?.(0);
+    let x = new Float32Array(N * D);
+    for (let n = 0; n < N; n++) {
+      const to = tokAt(n, 0) * D, po = (n % T) * D, xo = n * D;
+      for (let d = 0; d < D; d++) x[xo + d] = this.wte.data[to + d]! + this.wpe.data[po + d]!;
+    }
+    hk.afterForward?.(0);
+    const saved: Saved[] = [];
+    for (let l = 0; l < L; l++) {
+      await hk.beforeForward?.(l + 1);
+      const b = this.blocks[l]!;
+      const a = new Float32Array(N * D);
+      const n1 = layerNorm(x, b.ln1g.data, b.ln1b.data, a, N, D);
+      const qkv = new Float32Array(N * 3 * D);
+      linear(a, b.qkvW.data, b.qkvB.data, qkv, N, D, 3 * D);
+      const att = new Float32Array(N * D);
+      const probs = attention(qkv, att, shape);
+      const x1 = new Float32Array(N * D);
+      linear(att, b.projW.data, b.projB.data, x1, N, D, D);
+      for (let i = 0; i < x1.length; i++) x1[i] = x1[i]! + x[i]!;
+      const c = new Float32Array(N * D);
+      const n2 = layerNorm(x1, b.ln2g.data, b.ln2b.data, c, N, D);
+      const f = new Float32Array(N * H);
+      linear(c, b.fc1W.data, b.fc1B.data, f, N, D, H);
+      const m = new Float32Array(N * H);
+      gelu(f, m);
+      const x2 = new Float32Array(N * D);
+      linear(m, b.fc2W.data, b.fc2B.data, x2, N, H, D);
+      for (let i = 0; i < x2.length; i++) x2[i] = x2[i]! + x1[i]!;
+      saved.push({ x, n1, a, qkv, probs, att, x1, n2, c, f, m });
+      x = x2;
+      hk.afterForward?.(l + 1);
+    }
+    await hk.beforeForward?.(L + 1);
+    const lf = new Float32Array(N * D);
+    const nf = layerNorm(x, this.lnfG.data, this.lnfB.data, lf, N, D);
+    const logits = new Float32Array(N * V);
+    linear(lf, this.wOut.data, null, logits, N, D, V);
+    hk.afterForward?.(L + 1);
+
+    // ---- loss: softmax cross-entropy; logits become dloss/dlogits in place ----
+    let loss = 0;
+    for (let n = 0; n < N; n++) {
+      const o = n * V;
+      let max = -Infinity;
+      for (let v = 0; v < V; v++) max = Math.max(max, logits[o + v]!);
+      let sum = 0;
+      for (let v = 0; v < V; v++) sum += Math.exp(logits[o + v]! - max);
+      const target = tokAt(n, 1);
+      loss += Math.log(sum) + max - logits[o + target]!;
+      for (let v = 0; v < V; v++) logits[o + v] = (Math.exp(logits[o + v]! - max) / sum) * opts.gradScale;
+      logits[o + target] = logits[o + target]! - opts.gradScale;
+    }
+
+    // ---- backward, units in reverse ----
+    await hk.beforeBackward?.(L + 1);
+    const dlf = new Float32Array(N * D);
+    linearBackward(lf, this.wOut.data, logits, dlf, this.wOut.grad, null, N, D, V);
+    let dx = new Float32Array(N * D);
+    layerNormBackward(dlf, nf, this.lnfG.data, dx, this.lnfG.grad, this.lnfB.grad, N, D);
+    this.#ready(hk, this.wOut, this.lnfB, this.lnfG);
+    hk.afterBackward?.(L + 1);
+    for (let l = L - 1; l >= 0; l--) {
+      await hk.beforeBackward?.(l + 1);
+      const b = this.blocks[l]!;
+      const s = saved[l]!;
+      // MLP: dx is the gradient of x2 = x1 + fc2(gelu(fc1(ln2(x1)))).
+      const dm = new Float32Array(N * H);
+      linearBackward(s.m, b.fc2W.data, dx, dm, b.fc2W.grad, b.fc2B.grad, N, H, D);
+      geluBackward(s.f, dm);
+      const dc = new Float32Array(N * D);
+      linearBackward(s.c, b.fc1W.data, dm, dc, b.fc1W.grad, b.fc1B.grad, N, D, H);
+      const dx1 = dx; // the residual path; LN2's gradient adds into it
+      layerNormBackward(dc, s.n2, b.ln2g.data, dx1, b.ln2g.grad, b.ln2b.grad, N, D);
+      this.#ready(hk, b.fc2B, b.fc2W, b.fc1B, b.fc1W, b.ln2b, b.ln2g);
+      // Attention: x1 = x + proj(attn(ln1(x))).
+      const datt = new Float32Array(N * D);
+      linearBackward(s.att, b.projW.data, dx1, datt, b.projW.grad, b.projB.grad, N, D, D);
+      const dqkv = new Float32Array(N * 3 * D);
+      attentionBackward(s.qkv, s.probs, datt, dqkv, shape);
+      const da = new Float32Array(N * D);
+      linearBackward(s.a, b.qkvW.data, dqkv, da, b.qkvW.grad, b.qkvB.grad, N, D, 3 * D);
+      layerNormBackward(da, s.n1, b.ln1g.data, dx1, b.ln1g.grad, b.ln1b.grad, N, D);
+      this.#ready(hk, b.projB, b.projW, b.qkvB, b.qkvW, b.ln1b, b.ln1g);
+      dx = dx1;
+      hk.afterBackward?.(l + 1);
+    }
+    await hk.beforeBackward?.(0);
+    const dte = this.wte.grad, dpe = this.wpe.grad;
+    for (let n = 0; n < N; n++) {
+      const to = tokAt(n, 0) * D, po = (n % T) * D, xo = n * D;
+      for (let d = 0; d < D; d++) {
+        dte[to + d] = dte[to + d]! + dx[xo + d]!;
+        dpe[po + d] = dpe[po + d]! + dx[xo + d]!;
+      }
+    }
+    this.#ready(hk, this.wpe, this.wte);
+    hk.afterBackward?.(0);
+    return loss / N;
+  }
+
+  #ready(hk: ModelHooks, ...ps: Param[]): void {
+    if (hk.gradReady) for (const p of ps) hk.gradReady(p);
+  }
+}
