@@ -1,0 +1,250 @@
+/**
+ * GPT split Megatron-style across a tensor-parallel group of P ranks:
+ *
+ *   attention qkv, MLP fc1   column-parallel: each rank holds its heads' (or its
+ *                            H/P hidden units') output columns; input replicated
+ *   attention proj, fc2      row-parallel: the matching input rows; the partial
+ *                            outputs are summed with one all-reduce (bias after it)
+ *   embedding wte            vocab-parallel: rows of V/P token ids; lookups of other
+ *                            ids give 0, and one all-reduce sums the rank's parts
+ *   head + cross-entropy     vocab-parallel: logits for V/P ids per rank; the softmax
+ *                            needs only three per-row all-reduces (max, Σexp, target)
+ *                            instead of gathering N x V logits
+ *   layer norms, wpe, biases replicated; their gradients come out identical on every
+ *   of row-parallel layers   rank because their inputs are (so no reduction)
+ *
+ * Backward mirrors it: a column-parallel layer's input gradient is a partial sum
+ * (all-reduce), a row-parallel layer's is already complete. Per block that is two
+ * all-reduces forward and two backward, as Megatron-LM. Built from the full GPT of
+ * the same config and seed, so it is the same model as one process trains.
+ */
+import type { Communicator } from '../../comm/communicator.js';
+import type { ModelHooks } from '../../runtime/index.js';
+import { linear, linearBackward } from '../tiny-lm/kernels.js';
+import { Param } from '../tiny-lm/model.js';
+import { attention, attentionBackward, gelu, geluBackward, layerNorm, layerNormBackward, type NormSaved } from './layers.js';
+import { GPT, type GPTConfig } from './model.js';
+
+/** Where a local tensor sits in the global one: `parts` equal slices along `dim` (per `groups` blocks of that dim). */
+export interface TensorShard {
+  /** Global shape. */
+  shape: number[];
+  dim: number;
+  parts: number;
+  index: number;
+  /** qkv's columns are three blocks (q, k, v), each split: groups = 3. */
+  groups: number;
+}
+
+export class TPParam extends Param {
+  constructor(name: string, localShape: number[], data: Float32Array, readonly shard: TensorShard | null) {
+    super(name, localShape, (i) => data[i]!);
+  }
+}
+
+/** Rows or columns [index/parts] of a row-major 2-D (or 1-D) tensor; groups split the dim into blocks first. */
+export function sliceOf(full: Float32Array, shape: number[], dim: number, parts: number, index: number, groups = 1): Float32Array {
+  const rows = shape.length === 2 ? shape[0]! : 1;
+  const cols = shape.length === 2 ? shape[1]! : shape[0]!;
+  if (dim === 0 && shape.length === 2) return full.slice((index * rows) / parts * cols, ((index + 1) * rows) / parts * cols);
+  const block = cols / groups, piece = block / parts;
+  const out = new Float32Array(rows * groups * piece);
+  for (let r = 0; r < rows; r++) {
+    for (let g = 0; g < groups; g++) {
+      const src = r * cols + g * block + index * piece;
+      out.set(full.subarray(src, src + piece), (r * groups + g) * piece);
+    }
+  }
+  return out;
+}
+
+interface Block { ln1g: TPParam; ln1b: TPParam; qkvW: TPParam; qkvB: TPParam; projW: TPParam; projB: TPParam; ln2g: TPParam; ln2b: TPParam; fc1W: TPParam; fc1B: TPParam; fc2W: TPParam; fc2B: TPParam }
+interface Saved { n1: NormSaved; a: Float32Array; qkv: Float32Array; probs: Float32Array; att: Float32Array; n2: NormSaved; c: Float32Array; f: Float32Array; m: Float32Array }
+
+export class TensorParallelGPT {
+  readonly params: TPParam[] = [];
+  readonly units: TPParam[][] = [];
+  readonly #blocks: Block[] = [];
+  readonly #wte: TPParam;
+  readonly #wpe: TPParam;
+  readonly #lnfG: TPParam;
+  readonly #lnfB: TPParam;
+  readonly #wOut: TPParam;
+  readonly #P: number;
+  readonly #r: number;
+
+  constructor(readonly cfg: GPTConfig, readonly tp: Communicator) {
+    const P = (this.#P = tp.size), r = (this.#r = tp.rank);
+    const { vocab: V, dim: D, heads, hidden: H } = cfg;
+    for (const [what, n] of [['vocab', V], ['heads', heads], ['hidden', H]] as const) {
+      if (n % P !== 0) throw new RangeError(`tensor parallel: ${what} ${n} must divide by the group size ${P}`);
+    }
+    const full = new GPT(cfg);
+    const byName = new Map(full.params.map((p) => [p.name, p]));
+    const take = (unit: number, name: string, dim: number | null, groups = 1): TPParam => {
+      const g = byName.get(name)!;
+      const data = dim === null ? g.data : sliceOf(g.data, g.shape, dim, P, r, groups);
+      const local = dim === null ? g.shape : g.shape.map((s, i) => (i === dim ? s / P : s));
+      const p = new TPParam(name, local, data, dim === null ? null : { shape: g.shape, dim, parts: P, index: r, groups });
+      (this.units[unit] ??= []).push(p);
+      this.params.push(p);
+      return p;
+    };
+    const col = 1, row = 0;
+    this.#wte = take(0, 'embed.wte', row);
+    this.#wpe = take(0, 'embed.wpe', null);
+    for (let l = 0; l < cfg.layers; l++) {
+      const u = l + 1, p = `block${l}.`;
+      this.#blocks.push({
+        ln1g: take(u, `${p}ln1.g`, null), ln1b: take(u, `${p}ln1.b`, null),
+        qkvW: take(u, `${p}attn.qkv.w`, col, 3), qkvB: take(u, `${p}attn.qkv.b`, 0, 3),
+        projW: take(u, `${p}attn.proj.w`, row), projB: take(u, `${p}attn.proj.b`, null),
+        ln2g: take(u, `${p}ln2.g`, null), ln2b: take(u, `${p}ln2.b`, null),
+        fc1W: take(u, `${p}mlp.fc1.w`, col), fc1B: take(u, `${p}mlp.fc1.b`, 0),
+        fc2W: take(u, `${p}mlp.fc2.w`, row), fc2B: take(u, `${p}mlp.fc2.b`, null),
+      });
+    }
+    const head = cfg.layers + 1;
+    this.#lnfG = take(head, 'head.lnf.g', null);
+    this.#lnfB = take(head, 'head.lnf.b', null);
+    this.#wOut = take(head, 'head.w', col);
+    void D;
+  }
+
+  async #sum(x: Float32Array): Promise<void> {
+    if (this.#P > 1) await this.tp.allReduce(x, { op: 'sum' });
+  }
+
+  /** Same contract as GPT.forwardBackward; every rank of the TP group calls it with the same tokens. */
+  async forwardBackward(tokens: Int32Array, batch: number, opts: { gradScale: number; hooks?: ModelHooks }): Promise<number> {
+    const { dim: D, hidden: H, vocab: V, seqLen: T, layers: L, heads } = this.cfg;
+    const P = this.#P, Dl = D / P, Hl = H / P, Vl = V / P, v0 = this.#r * Vl;
+    const hk = opts.hooks ?? {};
+    const N = batch * T;
+    const local = { batch, T, D: Dl, heads: heads / P };
+    const tokAt = (n: number, shift: number) => tokens[Math.floor(n / T) * (T + 1) + (n % T) + shift]!;
+
+    await hk.beforeForward?.(0);
+    let x = new Float32Array(N * D);
+    for (let n = 0; n < N; n++) {
+      const t = tokAt(n, 0) - v0;
+      if (t < 0 || t >= Vl) continue;
+      for (let d = 0; d < D; d++) x[n * D + d] = this.#wte.data[t * D + d]!;
+    }
+    await this.#sum(x);
+    for (let n = 0; n < N; n++) for (let d = 0; d < D; d++) x[n * D + d] = x[n * D + d]! + this.#wpe.data[(n % T) * D + d]!;
+    hk.afterForward?.(0);
+
+    const saved: Saved[] = [];
+    for (let l = 0; l < L; l++) {
+      await hk.beforeForward?.(l + 1);
+      const b = this.#blocks[l]!;
+      const a = new Float32Array(N * D);
+      const n1 = layerNorm(x, b.ln1g.data, b.ln1b.data, a, N, D);
+      const qkv = new Float32Array(N * 3 * Dl);
+      linear(a, b.qkvW.data, b.qkvB.data, qkv, N, D, 3 * Dl);
+      const att = new Float32Array(N * Dl);
+      const probs = attention(qkv, att, local);
+      const x1 = new Float32Array(N * D);
+      linear(att, b.projW.data, null, x1, N, Dl, D);
+      await this.#sum(x1);
+      for (let i = 0; i < x1.length; i++) x1[i] = x1[i]! + b.projB.data[i % D]! + x[i]!;
+      const c = new Float32Array(N * D);
+      const n2 = layerNorm(x1, b.ln2g.data, b.ln2b.data, c, N, D);
+      const f = new Float32Array(N * Hl);
+      linear(c, b.fc1W.data, b.fc1B.data, f, N, D, Hl);
+      const m = new Float32Array(N * Hl);
+      gelu(f, m);
+      const x2 = new Float32Array(N * D);
+      linear(m, b.fc2W.data, null, x2, N, Hl, D);
+      await this.#sum(x2);
+      for (let i = 0; i < x2.length; i++) x2[i] = x2[i]! + b.fc2B.data[i % D]! + x1[i]!;
+      saved.push({ n1, a, qkv, probs, att, n2, c, f, m });
+      x = x2;
+      hk.afterForward?.(l + 1);
+    }
+    await hk.beforeForward?.(L + 1);
+    const lf = new Float32Array(N * D);
+    const nf = layerNorm(x, this.#lnfG.data, this.#lnfB.data, lf, N, D);
+    const logits = new Float32Array(N * Vl);
+    linear(lf, this.#wOut.data, null, logits, N, D, Vl);
+    hk.afterForward?.(L + 1);
+
+    // Vocab-parallel cross-entropy: per row, the global max, Σexp and the target's logit.
+    const max = new Float32Array(N).fill(-Infinity);
+    for (let n = 0; n < N; n++) for (let v = 0; v < Vl; v++) max[n] = Math.max(max[n]!, logits[n * Vl + v]!);
+    if (P > 1) await this.tp.allReduce(max, { op: 'max' });
+    const sumTarget = new Float32Array(2 * N);
+    for (let n = 0; n < N; n++) {
+      let s = 0;
+      for (let v = 0; v < Vl; v++) s += Math.exp(logits[n * Vl + v]! - max[n]!);
+      sumTarget[n] = s;
+      const t = tokAt(n, 1) - v0;
+      if (t >= 0 && t < Vl) sumTarget[N + n] = logits[n * Vl + t]!;
+    }
+    await this.#sum(sumTarget);
+    let loss = 0;
+    for (let n = 0; n < N; n++) {
+      const sum = sumTarget[n]!;
+      loss += Math.log(sum) + max[n]! - sumTarget[N + n]!;
+      for (let v = 0; v < Vl; v++) logits[n * Vl + v] = (Math.exp(logits[n * Vl + v]! - max[n]!) / sum) * opts.gradScale;
+      const t = tokAt(n, 1) - v0;
+      if (t >= 0 && t < Vl) logits[n * Vl + t] = logits[n * Vl + t]! - opts.gradScale;
+    }
+
+    await hk.beforeBackward?.(L + 1);
+    const dlf = new Float32Array(N * D);
+    linearBackward(lf, this.#wOut.data, logits, dlf, this.#wOut.grad, null, N, D, Vl);
+    await this.#sum(dlf);
+    let dx = new Float32Array(N * D);
+    layerNormBackward(dlf, nf, this.#lnfG.data, dx, this.#lnfG.grad, this.#lnfB.grad, N, D);
+    ready(hk, this.#wOut, this.#lnfB, this.#lnfG);
+    hk.afterBackward?.(L + 1);
+    for (let l = L - 1; l >= 0; l--) {
+      await hk.beforeBackward?.(l + 1);
+      const b = this.#blocks[l]!;
+      const s = saved[l]!;
+      colSum(dx, b.fc2B.grad, N, D);
+      const dm = new Float32Array(N * Hl);
+      linearBackward(s.m, b.fc2W.data, dx, dm, b.fc2W.grad, null, N, Hl, D);
+      geluBackward(s.f, dm);
+      const dc = new Float32Array(N * D);
+      linearBackward(s.c, b.fc1W.data, dm, dc, b.fc1W.grad, b.fc1B.grad, N, D, Hl);
+      await this.#sum(dc);
+      const dx1 = dx;
+      layerNormBackward(dc, s.n2, b.ln2g.data, dx1, b.ln2g.grad, b.ln2b.grad, N, D);
+      ready(hk, b.fc2B, b.fc2W, b.fc1B, b.fc1W, b.ln2b, b.ln2g);
+      colSum(dx1, b.projB.grad, N, D);
+      const datt = new Float32Array(N * Dl);
+      linearBackward(s.att, b.projW.data, dx1, datt, b.projW.grad, null, N, Dl, D);
+      const dqkv = new Float32Array(N * 3 * Dl);
+      attentionBackward(s.qkv, s.probs, datt, dqkv, local);
+      const da = new Float32Array(N * D);
+      linearBackward(s.a, b.qkvW.data, dqkv, da, b.qkvW.grad, b.qkvB.grad, N, D, 3 * Dl);
+      await this.#sum(da);
+      layerNormBackward(da, s.n1, b.ln1g.data, dx1, b.ln1g.grad, b.ln1b.grad, N, D);
+      ready(hk, b.projB, b.projW, b.qkvB, b.qkvW, b.ln1b, b.ln1g);
+      dx = dx1;
+      hk.afterBackward?.(l + 1);
+    }
+    await hk.beforeBackward?.(0);
+    for (let n = 0; n < N; n++) {
+      const t = tokAt(n, 0) - v0, po = (n % T) * D;
+      for (let d = 0; d < D; d++) {
+        this.#wpe.grad[po + d] = this.#wpe.grad[po + d]! + dx[n * D + d]!;
+        if (t >= 0 && t < Vl) this.#wte.grad[t * D + d] = this.#wte.grad[t * D + d]! + dx[n * D + d]!;
+      }
+    }
+    ready(hk, this.#wpe, this.#wte);
+    hk.afterBackward?.(0);
+    return loss / N;
+  }
+}
+
+function colSum(dy: Float32Array, db: Float32Array, n: number, D: number): void {
+  for (let r = 0; r < n; r++) for (let d = 0; d < D; d++) db[d] = db[d]! + dy[r * D + d]!;
+}
+
+function ready(hk: ModelHooks, ...ps: Param[]): void {
+  if (hk.gradReady) for (const p of ps) hk.gradReady(p);
+}
