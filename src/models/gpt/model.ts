@@ -29,7 +29,11 @@ export interface GPTConfig {
 export const GPT_TEST_CONFIG: GPTConfig = { vocab: 61, dim: 24, heads: 4, layers: 2, seqLen: 8, hidden: 96, seed: 11 };
 
 interface Block { ln1g: Param; ln1b: Param; qkvW: Param; qkvB: Param; projW: Param; projB: Param; ln2g: Param; ln2b: Param; fc1W: Param; fc1B: Param; fc2W: Param; fc2B: Param }
-interface Saved { x: Float32Array; n1: NormSaved; a: Float32Array; qkv: Float32Array; probs: Float32Array; att: Float32Array; x1: Float32Array; n2: NormSaved; c: Float32Array; f: Float32Array; m: Float32Array }
+/** What a block's backward needs from its forward; `out` is the block's output. */
+export interface BlockSaved { n1: NormSaved; a: Float32Array; qkv: Float32Array; probs: Float32Array; att: Float32Array; n2: NormSaved; c: Float32Array; f: Float32Array; m: Float32Array; out: Float32Array }
+
+/** Token n's input (shift 0) or target (shift 1) in rows of seqLen+1 tokens. */
+const tokenAt = (tokens: Int32Array, T: number, n: number, shift: number): number => tokens[Math.floor(n / T) * (T + 1) + (n % T) + shift]!;
 
 export class GPT {
   readonly params: Param[] = [];
@@ -86,57 +90,130 @@ export class GPT {
   /**
    * Forward and backward on `batch` sequences of seqLen+1 tokens (inputs and shifted
    * targets). Gradients of the summed token loss times gradScale accumulate into each
-   * param.grad; returns the mean token loss.
+   * param.grad; returns the mean token loss. Composed of the unit steps below, which
+   * the pipeline runs stage by stage.
    */
   async forwardBackward(tokens: Int32Array, batch: number, opts: { gradScale: number; hooks?: ModelHooks }): Promise<number> {
-    const { dim: D, hidden: H, vocab: V, seqLen: T, layers: L, heads } = this.cfg;
+    const L = this.cfg.layers;
     const hk = opts.hooks ?? {};
-    const N = batch * T;
-    const shape = { batch, T, D, heads };
-    const tokAt = (n: number, shift: number) => tokens[Math.floor(n / T) * (T + 1) + (n % T) + shift]!;
-
-    // ---- forward ----
     await hk.beforeForward?.(0);
-    let x = new Float32Array(N * D);
-    for (let n = 0; n < N; n++) {
-      const to = tokAt(n, 0) * D, po = (n % T) * D, xo = n * D;
-      for (let d = 0; d < D; d++) x[xo + d] = this.wte.data[to + d]! + this.wpe.data[po + d]!;
-    }
+    let x = this.embedForward(tokens, batch);
     hk.afterForward?.(0);
-    const saved: Saved[] = [];
+    const saved: BlockSaved[] = [];
     for (let l = 0; l < L; l++) {
       await hk.beforeForward?.(l + 1);
-      const b = this.blocks[l]!;
-      const a = new Float32Array(N * D);
-      const n1 = layerNorm(x, b.ln1g.data, b.ln1b.data, a, N, D);
-      const qkv = new Float32Array(N * 3 * D);
-      linear(a, b.qkvW.data, b.qkvB.data, qkv, N, D, 3 * D);
-      const att = new Float32Array(N * D);
-      const probs = attention(qkv, att, shape);
-      const x1 = new Float32Array(N * D);
-      linear(att, b.projW.data, b.projB.data, x1, N, D, D);
-      for (let i = 0; i < x1.length; i++) x1[i] = x1[i]! + x[i]!;
-      const c = new Float32Array(N * D);
-      const n2 = layerNorm(x1, b.ln2g.data, b.ln2b.data, c, N, D);
-      const f = new Float32Array(N * H);
-      linear(c, b.fc1W.data, b.fc1B.data, f, N, D, H);
-      const m = new Float32Array(N * H);
-      gelu(f, m);
-      const x2 = new Float32Array(N * D);
-      linear(m, b.fc2W.data, b.fc2B.data, x2, N, H, D);
-      for (let i = 0; i < x2.length; i++) x2[i] = x2[i]! + x1[i]!;
-      saved.push({ x, n1, a, qkv, probs, att, x1, n2, c, f, m });
-      x = x2;
+      const s = this.blockForward(l, x, batch);
+      saved.push(s);
+      x = s.out;
       hk.afterForward?.(l + 1);
     }
     await hk.beforeForward?.(L + 1);
+    hk.afterForward?.(L + 1);
+    await hk.beforeBackward?.(L + 1);
+    const { loss, dx: dHead } = this.headForwardBackward(x, tokens, batch, opts.gradScale);
+    this.#ready(hk, this.wOut, this.lnfB, this.lnfG);
+    hk.afterBackward?.(L + 1);
+    let dx = dHead;
+    for (let l = L - 1; l >= 0; l--) {
+      await hk.beforeBackward?.(l + 1);
+      dx = this.blockBackward(l, saved[l]!, dx, batch);
+      const b = this.blocks[l]!;
+      this.#ready(hk, b.fc2B, b.fc2W, b.fc1B, b.fc1W, b.ln2b, b.ln2g, b.projB, b.projW, b.qkvB, b.qkvW, b.ln1b, b.ln1g);
+      hk.afterBackward?.(l + 1);
+    }
+    await hk.beforeBackward?.(0);
+    this.embedBackward(tokens, batch, dx);
+    this.#ready(hk, this.wpe, this.wte);
+    hk.afterBackward?.(0);
+    return loss / (batch * this.cfg.seqLen);
+  }
+
+  /** x = wte[tok] + wpe[t] for the inputs of `batch` rows of seqLen+1 tokens. */
+  embedForward(tokens: Int32Array, batch: number): Float32Array {
+    const { dim: D, seqLen: T } = this.cfg;
+    const N = batch * T;
+    const x = new Float32Array(N * D);
+    for (let n = 0; n < N; n++) {
+      const to = tokenAt(tokens, T, n, 0) * D, po = (n % T) * D, xo = n * D;
+      for (let d = 0; d < D; d++) x[xo + d] = this.wte.data[to + d]! + this.wpe.data[po + d]!;
+    }
+    return x;
+  }
+
+  embedBackward(tokens: Int32Array, batch: number, dx: Float32Array): void {
+    const { dim: D, seqLen: T } = this.cfg;
+    const dte = this.wte.grad, dpe = this.wpe.grad;
+    for (let n = 0; n < batch * T; n++) {
+      const to = tokenAt(tokens, T, n, 0) * D, po = (n % T) * D, xo = n * D;
+      for (let d = 0; d < D; d++) {
+        dte[to + d] = dte[to + d]! + dx[xo + d]!;
+        dpe[po + d] = dpe[po + d]! + dx[xo + d]!;
+      }
+    }
+  }
+
+  /** Block l on x (N x D); the result's `out` is the block's output, the rest is kept for the backward. */
+  blockForward(l: number, x: Float32Array, batch: number): BlockSaved {
+    const { dim: D, hidden: H, seqLen: T, heads } = this.cfg;
+    const N = batch * T;
+    const b = this.blocks[l]!;
+    const a = new Float32Array(N * D);
+    const n1 = layerNorm(x, b.ln1g.data, b.ln1b.data, a, N, D);
+    const qkv = new Float32Array(N * 3 * D);
+    linear(a, b.qkvW.data, b.qkvB.data, qkv, N, D, 3 * D);
+    const att = new Float32Array(N * D);
+    const probs = attention(qkv, att, { batch, T, D, heads });
+    const x1 = new Float32Array(N * D);
+    linear(att, b.projW.data, b.projB.data, x1, N, D, D);
+    for (let i = 0; i < x1.length; i++) x1[i] = x1[i]! + x[i]!;
+    const c = new Float32Array(N * D);
+    const n2 = layerNorm(x1, b.ln2g.data, b.ln2b.data, c, N, D);
+    const f = new Float32Array(N * H);
+    linear(c, b.fc1W.data, b.fc1B.data, f, N, D, H);
+    const m = new Float32Array(N * H);
+    gelu(f, m);
+    const out = new Float32Array(N * D);
+    linear(m, b.fc2W.data, b.fc2B.data, out, N, H, D);
+    for (let i = 0; i < out.length; i++) out[i] = out[i]! + x1[i]!;
+    return { n1, a, qkv, probs, att, n2, c, f, m, out };
+  }
+
+  /** Gradients of block l's parameters accumulate; returns the gradient of its input (dOut is consumed). */
+  blockBackward(l: number, s: BlockSaved, dOut: Float32Array, batch: number): Float32Array {
+    const { dim: D, hidden: H, seqLen: T, heads } = this.cfg;
+    const N = batch * T;
+    const b = this.blocks[l]!;
+    // MLP: dOut is the gradient of out = x1 + fc2(gelu(fc1(ln2(x1)))).
+    const dm = new Float32Array(N * H);
+    linearBackward(s.m, b.fc2W.data, dOut, dm, b.fc2W.grad, b.fc2B.grad, N, H, D);
+    geluBackward(s.f, dm);
+    const dc = new Float32Array(N * D);
+    linearBackward(s.c, b.fc1W.data, dm, dc, b.fc1W.grad, b.fc1B.grad, N, D, H);
+    const dx1 = dOut; // the residual path; LN2's gradient adds into it
+    layerNormBackward(dc, s.n2, b.ln2g.data, dx1, b.ln2g.grad, b.ln2b.grad, N, D);
+    // Attention: x1 = x + proj(attn(ln1(x))).
+    const datt = new Float32Array(N * D);
+    linearBackward(s.att, b.projW.data, dx1, datt, b.projW.grad, b.projB.grad, N, D, D);
+    const dqkv = new Float32Array(N * 3 * D);
+    attentionBackward(s.qkv, s.probs, datt, dqkv, { batch, T, D, heads });
+    const da = new Float32Array(N * D);
+    linearBackward(s.a, b.qkvW.data, dqkv, da, b.qkvW.grad, b.qkvB.grad, N, D, 3 * D);
+    layerNormBackward(da, s.n1, b.ln1g.data, dx1, b.ln1g.grad, b.ln1b.grad, N, D);
+    return dx1;
+  }
+
+  /**
+   * Final norm, output head and softmax cross-entropy on the targets, then their
+   * backward: returns the summed token loss and the gradient of the head's input.
+   */
+  headForwardBackward(x: Float32Array, tokens: Int32Array, batch: number, gradScale: number): { loss: number; dx: Float32Array } {
+    const { dim: D, vocab: V, seqLen: T } = this.cfg;
+    const N = batch * T;
     const lf = new Float32Array(N * D);
     const nf = layerNorm(x, this.lnfG.data, this.lnfB.data, lf, N, D);
     const logits = new Float32Array(N * V);
     linear(lf, this.wOut.data, null, logits, N, D, V);
-    hk.afterForward?.(L + 1);
-
-    // ---- loss: softmax cross-entropy; logits become dloss/dlogits in place ----
+    // logits become dloss/dlogits in place
     let loss = 0;
     for (let n = 0; n < N; n++) {
       const o = n * V;
@@ -144,57 +221,16 @@ export class GPT {
       for (let v = 0; v < V; v++) max = Math.max(max, logits[o + v]!);
       let sum = 0;
       for (let v = 0; v < V; v++) sum += Math.exp(logits[o + v]! - max);
-      const target = tokAt(n, 1);
+      const target = tokenAt(tokens, T, n, 1);
       loss += Math.log(sum) + max - logits[o + target]!;
-      for (let v = 0; v < V; v++) logits[o + v] = (Math.exp(logits[o + v]! - max) / sum) * opts.gradScale;
-      logits[o + target] = logits[o + target]! - opts.gradScale;
+      for (let v = 0; v < V; v++) logits[o + v] = (Math.exp(logits[o + v]! - max) / sum) * gradScale;
+      logits[o + target] = logits[o + target]! - gradScale;
     }
-
-    // ---- backward, units in reverse ----
-    await hk.beforeBackward?.(L + 1);
     const dlf = new Float32Array(N * D);
     linearBackward(lf, this.wOut.data, logits, dlf, this.wOut.grad, null, N, D, V);
-    let dx = new Float32Array(N * D);
+    const dx = new Float32Array(N * D);
     layerNormBackward(dlf, nf, this.lnfG.data, dx, this.lnfG.grad, this.lnfB.grad, N, D);
-    this.#ready(hk, this.wOut, this.lnfB, this.lnfG);
-    hk.afterBackward?.(L + 1);
-    for (let l = L - 1; l >= 0; l--) {
-      await hk.beforeBackward?.(l + 1);
-      const b = this.blocks[l]!;
-      const s = saved[l]!;
-      // MLP: dx is the gradient of x2 = x1 + fc2(gelu(fc1(ln2(x1)))).
-      const dm = new Float32Array(N * H);
-      linearBackward(s.m, b.fc2W.data, dx, dm, b.fc2W.grad, b.fc2B.grad, N, H, D);
-      geluBackward(s.f, dm);
-      const dc = new Float32Array(N * D);
-      linearBackward(s.c, b.fc1W.data, dm, dc, b.fc1W.grad, b.fc1B.grad, N, D, H);
-      const dx1 = dx; // the residual path; LN2's gradient adds into it
-      layerNormBackward(dc, s.n2, b.ln2g.data, dx1, b.ln2g.grad, b.ln2b.grad, N, D);
-      this.#ready(hk, b.fc2B, b.fc2W, b.fc1B, b.fc1W, b.ln2b, b.ln2g);
-      // Attention: x1 = x + proj(attn(ln1(x))).
-      const datt = new Float32Array(N * D);
-      linearBackward(s.att, b.projW.data, dx1, datt, b.projW.grad, b.projB.grad, N, D, D);
-      const dqkv = new Float32Array(N * 3 * D);
-      attentionBackward(s.qkv, s.probs, datt, dqkv, shape);
-      const da = new Float32Array(N * D);
-      linearBackward(s.a, b.qkvW.data, dqkv, da, b.qkvW.grad, b.qkvB.grad, N, D, 3 * D);
-      layerNormBackward(da, s.n1, b.ln1g.data, dx1, b.ln1g.grad, b.ln1b.grad, N, D);
-      this.#ready(hk, b.projB, b.projW, b.qkvB, b.qkvW, b.ln1b, b.ln1g);
-      dx = dx1;
-      hk.afterBackward?.(l + 1);
-    }
-    await hk.beforeBackward?.(0);
-    const dte = this.wte.grad, dpe = this.wpe.grad;
-    for (let n = 0; n < N; n++) {
-      const to = tokAt(n, 0) * D, po = (n % T) * D, xo = n * D;
-      for (let d = 0; d < D; d++) {
-        dte[to + d] = dte[to + d]! + dx[xo + d]!;
-        dpe[po + d] = dpe[po + d]! + dx[xo + d]!;
-      }
-    }
-    this.#ready(hk, this.wpe, this.wte);
-    hk.afterBackward?.(0);
-    return loss / N;
+    return { loss, dx };
   }
 
   #ready(hk: ModelHooks, ...ps: Param[]): void {

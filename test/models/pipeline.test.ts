@@ -1,0 +1,84 @@
+/**
+ * Pipeline-parallel GPT against one process: the global batch cut into M
+ * micro-batches and run through P stages by GPipe and by 1F1B gives the same
+ * loss, gradients and SGD-updated parameters as one forward/backward of the whole
+ * batch in one process (float32 rounding: micro-batch sums add in another order),
+ * and 1F1B holds at most P - s micro-batches' activations on stage s where GPipe
+ * holds all M. Also the schedules themselves: every micro-batch once forward and
+ * once backward, each backward after its forward.
+ */
+import { describe, expect, it } from 'vitest';
+import { GPT, type GPTConfig } from '../../src/models/gpt/model.js';
+import { schedule } from '../../src/runtime/pipeline.js';
+import { mulberry32 } from '../../src/util/prng.js';
+import { describeRanks, runRanks } from '../helpers/ranks.js';
+
+const CFG: GPTConfig = { vocab: 17, dim: 12, heads: 3, layers: 4, seqLen: 5, hidden: 24, seed: 9 };
+const BATCH = 8, MICRO = 4, STEPS = 2, LR = 0.5;
+
+describe('pipeline schedules', () => {
+  it('visit every micro-batch once each way, backward after forward, 1F1B bounded by P - s', () => {
+    for (const name of ['gpipe', '1f1b'] as const) {
+      for (const P of [1, 2, 3, 4]) {
+        for (let s = 0; s < P; s++) {
+          const acts = schedule(name, P, s, 6);
+          expect(acts.filter((a) => a.kind === 'F').map((a) => a.micro)).toEqual([0, 1, 2, 3, 4, 5]);
+          expect(acts.filter((a) => a.kind === 'B').map((a) => a.micro)).toEqual([0, 1, 2, 3, 4, 5]);
+          let live = 0, most = 0;
+          for (const a of acts) {
+            live += a.kind === 'F' ? 1 : -1;
+            most = Math.max(most, live);
+            expect(live).toBeGreaterThanOrEqual(0);
+          }
+          expect(most).toBe(name === 'gpipe' ? 6 : Math.min(P - s, 6));
+        }
+      }
+    }
+    expect(() => schedule('zigzag' as never, 2, 0, 2)).toThrow(/gpipe or 1f1b/);
+  });
+});
+
+describe('pipeline-parallel GPT', { timeout: 120_000 }, () => {
+  const r = mulberry32(4);
+  const tokens = Array.from({ length: BATCH * (CFG.seqLen + 1) }, () => Math.floor(r() * CFG.vocab));
+
+  async function reference(): Promise<{ losses: number[]; grads: Map<string, Float32Array>; data: Map<string, Float32Array> }> {
+    const m = new GPT(CFG);
+    const losses: number[] = [];
+    for (let s = 0; s < STEPS; s++) {
+      for (const p of m.params) p.grad.fill(0);
+      losses.push(await m.forwardBackward(Int32Array.from(tokens), BATCH, { gradScale: 1 / (BATCH * CFG.seqLen) }));
+      for (const p of m.params) for (let i = 0; i < p.size; i++) p.data[i] = p.data[i]! - LR * p.grad[i]!;
+    }
+    return { losses, grads: new Map(m.params.map((p) => [p.name, p.grad])), data: new Map(m.params.map((p) => [p.name, p.data])) };
+  }
+
+  for (const [name, P] of [['gpipe', 2], ['1f1b', 2], ['1f1b', 4]] as const) {
+    it(`${name} over ${P} stages equals one process`, async () => {
+      const ref = await reference();
+      const ranks = await runRanks<{ losses: number[]; held: number; params: Array<{ name: string; size: number }> }>('test/models/pp-worker.ts', P, {
+        payload: { cfg: CFG, tokens, batch: BATCH, micro: MICRO, steps: STEPS, lr: LR, name },
+      });
+      expect(ranks.every((x) => x.code === 0), describeRanks(ranks)).toBe(true);
+      const seen = new Set<string>();
+      for (const x of ranks) {
+        expect(x.result!.held).toBe(name === 'gpipe' ? MICRO : Math.min(P - x.rank, MICRO));
+        let o = 0;
+        for (const p of x.result!.params) {
+          seen.add(p.name);
+          const g = x.arrays!.subarray(o, o + p.size), d = x.arrays!.subarray(o + p.size, o + 2 * p.size);
+          o += 2 * p.size;
+          const wantG = ref.grads.get(p.name)!, wantD = ref.data.get(p.name)!;
+          const scale = Math.max(...wantG.map(Math.abs));
+          for (let i = 0; i < p.size; i++) {
+            expect(Math.abs(g[i]! - wantG[i]!), `${p.name}[${i}] grad`).toBeLessThanOrEqual(1e-4 * scale + 1e-7);
+            expect(Math.abs(d[i]! - wantD[i]!), `${p.name}[${i}]`).toBeLessThanOrEqual(1e-5 * Math.max(1, Math.abs(wantD[i]!)));
+          }
+        }
+      }
+      expect([...seen].sort()).toEqual([...ref.grads.keys()].sort());
+      const last = ranks[P - 1]!.result!.losses;
+      for (let s = 0; s < STEPS; s++) expect(last[s]).toBeCloseTo(ref.losses[s]!, 5);
+    });
+  }
+});
