@@ -21,14 +21,14 @@ const all = Int32Array.from(tokens);
 const microBatches = Array.from({ length: micro }, (_, m) => all.subarray(m * rows * width, (m + 1) * rows * width));
 const losses: number[] = [];
 let held = 0;
-let params: GPTPipelineStage['params'] = [];
+let params: GPTPipelineStage<{ out: Float32Array }>['params'] = [];
 for (let step = 0; step < steps; step++) {
   const stage = new GPTPipelineStage(model, pipe.stage, pipe.stages, microBatches, rows, 1 / (batch * cfg.seqLen));
   params = stage.params;
   for (const p of params) p.grad.fill(0);
   const forward = stage.forward.bind(stage);
-  stage.forward = (m, input) => {
-    const out = forward(m, input);
+  stage.forward = async (m, input) => {
+    const out = await forward(m, input);
     held = Math.max(held, stage.inFlight);
     return out;
   };

@@ -1,5 +1,5 @@
 /**
- * A GPT pipeline stage: stage s of P holds a contiguous run of the blocks (the
+ * A GPT pipeline stage (a plain GPT, or a tensor-parallel one for TP x PP): stage s of P holds a contiguous run of the blocks (the
  * first stage also the embeddings, the last the final norm and head), and runs
  * them per micro-batch as the runtime's schedule asks (src/runtime/pipeline.ts).
  * The last stage computes the loss and its gradient in the forward, so its
@@ -8,7 +8,20 @@
  */
 import type { PipelineStageModule } from '../../runtime/pipeline.js';
 import type { Param } from '../tiny-lm/model.js';
-import type { BlockSaved, GPT } from './model.js';
+import type { GPTConfig } from './model.js';
+
+type Maybe<T> = T | Promise<T>;
+
+/** GPT's unit steps, as GPT and TensorParallelGPT both provide them (the latter with collectives inside). */
+export interface GPTUnits<S extends { out: Float32Array } = { out: Float32Array }> {
+  readonly cfg: GPTConfig;
+  readonly units: Param[][];
+  embedForward(tokens: Int32Array, batch: number): Maybe<Float32Array>;
+  embedBackward(tokens: Int32Array, batch: number, dx: Float32Array): void;
+  blockForward(l: number, x: Float32Array, batch: number): Maybe<S>;
+  blockBackward(l: number, saved: S, dOut: Float32Array, batch: number): Maybe<Float32Array>;
+  headForwardBackward(x: Float32Array, tokens: Int32Array, batch: number, gradScale: number): Maybe<{ loss: number; dx: Float32Array }>;
+}
 
 /** Blocks [first, end) of stage s: the L blocks split as evenly as possible, earlier stages taking the extra. */
 export function stageBlocks(layers: number, stages: number, stage: number): [number, number] {
@@ -17,21 +30,21 @@ export function stageBlocks(layers: number, stages: number, stage: number): [num
   return [first, first + base + (stage < extra ? 1 : 0)];
 }
 
-export class GPTPipelineStage implements PipelineStageModule {
+export class GPTPipelineStage<S extends { out: Float32Array }> implements PipelineStageModule {
   readonly boundarySize: number;
   /** This stage's parameters: what its optimizer steps and its gradient norm covers. */
   readonly params: Param[];
   /** Summed token loss per micro-batch (last stage only). */
   readonly losses: number[] = [];
   readonly #blocks: [number, number];
-  readonly #saved = new Map<number, BlockSaved[]>();
+  readonly #saved = new Map<number, S[]>();
   readonly #dHead = new Map<number, Float32Array>();
 
   /**
    * micro[m] holds micro-batch m: `batch` rows of seqLen+1 tokens; gradScale
    * multiplies the summed token loss (1 / tokens of the whole step, for a mean).
    */
-  constructor(readonly model: GPT, readonly stage: number, readonly stages: number,
+  constructor(readonly model: GPTUnits<S>, readonly stage: number, readonly stages: number,
     readonly micro: readonly Int32Array[], readonly batch: number, readonly gradScale: number) {
     const { layers: L, seqLen: T, dim: D } = model.cfg;
     if (stages > L) throw new RangeError(`a ${L}-layer GPT cannot fill ${stages} pipeline stages`);
@@ -49,29 +62,29 @@ export class GPTPipelineStage implements PipelineStageModule {
     return this.stage === this.stages - 1;
   }
 
-  forward(m: number, input: Float32Array | null): Float32Array | null {
+  async forward(m: number, input: Float32Array | null): Promise<Float32Array | null> {
     const tokens = this.micro[m]!;
-    let x = this.#first ? this.model.embedForward(tokens, this.batch) : input!;
-    const saved: BlockSaved[] = [];
+    let x = this.#first ? await this.model.embedForward(tokens, this.batch) : input!;
+    const saved: S[] = [];
     for (let l = this.#blocks[0]; l < this.#blocks[1]; l++) {
-      const s = this.model.blockForward(l, x, this.batch);
+      const s = await this.model.blockForward(l, x, this.batch);
       saved.push(s);
       x = s.out;
     }
     this.#saved.set(m, saved);
     if (!this.#last) return x;
-    const { loss, dx } = this.model.headForwardBackward(x, tokens, this.batch, this.gradScale);
+    const { loss, dx } = await this.model.headForwardBackward(x, tokens, this.batch, this.gradScale);
     this.losses[m] = loss;
     this.#dHead.set(m, dx);
     return null;
   }
 
-  backward(m: number, dOut: Float32Array | null): Float32Array | null {
+  async backward(m: number, dOut: Float32Array | null): Promise<Float32Array | null> {
     let dx = this.#last ? this.#dHead.get(m)! : dOut!;
     this.#dHead.delete(m);
     const saved = this.#saved.get(m)!;
     this.#saved.delete(m);
-    for (let l = this.#blocks[1] - 1; l >= this.#blocks[0]; l--) dx = this.model.blockBackward(l, saved[l - this.#blocks[0]]!, dx, this.batch);
+    for (let l = this.#blocks[1] - 1; l >= this.#blocks[0]; l--) dx = await this.model.blockBackward(l, saved[l - this.#blocks[0]]!, dx, this.batch);
     if (!this.#first) return dx;
     this.model.embedBackward(this.micro[m]!, this.batch, dx);
     return null;

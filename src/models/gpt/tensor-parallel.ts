@@ -59,7 +59,9 @@ export function sliceOf(full: Float32Array, shape: number[], dim: number, parts:
 }
 
 interface Block { ln1g: TPParam; ln1b: TPParam; qkvW: TPParam; qkvB: TPParam; projW: TPParam; projB: TPParam; ln2g: TPParam; ln2b: TPParam; fc1W: TPParam; fc1B: TPParam; fc2W: TPParam; fc2B: TPParam }
-interface Saved { n1: NormSaved; a: Float32Array; qkv: Float32Array; probs: Float32Array; att: Float32Array; n2: NormSaved; c: Float32Array; f: Float32Array; m: Float32Array }
+export interface TPBlockSaved { n1: NormSaved; a: Float32Array; qkv: Float32Array; probs: Float32Array; att: Float32Array; n2: NormSaved; c: Float32Array; f: Float32Array; m: Float32Array; out: Float32Array }
+
+const tokenAt = (tokens: Int32Array, T: number, n: number, shift: number): number => tokens[Math.floor(n / T) * (T + 1) + (n % T) + shift]!;
 
 export class TensorParallelGPT {
   readonly params: TPParam[] = [];
@@ -75,7 +77,7 @@ export class TensorParallelGPT {
 
   constructor(readonly cfg: GPTConfig, readonly tp: Communicator) {
     const P = (this.#P = tp.size), r = (this.#r = tp.rank);
-    const { vocab: V, dim: D, heads, hidden: H } = cfg;
+    const { vocab: V, heads, hidden: H } = cfg;
     for (const [what, n] of [['vocab', V], ['heads', heads], ['hidden', H]] as const) {
       if (n % P !== 0) throw new RangeError(`tensor parallel: ${what} ${n} must divide by the group size ${P}`);
     }
@@ -108,7 +110,6 @@ export class TensorParallelGPT {
     this.#lnfG = take(head, 'head.lnf.g', null);
     this.#lnfB = take(head, 'head.lnf.b', null);
     this.#wOut = take(head, 'head.w', col);
-    void D;
   }
 
   async #sum(x: Float32Array): Promise<void> {
@@ -117,60 +118,128 @@ export class TensorParallelGPT {
 
   /** Same contract as GPT.forwardBackward; every rank of the TP group calls it with the same tokens. */
   async forwardBackward(tokens: Int32Array, batch: number, opts: { gradScale: number; hooks?: ModelHooks }): Promise<number> {
-    const { dim: D, hidden: H, vocab: V, seqLen: T, layers: L, heads } = this.cfg;
-    const P = this.#P, Dl = D / P, Hl = H / P, Vl = V / P, v0 = this.#r * Vl;
+    const L = this.cfg.layers;
     const hk = opts.hooks ?? {};
-    const N = batch * T;
-    const local = { batch, T, D: Dl, heads: heads / P };
-    const tokAt = (n: number, shift: number) => tokens[Math.floor(n / T) * (T + 1) + (n % T) + shift]!;
-
     await hk.beforeForward?.(0);
-    let x = new Float32Array(N * D);
+    let x = await this.embedForward(tokens, batch);
+    hk.afterForward?.(0);
+    const saved: TPBlockSaved[] = [];
+    for (let l = 0; l < L; l++) {
+      await hk.beforeForward?.(l + 1);
+      const s = await this.blockForward(l, x, batch);
+      saved.push(s);
+      x = s.out;
+      hk.afterForward?.(l + 1);
+    }
+    await hk.beforeForward?.(L + 1);
+    hk.afterForward?.(L + 1);
+    await hk.beforeBackward?.(L + 1);
+    const head = await this.headForwardBackward(x, tokens, batch, opts.gradScale);
+    ready(hk, ...this.units[L + 1]!);
+    hk.afterBackward?.(L + 1);
+    let dx = head.dx;
+    for (let l = L - 1; l >= 0; l--) {
+      await hk.beforeBackward?.(l + 1);
+      dx = await this.blockBackward(l, saved[l]!, dx, batch);
+      ready(hk, ...this.units[l + 1]!);
+      hk.afterBackward?.(l + 1);
+    }
+    await hk.beforeBackward?.(0);
+    this.embedBackward(tokens, batch, dx);
+    ready(hk, ...this.units[0]!);
+    hk.afterBackward?.(0);
+    return head.loss / (batch * this.cfg.seqLen);
+  }
+
+  /** Vocab-parallel lookup (one all-reduce) plus the replicated positions. */
+  async embedForward(tokens: Int32Array, batch: number): Promise<Float32Array> {
+    const { dim: D, seqLen: T } = this.cfg;
+    const N = batch * T, Vl = this.cfg.vocab / this.#P, v0 = this.#r * Vl;
+    const x = new Float32Array(N * D);
     for (let n = 0; n < N; n++) {
-      const t = tokAt(n, 0) - v0;
+      const t = tokenAt(tokens, T, n, 0) - v0;
       if (t < 0 || t >= Vl) continue;
       for (let d = 0; d < D; d++) x[n * D + d] = this.#wte.data[t * D + d]!;
     }
     await this.#sum(x);
     for (let n = 0; n < N; n++) for (let d = 0; d < D; d++) x[n * D + d] = x[n * D + d]! + this.#wpe.data[(n % T) * D + d]!;
-    hk.afterForward?.(0);
+    return x;
+  }
 
-    const saved: Saved[] = [];
-    for (let l = 0; l < L; l++) {
-      await hk.beforeForward?.(l + 1);
-      const b = this.#blocks[l]!;
-      const a = new Float32Array(N * D);
-      const n1 = layerNorm(x, b.ln1g.data, b.ln1b.data, a, N, D);
-      const qkv = new Float32Array(N * 3 * Dl);
-      linear(a, b.qkvW.data, b.qkvB.data, qkv, N, D, 3 * Dl);
-      const att = new Float32Array(N * Dl);
-      const probs = attention(qkv, att, local);
-      const x1 = new Float32Array(N * D);
-      linear(att, b.projW.data, null, x1, N, Dl, D);
-      await this.#sum(x1);
-      for (let i = 0; i < x1.length; i++) x1[i] = x1[i]! + b.projB.data[i % D]! + x[i]!;
-      const c = new Float32Array(N * D);
-      const n2 = layerNorm(x1, b.ln2g.data, b.ln2b.data, c, N, D);
-      const f = new Float32Array(N * Hl);
-      linear(c, b.fc1W.data, b.fc1B.data, f, N, D, Hl);
-      const m = new Float32Array(N * Hl);
-      gelu(f, m);
-      const x2 = new Float32Array(N * D);
-      linear(m, b.fc2W.data, null, x2, N, Hl, D);
-      await this.#sum(x2);
-      for (let i = 0; i < x2.length; i++) x2[i] = x2[i]! + b.fc2B.data[i % D]! + x1[i]!;
-      saved.push({ n1, a, qkv, probs, att, n2, c, f, m });
-      x = x2;
-      hk.afterForward?.(l + 1);
+  embedBackward(tokens: Int32Array, batch: number, dx: Float32Array): void {
+    const { dim: D, seqLen: T } = this.cfg;
+    const Vl = this.cfg.vocab / this.#P, v0 = this.#r * Vl;
+    for (let n = 0; n < batch * T; n++) {
+      const t = tokenAt(tokens, T, n, 0) - v0, po = (n % T) * D;
+      for (let d = 0; d < D; d++) {
+        this.#wpe.grad[po + d] = this.#wpe.grad[po + d]! + dx[n * D + d]!;
+        if (t >= 0 && t < Vl) this.#wte.grad[t * D + d] = this.#wte.grad[t * D + d]! + dx[n * D + d]!;
+      }
     }
-    await hk.beforeForward?.(L + 1);
+  }
+
+  /** Block l: two all-reduces (after the row-parallel proj and fc2). */
+  async blockForward(l: number, x: Float32Array, batch: number): Promise<TPBlockSaved> {
+    const { dim: D, hidden: H, seqLen: T, heads } = this.cfg;
+    const P = this.#P, Dl = D / P, Hl = H / P, N = batch * T;
+    const b = this.#blocks[l]!;
+    const a = new Float32Array(N * D);
+    const n1 = layerNorm(x, b.ln1g.data, b.ln1b.data, a, N, D);
+    const qkv = new Float32Array(N * 3 * Dl);
+    linear(a, b.qkvW.data, b.qkvB.data, qkv, N, D, 3 * Dl);
+    const att = new Float32Array(N * Dl);
+    const probs = attention(qkv, att, { batch, T, D: Dl, heads: heads / P });
+    const x1 = new Float32Array(N * D);
+    linear(att, b.projW.data, null, x1, N, Dl, D);
+    await this.#sum(x1);
+    for (let i = 0; i < x1.length; i++) x1[i] = x1[i]! + b.projB.data[i % D]! + x[i]!;
+    const c = new Float32Array(N * D);
+    const n2 = layerNorm(x1, b.ln2g.data, b.ln2b.data, c, N, D);
+    const f = new Float32Array(N * Hl);
+    linear(c, b.fc1W.data, b.fc1B.data, f, N, D, Hl);
+    const m = new Float32Array(N * Hl);
+    gelu(f, m);
+    const out = new Float32Array(N * D);
+    linear(m, b.fc2W.data, null, out, N, Hl, D);
+    await this.#sum(out);
+    for (let i = 0; i < out.length; i++) out[i] = out[i]! + b.fc2B.data[i % D]! + x1[i]!;
+    return { n1, a, qkv, probs, att, n2, c, f, m, out };
+  }
+
+  /** Block l's backward: two all-reduces (the column-parallel layers' input gradients). dOut is consumed. */
+  async blockBackward(l: number, s: TPBlockSaved, dOut: Float32Array, batch: number): Promise<Float32Array> {
+    const { dim: D, hidden: H, seqLen: T, heads } = this.cfg;
+    const P = this.#P, Dl = D / P, Hl = H / P, N = batch * T;
+    const b = this.#blocks[l]!;
+    colSum(dOut, b.fc2B.grad, N, D);
+    const dm = new Float32Array(N * Hl);
+    linearBackward(s.m, b.fc2W.data, dOut, dm, b.fc2W.grad, null, N, Hl, D);
+    geluBackward(s.f, dm);
+    const dc = new Float32Array(N * D);
+    linearBackward(s.c, b.fc1W.data, dm, dc, b.fc1W.grad, b.fc1B.grad, N, D, Hl);
+    await this.#sum(dc);
+    const dx1 = dOut;
+    layerNormBackward(dc, s.n2, b.ln2g.data, dx1, b.ln2g.grad, b.ln2b.grad, N, D);
+    colSum(dx1, b.projB.grad, N, D);
+    const datt = new Float32Array(N * Dl);
+    linearBackward(s.att, b.projW.data, dx1, datt, b.projW.grad, null, N, Dl, D);
+    const dqkv = new Float32Array(N * 3 * Dl);
+    attentionBackward(s.qkv, s.probs, datt, dqkv, { batch, T, D: Dl, heads: heads / P });
+    const da = new Float32Array(N * D);
+    linearBackward(s.a, b.qkvW.data, dqkv, da, b.qkvW.grad, b.qkvB.grad, N, D, 3 * Dl);
+    await this.#sum(da);
+    layerNormBackward(da, s.n1, b.ln1g.data, dx1, b.ln1g.grad, b.ln1b.grad, N, D);
+    return dx1;
+  }
+
+  /** Final norm, vocab-parallel head and cross-entropy (three per-row all-reduces), and their backward. */
+  async headForwardBackward(x: Float32Array, tokens: Int32Array, batch: number, gradScale: number): Promise<{ loss: number; dx: Float32Array }> {
+    const { dim: D, vocab: V, seqLen: T } = this.cfg;
+    const P = this.#P, Vl = V / P, v0 = this.#r * Vl, N = batch * T;
     const lf = new Float32Array(N * D);
     const nf = layerNorm(x, this.#lnfG.data, this.#lnfB.data, lf, N, D);
     const logits = new Float32Array(N * Vl);
     linear(lf, this.#wOut.data, null, logits, N, D, Vl);
-    hk.afterForward?.(L + 1);
-
-    // Vocab-parallel cross-entropy: per row, the global max, Σexp and the target's logit.
     const max = new Float32Array(N).fill(-Infinity);
     for (let n = 0; n < N; n++) for (let v = 0; v < Vl; v++) max[n] = Math.max(max[n]!, logits[n * Vl + v]!);
     if (P > 1) await this.tp.allReduce(max, { op: 'max' });
@@ -179,7 +248,7 @@ export class TensorParallelGPT {
       let s = 0;
       for (let v = 0; v < Vl; v++) s += Math.exp(logits[n * Vl + v]! - max[n]!);
       sumTarget[n] = s;
-      const t = tokAt(n, 1) - v0;
+      const t = tokenAt(tokens, T, n, 1) - v0;
       if (t >= 0 && t < Vl) sumTarget[N + n] = logits[n * Vl + t]!;
     }
     await this.#sum(sumTarget);
@@ -187,57 +256,16 @@ export class TensorParallelGPT {
     for (let n = 0; n < N; n++) {
       const sum = sumTarget[n]!;
       loss += Math.log(sum) + max[n]! - sumTarget[N + n]!;
-      for (let v = 0; v < Vl; v++) logits[n * Vl + v] = (Math.exp(logits[n * Vl + v]! - max[n]!) / sum) * opts.gradScale;
-      const t = tokAt(n, 1) - v0;
-      if (t >= 0 && t < Vl) logits[n * Vl + t] = logits[n * Vl + t]! - opts.gradScale;
+      for (let v = 0; v < Vl; v++) logits[n * Vl + v] = (Math.exp(logits[n * Vl + v]! - max[n]!) / sum) * gradScale;
+      const t = tokenAt(tokens, T, n, 1) - v0;
+      if (t >= 0 && t < Vl) logits[n * Vl + t] = logits[n * Vl + t]! - gradScale;
     }
-
-    await hk.beforeBackward?.(L + 1);
     const dlf = new Float32Array(N * D);
     linearBackward(lf, this.#wOut.data, logits, dlf, this.#wOut.grad, null, N, D, Vl);
     await this.#sum(dlf);
-    let dx = new Float32Array(N * D);
+    const dx = new Float32Array(N * D);
     layerNormBackward(dlf, nf, this.#lnfG.data, dx, this.#lnfG.grad, this.#lnfB.grad, N, D);
-    ready(hk, this.#wOut, this.#lnfB, this.#lnfG);
-    hk.afterBackward?.(L + 1);
-    for (let l = L - 1; l >= 0; l--) {
-      await hk.beforeBackward?.(l + 1);
-      const b = this.#blocks[l]!;
-      const s = saved[l]!;
-      colSum(dx, b.fc2B.grad, N, D);
-      const dm = new Float32Array(N * Hl);
-      linearBackward(s.m, b.fc2W.data, dx, dm, b.fc2W.grad, null, N, Hl, D);
-      geluBackward(s.f, dm);
-      const dc = new Float32Array(N * D);
-      linearBackward(s.c, b.fc1W.data, dm, dc, b.fc1W.grad, b.fc1B.grad, N, D, Hl);
-      await this.#sum(dc);
-      const dx1 = dx;
-      layerNormBackward(dc, s.n2, b.ln2g.data, dx1, b.ln2g.grad, b.ln2b.grad, N, D);
-      ready(hk, b.fc2B, b.fc2W, b.fc1B, b.fc1W, b.ln2b, b.ln2g);
-      colSum(dx1, b.projB.grad, N, D);
-      const datt = new Float32Array(N * Dl);
-      linearBackward(s.att, b.projW.data, dx1, datt, b.projW.grad, null, N, Dl, D);
-      const dqkv = new Float32Array(N * 3 * Dl);
-      attentionBackward(s.qkv, s.probs, datt, dqkv, local);
-      const da = new Float32Array(N * D);
-      linearBackward(s.a, b.qkvW.data, dqkv, da, b.qkvW.grad, b.qkvB.grad, N, D, 3 * Dl);
-      await this.#sum(da);
-      layerNormBackward(da, s.n1, b.ln1g.data, dx1, b.ln1g.grad, b.ln1b.grad, N, D);
-      ready(hk, b.projB, b.projW, b.qkvB, b.qkvW, b.ln1b, b.ln1g);
-      dx = dx1;
-      hk.afterBackward?.(l + 1);
-    }
-    await hk.beforeBackward?.(0);
-    for (let n = 0; n < N; n++) {
-      const t = tokAt(n, 0) - v0, po = (n % T) * D;
-      for (let d = 0; d < D; d++) {
-        this.#wpe.grad[po + d] = this.#wpe.grad[po + d]! + dx[n * D + d]!;
-        if (t >= 0 && t < Vl) this.#wte.grad[t * D + d] = this.#wte.grad[t * D + d]! + dx[n * D + d]!;
-      }
-    }
-    ready(hk, this.#wpe, this.#wte);
-    hk.afterBackward?.(0);
-    return loss / N;
+    return { loss, dx };
   }
 }
 
