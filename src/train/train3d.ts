@@ -1,0 +1,118 @@
+/**
+ * 3D-parallel training of the GPT: data x tensor x pipeline parallel over a
+ * DeviceMesh, read top to bottom:
+ *
+ *   mesh    tp ranks consecutive (inside a node), then dp, then pp (DeviceMesh's order)
+ *   model   each rank builds its TP shard of its pipeline stage's blocks
+ *   step    this dp replica's rows of the global batch, cut into micro-batches, run
+ *           through the pipeline by the schedule (TP collectives inside each block);
+ *           gradients summed over dp; the global gradient norm clipped over all
+ *           axes; the optimizer steps this rank's shard of its stage
+ *
+ * The loss and gradients equal one process training the whole batch (float32
+ * rounding aside): gradScale is 1 / (tokens of the global batch), so summing the
+ * replicas' gradients is the mean, and the norm counts every element once
+ * (TP-replicated tensors only on tp rank 0).
+ */
+import type { Communicator } from '../comm/communicator.js';
+import { NcclNodeError } from '../errors.js';
+import { GPT, type GPTConfig } from '../models/gpt/model.js';
+import { GPTPipelineStage, type GPTUnits } from '../models/gpt/pipeline.js';
+import { TensorParallelGPT, TPParam } from '../models/gpt/tensor-parallel.js';
+import type { Param } from '../models/tiny-lm/model.js';
+import { createOptimizer, DeviceMesh, type OptimizerOptions } from '../runtime/index.js';
+import { Pipeline, schedule, type ScheduleName } from '../runtime/pipeline.js';
+
+export interface Train3DConfig {
+  model: GPTConfig;
+  mesh: { dp: number; tp: number; pp: number };
+  steps: number;
+  /** Sequences per step over all dp replicas; divisible by dp x micro. */
+  globalBatch: number;
+  /** Micro-batches per step per replica (the pipeline's M). */
+  micro: number;
+  schedule: ScheduleName;
+  optimizer: OptimizerOptions;
+  clipNorm?: number;
+  /** The global batch of step s: globalBatch rows of seqLen+1 tokens, the same on every rank. */
+  batch(step: number): Int32Array;
+  log?: (line: string) => void;
+}
+
+export interface Train3DResult {
+  losses: number[];
+  gradNorms: number[];
+  mesh: DeviceMesh;
+  /** This rank's parameters (its stage, its TP shard); TPParam.shard says where each sits. */
+  params: Param[];
+}
+
+export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<Train3DResult> {
+  const { dp, tp, pp } = cfg.mesh;
+  const mesh = await DeviceMesh.create(world, { dp, tp, pp });
+  const T = cfg.model.seqLen;
+  const rowsPerReplica = cfg.globalBatch / dp, microRows = rowsPerReplica / cfg.micro;
+  if (!Number.isInteger(microRows)) {
+    throw new NcclNodeError('ERR_INVALID_ARGUMENT', `train3d: globalBatch ${cfg.globalBatch} must divide by dp ${dp} x micro ${cfg.micro}`);
+  }
+  const model: GPTUnits<{ out: Float32Array }> = tp > 1 ? new TensorParallelGPT(cfg.model, mesh.get('tp')) : new GPT(cfg.model);
+  const pipe = await Pipeline.create(mesh.get('pp'));
+  const optimizer = createOptimizer(cfg.optimizer);
+  const { dp: dpRank, tp: tpRank } = mesh.coords;
+  const losses: number[] = [], gradNorms: number[] = [];
+  let params: Param[] = [];
+
+  for (let step = 0; step < cfg.steps; step++) {
+    const rows = cfg.batch(step).subarray(dpRank * rowsPerReplica * (T + 1), (dpRank + 1) * rowsPerReplica * (T + 1));
+    const micro = Array.from({ length: cfg.micro }, (_, m) => rows.subarray(m * microRows * (T + 1), (m + 1) * microRows * (T + 1)));
+    const stage = new GPTPipelineStage(model, pipe.stage, pipe.stages, micro, microRows, 1 / (cfg.globalBatch * T));
+    params = stage.params;
+    for (const p of params) p.grad.fill(0);
+    await pipe.run(schedule(cfg.schedule, pipe.stages, pipe.stage, cfg.micro), stage);
+
+    // Data parallel: one flat all-reduce of this stage's gradients over the replicas.
+    const flat = concat(params.map((p) => p.grad));
+    if (dp > 1) await mesh.get('dp').allReduce(flat, { op: 'sum' });
+    scatter(flat, params.map((p) => p.grad));
+
+    // The global norm: sharded tensors on every TP rank, replicated ones once, every stage.
+    const sq = new Float64Array([params.reduce((a, p) => a + (isSharded(p) || tpRank === 0 ? sumSq(p.grad) : 0), 0)]);
+    if (tp > 1) await mesh.get('tp').allReduce(sq, { op: 'sum' });
+    if (pp > 1) await mesh.get('pp').allReduce(sq, { op: 'sum' });
+    const norm = Math.sqrt(sq[0]!);
+    gradNorms.push(norm);
+    if (cfg.clipNorm) {
+      const c = Math.min(1, cfg.clipNorm / (norm + 1e-6));
+      for (const p of params) for (let i = 0; i < p.size; i++) p.grad[i] = p.grad[i]! * c;
+    }
+    optimizer.step(params.map((p) => ({ key: p.name, param: p.data, grad: p.grad })));
+
+    // The mean loss: the last stage of each replica holds its summed token loss.
+    const loss = new Float64Array([pipe.stage === pipe.stages - 1 && tpRank === 0 ? stage.losses.reduce((a, b) => a + b, 0) : 0]);
+    await world.allReduce(loss, { op: 'sum' });
+    losses.push(loss[0]! / (cfg.globalBatch * T));
+    cfg.log?.(`step ${step} loss ${losses.at(-1)!.toFixed(4)} grad_norm ${norm.toFixed(4)}`);
+  }
+  await pipe.destroy();
+  return { losses, gradNorms, mesh, params };
+}
+
+const isSharded = (p: Param): boolean => p instanceof TPParam && p.shard !== null;
+
+function sumSq(x: Float32Array): number {
+  let s = 0;
+  for (const v of x) s += v * v;
+  return s;
+}
+
+function concat(xs: Float32Array[]): Float32Array {
+  const out = new Float32Array(xs.reduce((a, x) => a + x.length, 0));
+  let o = 0;
+  for (const x of xs) (out.set(x, o), (o += x.length));
+  return out;
+}
+
+function scatter(flat: Float32Array, into: Float32Array[]): void {
+  let o = 0;
+  for (const x of into) (x.set(flat.subarray(o, o + x.length)), (o += x.length));
+}

@@ -1,0 +1,84 @@
+/**
+ * 3D parallelism against one process: train3d at (dp, tp, pp) = (2,2,1), (1,2,2),
+ * (2,1,2), (1,1,4) and (4,1,1) on 4 Gloo ranks trains the GPT with AdamW and global
+ * gradient clipping; every step's loss and gradient norm, and the final parameters
+ * reassembled from every rank's shard by the test, match a single process training
+ * the whole global batch with the test's own AdamW and clipping.
+ */
+import { describe, expect, it } from 'vitest';
+import { GPT, type GPTConfig } from '../../src/models/gpt/model.js';
+import { mulberry32 } from '../../src/util/prng.js';
+import { describeRanks, runRanks } from '../helpers/ranks.js';
+
+const CFG: GPTConfig = { vocab: 16, dim: 16, heads: 4, layers: 4, seqLen: 5, hidden: 32, seed: 21 };
+const STEPS = 3, BATCH = 8, MICRO = 2, LR = 1e-2, WD = 0.01, CLIP = 0.5;
+
+type Shard = { shape: number[]; dim: number; parts: number; index: number; groups: number } | null;
+
+function place(full: Float32Array, local: Float32Array, s: NonNullable<Shard>): void {
+  const [rows, cols] = s.shape.length === 2 ? [s.shape[0]!, s.shape[1]!] : [1, s.shape[0]!];
+  if (s.shape.length === 2 && s.dim === 0) return void full.set(local, (s.index * rows / s.parts) * cols);
+  const piece = cols / s.groups / s.parts;
+  let k = 0;
+  for (let r = 0; r < rows; r++) for (let g = 0; g < s.groups; g++) for (let j = 0; j < piece; j++) full[r * cols + g * (cols / s.groups) + s.index * piece + j] = local[k++]!;
+}
+
+const r = mulberry32(8);
+const batches = Array.from({ length: STEPS }, () => Array.from({ length: BATCH * (CFG.seqLen + 1) }, () => Math.floor(r() * CFG.vocab)));
+
+async function reference(): Promise<{ losses: number[]; norms: number[]; data: Map<string, Float32Array> }> {
+  const m = new GPT(CFG);
+  const mom = m.params.map((p) => new Float32Array(p.size)), vel = m.params.map((p) => new Float32Array(p.size));
+  const losses: number[] = [], norms: number[] = [];
+  for (let s = 0; s < STEPS; s++) {
+    for (const p of m.params) p.grad.fill(0);
+    losses.push(await m.forwardBackward(Int32Array.from(batches[s]!), BATCH, { gradScale: 1 / (BATCH * CFG.seqLen) }));
+    let sq = 0;
+    for (const p of m.params) for (const g of p.grad) sq += g * g;
+    const norm = Math.sqrt(sq);
+    norms.push(norm);
+    const c = Math.min(1, CLIP / (norm + 1e-6));
+    const t = s + 1;
+    m.params.forEach((p, k) => {
+      for (let i = 0; i < p.size; i++) {
+        const g = p.grad[i]! * c;
+        mom[k]![i] = 0.9 * mom[k]![i]! + 0.1 * g;
+        vel[k]![i] = 0.999 * vel[k]![i]! + 0.001 * g * g;
+        const mh = mom[k]![i]! / (1 - 0.9 ** t), vh = vel[k]![i]! / (1 - 0.999 ** t);
+        p.data[i] = p.data[i]! - LR * (mh / (Math.sqrt(vh) + 1e-8) + WD * p.data[i]!);
+      }
+    });
+  }
+  return { losses, norms, data: new Map(m.params.map((p) => [p.name, p.data])) };
+}
+
+describe('train3d: data x tensor x pipeline parallel', { timeout: 120_000 }, () => {
+  for (const [dp, tp, pp] of [[2, 2, 1], [1, 2, 2], [2, 1, 2], [1, 1, 4], [4, 1, 1]] as const) {
+    it(`(dp, tp, pp) = (${dp}, ${tp}, ${pp}) equals one process`, async () => {
+      const ref = await reference();
+      const ranks = await runRanks<{ losses: number[]; norms: number[]; params: Array<{ name: string; size: number; shard: Shard }> }>('test/models/train3d-worker.ts', 4, {
+        payload: { model: CFG, mesh: { dp, tp, pp }, steps: STEPS, globalBatch: BATCH, micro: MICRO, schedule: '1f1b', optimizer: { kind: 'adamw', lr: LR, weightDecay: WD }, clipNorm: CLIP, batches },
+      });
+      expect(ranks.every((x) => x.code === 0), describeRanks(ranks)).toBe(true);
+      const got = new Map([...ref.data].map(([k, v]) => [k, new Float32Array(v.length).fill(NaN)]));
+      for (const x of ranks) {
+        for (let s = 0; s < STEPS; s++) {
+          expect(x.result!.losses[s]).toBeCloseTo(ref.losses[s]!, 5);
+          expect(x.result!.norms[s]! / ref.norms[s]!).toBeCloseTo(1, 4);
+        }
+        let o = 0;
+        for (const p of x.result!.params) {
+          const d = x.arrays!.subarray(o, o + p.size);
+          o += p.size;
+          if (p.shard) place(got.get(p.name)!, d, p.shard);
+          else got.get(p.name)!.set(d);
+        }
+      }
+      expect(ref.norms[0]).toBeGreaterThan(CLIP); // clipping was active
+      for (const [name, want] of ref.data) {
+        const g = got.get(name)!;
+        for (let i = 0; i < want.length; i++) expect(Math.abs(g[i]! - want[i]!), `${name}[${i}]`).toBeLessThanOrEqual(2e-5 * Math.max(1, Math.abs(want[i]!)));
+      }
+    });
+  }
+});
