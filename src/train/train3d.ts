@@ -14,13 +14,14 @@
  * replicas' gradients is the mean, and the norm counts every element once
  * (TP-replicated tensors only on tp rank 0).
  */
+import { Checkpointer, flatShard, load, type TensorShard } from '../checkpoint/index.js';
 import type { Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
 import { GPT, type GPTConfig } from '../models/gpt/model.js';
 import { GPTPipelineStage, type GPTUnits } from '../models/gpt/pipeline.js';
-import { TensorParallelGPT, TPParam } from '../models/gpt/tensor-parallel.js';
+import { placeSlice, sliceOf, TensorParallelGPT, TPParam } from '../models/gpt/tensor-parallel.js';
 import type { Param } from '../models/tiny-lm/model.js';
-import { createOptimizer, DeviceMesh, type OptimizerOptions } from '../runtime/index.js';
+import { createOptimizer, DeviceMesh, type Optimizer, type OptimizerOptions } from '../runtime/index.js';
 import { Pipeline, schedule, type ScheduleName } from '../runtime/pipeline.js';
 
 export interface Train3DConfig {
@@ -36,10 +37,18 @@ export interface Train3DConfig {
   clipNorm?: number;
   /** The global batch of step s: globalBatch rows of seqLen+1 tokens, the same on every rank. */
   batch(step: number): Int32Array;
+  /**
+   * Checkpoints with global tensor names and shapes, so they load at any layout:
+   * save after the steps in `at` under `dir`; `from` loads one (a root or one
+   * checkpoint) before the first step and continues from its step.
+   */
+  ckpt?: { dir?: string; at?: number[]; from?: string };
   log?: (line: string) => void;
 }
 
 export interface Train3DResult {
+  /** The step the loop started at (0, or the loaded checkpoint's). */
+  start: number;
   losses: number[];
   gradNorms: number[];
   mesh: DeviceMesh;
@@ -60,9 +69,13 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
   const optimizer = createOptimizer(cfg.optimizer);
   const { dp: dpRank, tp: tpRank } = mesh.coords;
   const losses: number[] = [], gradNorms: number[] = [];
-  let params: Param[] = [];
+  // This rank's parameters are its stage's, whatever the step: a stage built only to list them.
+  let params: Param[] = new GPTPipelineStage(model, pipe.stage, pipe.stages, [], 1, 1).params;
+  let start = 0;
+  if (cfg.ckpt?.from) start = await load3d(cfg.ckpt.from, params, optimizer);
+  const ck = cfg.ckpt?.dir && cfg.ckpt.at?.length ? await Checkpointer.create(cfg.ckpt.dir, { comm: world }) : null;
 
-  for (let step = 0; step < cfg.steps; step++) {
+  for (let step = start; step < cfg.steps; step++) {
     const rows = cfg.batch(step).subarray(dpRank * rowsPerReplica * (T + 1), (dpRank + 1) * rowsPerReplica * (T + 1));
     const micro = Array.from({ length: cfg.micro }, (_, m) => rows.subarray(m * microRows * (T + 1), (m + 1) * microRows * (T + 1)));
     const stage = new GPTPipelineStage(model, pipe.stage, pipe.stages, micro, microRows, 1 / (cfg.globalBatch * T));
@@ -92,9 +105,74 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
     await world.allReduce(loss, { op: 'sum' });
     losses.push(loss[0]! / (cfg.globalBatch * T));
     cfg.log?.(`step ${step} loss ${losses.at(-1)!.toFixed(4)} grad_norm ${norm.toFixed(4)}`);
+    if (ck && cfg.ckpt!.at!.includes(step + 1)) {
+      const tensors = await globalPieces(mesh, params, optimizer);
+      await (await ck.save({ tensors, train: { step: step + 1 }, metadata: { config: { model: cfg.model, mesh: cfg.mesh } } })).committed;
+    }
   }
+  await ck?.close();
   await pipe.destroy();
-  return { losses, gradNorms, mesh, params };
+  return { start, losses, gradNorms, mesh, params };
+}
+
+/** The optimizer state tensors of a parameter, as Optimizer.state names them. */
+function stateOf(optimizer: Optimizer, p: Param): Record<string, Float32Array> {
+  return optimizer.state([{ key: p.name, size: p.size }]).tensors;
+}
+
+/**
+ * What this rank saves: only replica dp 0 saves; a TP-sharded tensor is gathered
+ * over the tp group, and each tp rank saves 1/tp of the full tensor as one flat
+ * range, so the file holds global tensors in pieces that any layout can read.
+ */
+async function globalPieces(mesh: DeviceMesh, params: Param[], optimizer: Optimizer): Promise<Record<string, TensorShard>> {
+  const { tp: tpSize } = mesh.sizes;
+  const { tp: tpRank, dp: dpRank } = mesh.coords;
+  const out: Record<string, TensorShard> = {};
+  for (const p of params) {
+    const shard = p instanceof TPParam ? p.shard : null;
+    const shape = shard ? shard.shape : p.shape;
+    const numel = shape.reduce((a, b) => a * b, 1);
+    for (const [name, local] of [[p.name, p.data], ...Object.entries(stateOf(optimizer, p))] as const) {
+      let full = local;
+      if (shard) {
+        const all = new Float32Array(local.length * tpSize);
+        await mesh.get('tp').allGather(local, all);
+        full = new Float32Array(numel);
+        for (let r = 0; r < tpSize; r++) placeSlice(full, all.subarray(r * local.length, (r + 1) * local.length), shard, r);
+      }
+      if (dpRank !== 0) continue;
+      const piece = flatShard(full, numel, tpRank, tpSize); // data[0] must be the piece's first element
+      out[name] = { ...piece, data: full.subarray(piece.offset, piece.offset + piece.length!), globalShape: shape };
+    }
+  }
+  return out;
+}
+
+/** Loads a checkpoint saved at any layout into this rank's shard of its stage; returns its step. */
+async function load3d(from: string, params: Param[], optimizer: Optimizer): Promise<number> {
+  const full = new Map<string, Float32Array>();
+  const targets: Record<string, { data: Float32Array; offset: number }> = {};
+  for (const p of params) {
+    const shard = p instanceof TPParam ? p.shard : null;
+    const numel = (shard ? shard.shape : p.shape).reduce((a, b) => a * b, 1);
+    for (const name of [p.name, ...Object.keys(stateOf(optimizer, p))]) {
+      full.set(name, new Float32Array(numel));
+      targets[name] = { data: full.get(name)!, offset: 0 };
+    }
+  }
+  const r = await load(from, targets);
+  const local = (p: Param, name: string): Float32Array => {
+    const shard = p instanceof TPParam ? p.shard : null;
+    return shard ? sliceOf(full.get(name)!, shard.shape, shard.dim, shard.parts, shard.index, shard.groups) : full.get(name)!;
+  };
+  const tensors: Record<string, Float32Array> = {};
+  for (const p of params) {
+    p.data.set(local(p, p.name));
+    for (const name of Object.keys(stateOf(optimizer, p))) tensors[name] = local(p, name);
+  }
+  optimizer.loadState({ step: r.step, tensors });
+  return r.step;
 }
 
 const isSharded = (p: Param): boolean => p instanceof TPParam && p.shard !== null;

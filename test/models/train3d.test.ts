@@ -5,7 +5,11 @@
  * reassembled from every rank's shard by the test, match a single process training
  * the whole global batch with the test's own AdamW and clipping.
  */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { load } from '../../src/checkpoint/index.js';
 import { GPT, type GPTConfig } from '../../src/models/gpt/model.js';
 import { mulberry32 } from '../../src/util/prng.js';
 import { describeRanks, runRanks } from '../helpers/ranks.js';
@@ -25,6 +29,23 @@ function place(full: Float32Array, local: Float32Array, s: NonNullable<Shard>): 
 
 const r = mulberry32(8);
 const batches = Array.from({ length: STEPS }, () => Array.from({ length: BATCH * (CFG.seqLen + 1) }, () => Math.floor(r() * CFG.vocab)));
+
+interface Out { losses: number[]; norms: number[]; params: Array<{ name: string; size: number; shard: Shard }> }
+
+/** Full tensors reassembled from every rank's final parameters. */
+function assemble(ranks: Array<{ result?: Out; arrays: Float32Array | null }>, like: Map<string, Float32Array>): Map<string, Float32Array> {
+  const got = new Map([...like].map(([k, v]) => [k, new Float32Array(v.length).fill(NaN)]));
+  for (const x of ranks) {
+    let o = 0;
+    for (const p of x.result!.params) {
+      const d = x.arrays!.subarray(o, o + p.size);
+      o += p.size;
+      if (p.shard) place(got.get(p.name)!, d, p.shard);
+      else got.get(p.name)!.set(d);
+    }
+  }
+  return got;
+}
 
 async function reference(): Promise<{ losses: number[]; norms: number[]; data: Map<string, Float32Array> }> {
   const m = new GPT(CFG);
@@ -56,24 +77,17 @@ describe('train3d: data x tensor x pipeline parallel', { timeout: 120_000 }, () 
   for (const [dp, tp, pp] of [[2, 2, 1], [1, 2, 2], [2, 1, 2], [1, 1, 4], [4, 1, 1]] as const) {
     it(`(dp, tp, pp) = (${dp}, ${tp}, ${pp}) equals one process`, async () => {
       const ref = await reference();
-      const ranks = await runRanks<{ losses: number[]; norms: number[]; params: Array<{ name: string; size: number; shard: Shard }> }>('test/models/train3d-worker.ts', 4, {
+      const ranks = await runRanks<Out>('test/models/train3d-worker.ts', 4, {
         payload: { model: CFG, mesh: { dp, tp, pp }, steps: STEPS, globalBatch: BATCH, micro: MICRO, schedule: '1f1b', optimizer: { kind: 'adamw', lr: LR, weightDecay: WD }, clipNorm: CLIP, batches },
       });
       expect(ranks.every((x) => x.code === 0), describeRanks(ranks)).toBe(true);
-      const got = new Map([...ref.data].map(([k, v]) => [k, new Float32Array(v.length).fill(NaN)]));
       for (const x of ranks) {
         for (let s = 0; s < STEPS; s++) {
           expect(x.result!.losses[s]).toBeCloseTo(ref.losses[s]!, 5);
           expect(x.result!.norms[s]! / ref.norms[s]!).toBeCloseTo(1, 4);
         }
-        let o = 0;
-        for (const p of x.result!.params) {
-          const d = x.arrays!.subarray(o, o + p.size);
-          o += p.size;
-          if (p.shard) place(got.get(p.name)!, d, p.shard);
-          else got.get(p.name)!.set(d);
-        }
       }
+      const got = assemble(ranks as never, ref.data);
       expect(ref.norms[0]).toBeGreaterThan(CLIP); // clipping was active
       for (const [name, want] of ref.data) {
         const g = got.get(name)!;
@@ -81,4 +95,32 @@ describe('train3d: data x tensor x pipeline parallel', { timeout: 120_000 }, () 
       }
     });
   }
+
+  it('a checkpoint saved at (1, 2, 2) holds the exact global tensors and resumes at (2, 1, 2) and (1, 1, 4)', async () => {
+    const ref = await reference();
+    const dir = mkdtempSync(join(tmpdir(), 'nccl-node-3d-'));
+    try {
+      const common = { model: CFG, globalBatch: BATCH, micro: MICRO, schedule: '1f1b', optimizer: { kind: 'adamw', lr: LR, weightDecay: WD }, clipNorm: CLIP, batches };
+      const first = await runRanks<Out>('test/models/train3d-worker.ts', 4, { payload: { ...common, mesh: { dp: 1, tp: 2, pp: 2 }, steps: 2, ckpt: { dir, at: [2] } } });
+      expect(first.every((x) => x.code === 0), describeRanks(first)).toBe(true);
+      // The saved parameters, read back whole in this process, are the run's final ones bit for bit.
+      const saved = assemble(first as never, ref.data);
+      const targets = Object.fromEntries([...saved].map(([k, v]) => [k, { data: new Float32Array(v.length), offset: 0 }]));
+      const r = await load(dir, targets);
+      expect(r.step).toBe(2);
+      for (const [k, v] of saved) expect(Buffer.from(targets[k]!.data.buffer).equals(Buffer.from(v.buffer)), k).toBe(true);
+      for (const mesh of [{ dp: 2, tp: 1, pp: 2 }, { dp: 1, tp: 1, pp: 4 }]) {
+        const resumed = await runRanks<Out>('test/models/train3d-worker.ts', 4, { payload: { ...common, mesh, steps: STEPS, ckpt: { from: dir } } });
+        expect(resumed.every((x) => x.code === 0), describeRanks(resumed)).toBe(true);
+        for (const x of resumed) expect(x.result!.losses[0]).toBeCloseTo(ref.losses[2]!, 5);
+        const got = assemble(resumed as never, ref.data);
+        for (const [name, want] of ref.data) {
+          const g = got.get(name)!;
+          for (let i = 0; i < want.length; i++) expect(Math.abs(g[i]! - want[i]!), `${name}[${i}]`).toBeLessThanOrEqual(2e-5 * Math.max(1, Math.abs(want[i]!)));
+        }
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });

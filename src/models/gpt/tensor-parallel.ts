@@ -58,6 +58,18 @@ export function sliceOf(full: Float32Array, shape: number[], dim: number, parts:
   return out;
 }
 
+/** The inverse of sliceOf: writes one rank's block back into the full row-major tensor. */
+export function placeSlice(full: Float32Array, local: Float32Array, shard: TensorShard, index = shard.index): void {
+  const { shape, dim, parts, groups } = shard;
+  const rows = shape.length === 2 ? shape[0]! : 1;
+  const cols = shape.length === 2 ? shape[1]! : shape[0]!;
+  if (dim === 0 && shape.length === 2) return void full.set(local, ((index * rows) / parts) * cols);
+  const block = cols / groups, piece = block / parts;
+  for (let r = 0; r < rows; r++) {
+    for (let g = 0; g < groups; g++) full.set(local.subarray((r * groups + g) * piece, (r * groups + g + 1) * piece), r * cols + g * block + index * piece);
+  }
+}
+
 interface Block { ln1g: TPParam; ln1b: TPParam; qkvW: TPParam; qkvB: TPParam; projW: TPParam; projB: TPParam; ln2g: TPParam; ln2b: TPParam; fc1W: TPParam; fc1B: TPParam; fc2W: TPParam; fc2B: TPParam }
 export interface TPBlockSaved { n1: NormSaved; a: Float32Array; qkv: Float32Array; probs: Float32Array; att: Float32Array; n2: NormSaved; c: Float32Array; f: Float32Array; m: Float32Array; out: Float32Array }
 
