@@ -3,3 +3,5 @@ export { TinyLM, Param, DEFAULT_CONFIG, TEST_CONFIG, type TinyLMConfig } from '.
 export { DeviceTinyLM } from './tiny-lm/device.js';
 export { globalBatch, rowsOf } from './tiny-lm/data.js';
 export { GPT, GPT_TEST_CONFIG, type GPTConfig } from './gpt/model.js';
+export { TensorParallelGPT, TPParam, sliceOf, placeSlice, type TensorShard as TPShard } from './gpt/tensor-parallel.js';
+export { GPTPipelineStage, stageBlocks, type GPTUnits } from './gpt/pipeline.js';

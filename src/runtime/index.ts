@@ -11,3 +11,4 @@ export { DeviceDistributedDataParallel, type DeviceDataParallel } from './ddp.js
 export { DeviceFullyShardedDataParallel } from './fsdp.js';
 export { hostStorage, type Storage, type RuntimeParam, type SlotOptimizer } from './storage.js';
 export { deviceStorage, type DeviceParam } from './device.js';
+export { Pipeline, schedule, type Action, type ScheduleName, type PipelineStageModule } from './pipeline.js';
