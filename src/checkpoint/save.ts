@@ -11,9 +11,9 @@ import type { Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
 import { DeviceBuffer } from '../gpu/device-buffer.js';
 import { buildManifest, committedOnDisk, uncommit, writeManifest, type RankRecord } from './commit.js';
-import { Control } from './control.js';
+import { SaveCoordinator } from './save-coordinator.js';
 import { crc32cConcat } from './crc.js';
-import { encodeHeader } from './format.js';
+import { encodeHeader } from './safetensors.js';
 import { io, settle } from './io.js';
 import { nativeHandle, type IoMemory, type IoWriteOptions } from '../native.js';
 import { prune, shardFileName, stepDirName } from './layout.js';
@@ -166,8 +166,8 @@ export class Checkpointer {
     const chunkBytes = this.#o.write?.chunkBytes ?? DEFAULT_CHUNK;
     await mkdir(dir, { recursive: true });
     if (this.#rank === 0) await uncommit(dir);
-    const control = new Control(this.#comm, step, dir);
-    await control.barrier();
+    const coordinator = new SaveCoordinator(this.#comm, step, dir);
+    await coordinator.barrier();
     const file = shardFileName(this.#rank, this.#world);
     let mine: RankRecord;
     try {
@@ -195,7 +195,7 @@ export class Checkpointer {
       mine = { rank: this.#rank, error: (err as Error).message };
     }
     // Every rank reaches the exchange, failed or not, so no rank hangs in it.
-    const all = await control.exchange(mine);
+    const all = await coordinator.exchange(mine);
     const failed = all.filter((r) => r.error);
     let error = failed.length ? `checkpoint step ${step} not committed: ${failed.map((r) => `rank ${r.rank}: ${r.error}`).join('; ')}` : '';
     let pruned: string[] = [];
@@ -221,7 +221,7 @@ export class Checkpointer {
     // A rank that loses the verdict (rank 0, or another rank, died after the exchange) reads it
     // from the disk: rank 0 may have committed before it died, or may still be committing.
     const fromDisk = this.#rank === 0 ? async () => !error : () => settleFromDisk(dir, step, all);
-    const verdict = await control.verdict(!error, fromDisk);
+    const verdict = await coordinator.verdict(!error, fromDisk);
     if (!verdict && !error) error = `checkpoint step ${step} not committed: rank 0 failed to write the manifest`;
     if (error) throw new NcclNodeError('ERR_IO', error, { step, dir });
     const bytes = all.reduce((a, r) => a + (r.bytes ?? 0), 0);

@@ -8,7 +8,7 @@
  *
  * --device cuda trains on the GPU runtime: parameters, gradients, shards and
  * optimizer state in DeviceBuffers, collectives on NCCL (the model itself computes
- * on host arrays mirrored from the device, src/models/tiny-lm/device.ts).
+ * on host arrays mirrored from the device, src/models/tiny-lm/device-tiny-lm.ts).
  *
  * Checkpoints: --ckpt-dir DIR saves asynchronously with an overlapped snapshot (the
  * copy runs beside the next forward/backward; only the optimizer step waits for
@@ -34,8 +34,8 @@ import {
   type FSDPOptions,
   type OptimizerOptions,
 } from '../runtime/index.js';
-import { globalBatch, rowsOf } from '../models/tiny-lm/data.js';
-import { DeviceTinyLM } from '../models/tiny-lm/device.js';
+import { globalBatch, rowsOf } from '../models/tiny-lm/synthetic-corpus.js';
+import { DeviceTinyLM } from '../models/tiny-lm/device-tiny-lm.js';
 import { DEFAULT_CONFIG, TEST_CONFIG, TinyLM, type TinyLMConfig } from '../models/tiny-lm/model.js';
 
 /** A few thousand parameters: what the checkpoint example test trains. */

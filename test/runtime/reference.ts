@@ -3,7 +3,7 @@
  * one forward/backward, with its own optimizer and clipping code (no runtime
  * imports), so a runtime bug cannot cancel out on both sides.
  */
-import { globalBatch } from '../../src/models/tiny-lm/data.js';
+import { globalBatch } from '../../src/models/tiny-lm/synthetic-corpus.js';
 import { TinyLM } from '../../src/models/tiny-lm/model.js';
 import type { TrainConfig } from '../../src/train/loop.js';
 
