@@ -82,7 +82,7 @@ export interface TrainConfig {
   /** Hybrid sharding (FSDP only): shard over `dp` ranks, replicate across `replicate` groups. */
   mesh?: { replicate: number; dp: number };
   dataSeed: number;
-  /** Default: the synthetic corpus of src/models/tiny-lm/data.ts, seeded by dataSeed. */
+  /** Default: the synthetic corpus of src/models/tiny-lm/synthetic-corpus.ts, seeded by dataSeed. */
   data?: TrainData;
   /** Where parameters, gradients and optimizer state live: host arrays (Gloo) or the GPU (NCCL). */
   device?: 'cpu' | 'cuda';
