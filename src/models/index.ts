@@ -1,5 +1,5 @@
 /** nccl-node/models: the reference models the training loop, the POC, tests and benchmarks train. */
-export { TinyLM, Param, DEFAULT_CONFIG, TEST_CONFIG, type TinyLMConfig } from './tiny-lm/model.js';
+export { TinyLM, Param, DEFAULT_CONFIG, TEST_CONFIG, type TinyLMConfig } from './tiny-lm/tiny-lm.js';
 export { DeviceTinyLM } from './tiny-lm/device-tiny-lm.js';
 export { globalBatch, rowsOf } from './tiny-lm/synthetic-corpus.js';
-export { GPT, GPT_TEST_CONFIG, type GPTConfig } from './gpt/model.js';
+export { GPT, GPT_TEST_CONFIG, type GPTConfig } from './gpt/gpt.js';

@@ -36,7 +36,7 @@ import {
 } from '../runtime/index.js';
 import { globalBatch, rowsOf } from '../models/tiny-lm/synthetic-corpus.js';
 import { DeviceTinyLM } from '../models/tiny-lm/device-tiny-lm.js';
-import { DEFAULT_CONFIG, TEST_CONFIG, TinyLM, type TinyLMConfig } from '../models/tiny-lm/model.js';
+import { DEFAULT_CONFIG, TEST_CONFIG, TinyLM, type TinyLMConfig } from '../models/tiny-lm/tiny-lm.js';
 
 /** A few thousand parameters: what the checkpoint example test trains. */
 const TINY_CONFIG: TinyLMConfig = { vocab: 61, dim: 16, hidden: 37, layers: 2, seqLen: 8, seed: 5 };

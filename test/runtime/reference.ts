@@ -4,7 +4,7 @@
  * imports), so a runtime bug cannot cancel out on both sides.
  */
 import { globalBatch } from '../../src/models/tiny-lm/synthetic-corpus.js';
-import { TinyLM } from '../../src/models/tiny-lm/model.js';
+import { TinyLM } from '../../src/models/tiny-lm/tiny-lm.js';
 import type { TrainConfig } from '../../src/train/loop.js';
 
 export async function referenceTrain(cfg: TrainConfig): Promise<{ losses: number[]; params: Float32Array[]; norms: number[] }> {
