@@ -17,7 +17,7 @@ export type {
   BarrierOptions,
   SplitOptions,
   CommonOptions,
-} from './comm/options.js';
+} from './comm/call-options.js';
 export { NcclNodeError, isNcclNodeError, ERROR_CODES, type ErrorCode } from './errors.js';
 export { DTYPES, REDUCE_OPS, DTYPE_BYTES, arrayTypeOf, type DType, type ReduceOp, type HostArray } from './dtypes.js';
 export { bf16ToFloat, floatToBf16, halfToFloat, floatToHalf } from './util/half.js';
@@ -28,11 +28,11 @@ export { StoreServer } from './rendezvous/server.js';
 // GPU path (docs/gpu.md): device memory, streams, NCCL extras, kernels, health.
 export { DeviceBuffer, PinnedHostBuffer, type AllocOptions } from './gpu/device-buffer.js';
 export { Stream, Event } from './gpu/stream.js';
-export { group, allReducePreMulSum, reduceScatterPreMulSum } from './gpu/group.js';
+export { group, allReducePreMulSum, reduceScatterPreMulSum } from './comm/nccl/group.js';
 export { probeLibrary, detectBackend, LIBRARY_ENV, type GpuLibrary } from './gpu/detect.js';
-export * as kernels from './gpu/kernels.js';
+export * as kernels from './gpu/cuda-kernels.js';
 export { gpuInfo, dumpFlightRecords } from './gpu/info.js';
-export { Registration, type RegisterOptions } from './gpu/register.js';
+export { Registration, type RegisterOptions } from './comm/nccl/register.js';
 export { health, onXid, assess, type HealthReport, type GpuHealth, type XidEvent, type XidWatch } from './gpu/health.js';
 // Training runtime (docs/runtime.md): DDP bucketing, FSDP/ZeRO sharding, optimizers, device mesh.
 export * as runtime from './runtime/index.js';

@@ -12,7 +12,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { DEFAULT_CONFIG, TinyLM } from '../../src/models/tiny-lm/model.js';
+import { DEFAULT_CONFIG, TinyLM } from '../../src/models/tiny-lm/tiny-lm.js';
 import type { TrainConfig } from '../../src/train/loop.js';
 import { runAll } from '../../test/runtime/cases.js';
 

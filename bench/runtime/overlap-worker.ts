@@ -8,8 +8,8 @@
 import { init } from '../../src/comm/init.js';
 import { DistributedDataParallel } from '../../src/runtime/ddp.js';
 import { createOptimizer } from '../../src/runtime/optim.js';
-import { globalBatch, rowsOf } from '../../src/models/tiny-lm/data.js';
-import { DEFAULT_CONFIG, TinyLM } from '../../src/models/tiny-lm/model.js';
+import { globalBatch, rowsOf } from '../../src/models/tiny-lm/synthetic-corpus.js';
+import { DEFAULT_CONFIG, TinyLM } from '../../src/models/tiny-lm/tiny-lm.js';
 import { readPayload, writeResult } from '../../test/helpers/ranks.js';
 
 const { rowsPerRank, steps, warmup } = readPayload<{ rowsPerRank: number; steps: number; warmup: number }>();

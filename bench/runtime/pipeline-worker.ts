@@ -5,8 +5,8 @@
  * and communication.
  */
 import { init } from '../../src/comm/init.js';
-import { GPT, type GPTConfig } from '../../src/models/gpt/model.js';
-import { GPTPipelineStage } from '../../src/models/gpt/pipeline.js';
+import { GPT, type GPTConfig } from '../../src/models/gpt/gpt.js';
+import { GPTPipelineStage } from '../../src/models/gpt/gpt-pipeline-stage.js';
 import { Pipeline, schedule, type ScheduleName } from '../../src/runtime/pipeline.js';
 import { readPayload, writeResult } from '../../test/helpers/ranks.js';
 

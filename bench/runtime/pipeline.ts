@@ -13,7 +13,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { GPT, type GPTConfig } from '../../src/models/gpt/model.js';
+import { GPT, type GPTConfig } from '../../src/models/gpt/gpt.js';
 import { runRanks } from '../../test/helpers/ranks.js';
 
 const { values: a } = parseArgs({

@@ -11,7 +11,7 @@ namespace {
 
 // createGloo({rank, size, storeHost, storePort, token, prefix, hostname, iface,
 //             timeoutMs, checkAgreement}) -> Promise<NativeComm>
-// Options arrive validated by src/comm/options.ts; only types are re-checked here.
+// Options arrive validated by src/comm/call-options.ts; only types are re-checked here.
 Napi::Value CreateGloo(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {

@@ -1,4 +1,4 @@
-// Registers the checkpoint I/O surface (src/checkpoint/native.ts types it):
+// Registers the checkpoint I/O surface (src/native/contract.ts types it):
 // ioWriteFile, ioReadFile, ioFsyncDir, crc32c, crc32cHardware.
 #pragma once
 

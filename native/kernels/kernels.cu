@@ -75,7 +75,7 @@ extern "C" __global__ void nccl_node_checksum(const unsigned char* in, unsigned 
   atomicAdd(out, local);
 }
 
-// The benchmark's verifiable data (verifiable_defs.h, the twin of src/bench/verifiable.ts):
+// The benchmark's verifiable data (verifiable_defs.h, the twin of src/nccl-tests/verifiable.ts):
 // element i of rank `rank`'s input for elements offset + i, or with rank < 0 the
 // expected result over nranks ranks. op: 0 sum, 1 prod, 2 max, 3 min, 4 avg, 5 copy.
 extern "C" __global__ void nccl_node_verifiable_prepare(void* dst, unsigned long long n, int dtype, int op, int nranks,

@@ -1,4 +1,4 @@
-// The benchmark's verifiable data (src/bench/verifiable.ts) for the CUDA kernels and
+// The benchmark's verifiable data (src/nccl-tests/verifiable.ts) for the CUDA kernels and
 // their host twins in the stand-in libcuda. The TypeScript generator is the reference:
 // every step below is the same operation in the same IEEE double arithmetic (or the
 // same 32-bit integer arithmetic), so device and host produce identical bits. Values

@@ -1,6 +1,6 @@
 /**
  * The commit half of a save: from every rank's shard record (gathered by
- * control.ts on the checkpoint's own sub-communicator, so background saves never
+ * save-coordinator.ts on the checkpoint's own sub-communicator, so background saves never
  * interleave with training collectives: DCP's advice), rank 0 builds the
  * manifest, writes it, and commits it by writing commit.json (the manifest's
  * SHA-256) atomically: tmp, fsync, rename, fsync dir.

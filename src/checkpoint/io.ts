@@ -1,7 +1,7 @@
 /** The addon's checkpoint I/O functions; their failures carry the caller's stack (settle). */
 import { fromNative } from '../errors.js';
 import { binding } from '../native.js';
-import type { IoBinding } from './native-types.js';
+import type { IoBinding } from '../native/contract.js';
 
 export function io(): IoBinding {
   return binding();

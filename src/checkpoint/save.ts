@@ -11,12 +11,13 @@ import type { Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
 import { DeviceBuffer } from '../gpu/device-buffer.js';
 import { buildManifest, committedOnDisk, uncommit, writeManifest, type RankRecord } from './commit.js';
-import { Control } from './control.js';
+import { SaveCoordinator } from './save-coordinator.js';
 import { crc32cConcat } from './crc.js';
-import { encodeHeader } from './format.js';
+import { encodeHeader } from './safetensors.js';
 import { io, settle } from './io.js';
 import { nativeHandle, type IoMemory, type IoWriteOptions } from '../native.js';
 import { prune, shardFileName, stepDirName } from './layout.js';
+import { SavePolicy, type SaveCost, type SavePolicyOptions } from './save-policy.js';
 import { StagingPool, type DeviceStaging, type DeviceStagingOptions } from './staging.js';
 import { snapshot, type CheckpointState, type Staged } from './state.js';
 
@@ -32,6 +33,8 @@ export interface CheckpointerOptions {
   write?: IoWriteOptions;
   /** DeviceBuffer snapshots: side stream, pinned allocator, GPUDirect Storage (see DeviceStagingOptions). */
   device?: DeviceStagingOptions;
+  /** When shouldSave() says to save: a step list, an interval, or (default) Daly's interval after a first save. */
+  policy?: SavePolicyOptions;
 }
 
 export interface CommitInfo {
@@ -78,21 +81,49 @@ export class Checkpointer {
   #pending = 0;
   /** Staging buffers of committed saves, reused so a snapshot is a memcpy, not an allocation. */
   readonly #pool: StagingPool;
+  readonly #policy: SavePolicy;
 
-  private constructor(root: string, comm: Communicator | null, o: CheckpointerOptions) {
+  private constructor(root: string, comm: Communicator | null, o: CheckpointerOptions, policy: SavePolicy) {
     this.#root = root;
     this.#comm = comm;
     this.#o = o;
     this.#rank = comm?.rank ?? 0;
     this.#world = comm?.size ?? 1;
     this.#pool = new StagingPool(root, o.device);
+    this.#policy = policy;
   }
 
   /** Collective when a communicator is given: every rank must call it. */
   static async create(root: string, options: CheckpointerOptions = {}): Promise<Checkpointer> {
+    const policy = new SavePolicy(options.policy); // bad options fail here, before the collective split
     let sub: Communicator | null = null;
     if (options.comm && options.comm.size > 1) sub = await options.comm.split({ color: 0 });
-    return new Checkpointer(root, sub, options);
+    return new Checkpointer(root, sub, options, policy);
+  }
+
+  /** Whether to save after `step` completed steps (`last`: the run's final step), by the policy. */
+  shouldSave(step: number, options: { last?: boolean } = {}): boolean {
+    return this.#policy.shouldSave(step, options);
+  }
+
+  /** True after the first save when the interval is to come from its cost: call recordSaveCost() on every rank. */
+  get needsSaveCost(): boolean {
+    return this.#policy.needsCost;
+  }
+
+  /**
+   * Sets Daly's interval from the first save's cost. Every rank must save at the same
+   * steps, so the costs are the maximum over ranks: one all-reduce on the caller's
+   * communicator, in step with the caller on every rank (unlike the checkpoint's own,
+   * whose background commit traffic interleaves differently on each rank).
+   */
+  async recordSaveCost(cost: SaveCost): Promise<SaveCost & { every: number; mtbfHours: number }> {
+    if (!this.#policy.needsCost) this.#policy.recordCost(cost); // throws: no cost is wanted now
+    const t = new Float64Array([cost.stallSeconds, cost.stepSeconds]);
+    const comm = this.#o.comm;
+    if (comm && comm.size > 1) await comm.allReduce(t, { op: 'max' });
+    const max = { stallSeconds: t[0]!, stepSeconds: t[1]! };
+    return { ...max, every: this.#policy.recordCost(max), mtbfHours: this.#policy.mtbfHours };
   }
 
   get inFlight(): number {
@@ -152,6 +183,7 @@ export class Checkpointer {
     const snapshotted = snap.then(() => undefined);
     snapshotted.catch(() => undefined);
     const handle: SaveHandle = { step, dir, stallMs, snapshotted, deviceStaging, committed };
+    this.#policy.saved();
     if (options.async === false) await committed;
     return handle;
   }
@@ -166,8 +198,8 @@ export class Checkpointer {
     const chunkBytes = this.#o.write?.chunkBytes ?? DEFAULT_CHUNK;
     await mkdir(dir, { recursive: true });
     if (this.#rank === 0) await uncommit(dir);
-    const control = new Control(this.#comm, step, dir);
-    await control.barrier();
+    const coordinator = new SaveCoordinator(this.#comm, step, dir);
+    await coordinator.barrier();
     const file = shardFileName(this.#rank, this.#world);
     let mine: RankRecord;
     try {
@@ -195,7 +227,7 @@ export class Checkpointer {
       mine = { rank: this.#rank, error: (err as Error).message };
     }
     // Every rank reaches the exchange, failed or not, so no rank hangs in it.
-    const all = await control.exchange(mine);
+    const all = await coordinator.exchange(mine);
     const failed = all.filter((r) => r.error);
     let error = failed.length ? `checkpoint step ${step} not committed: ${failed.map((r) => `rank ${r.rank}: ${r.error}`).join('; ')}` : '';
     let pruned: string[] = [];
@@ -221,7 +253,7 @@ export class Checkpointer {
     // A rank that loses the verdict (rank 0, or another rank, died after the exchange) reads it
     // from the disk: rank 0 may have committed before it died, or may still be committing.
     const fromDisk = this.#rank === 0 ? async () => !error : () => settleFromDisk(dir, step, all);
-    const verdict = await control.verdict(!error, fromDisk);
+    const verdict = await coordinator.verdict(!error, fromDisk);
     if (!verdict && !error) error = `checkpoint step ${step} not committed: rank 0 failed to write the manifest`;
     if (error) throw new NcclNodeError('ERR_IO', error, { step, dir });
     const bytes = all.reduce((a, r) => a + (r.bytes ?? 0), 0);

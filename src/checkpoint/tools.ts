@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { DTYPE_BYTES } from '../dtypes.js';
 import { NcclNodeError, isNcclNodeError } from '../errors.js';
 import { crc32cCombine } from './crc.js';
-import { encodeHeader } from './format.js';
+import { encodeHeader } from './safetensors.js';
 import { io, settle } from './io.js';
 import { hex, load, tensorAt, type LoadTarget } from './load.js';
 import { COMMIT, HEADER, MANIFEST, PAST_END, damaged, numelOf, readManifest, unreadable, type Manifest } from './manifest.js';

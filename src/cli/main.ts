@@ -15,7 +15,7 @@ import { registerDoctorCommand } from './commands/doctor.js';
 import { registerRunCommand } from './commands/run.js';
 import { registerCkptCommand } from './commands/ckpt.js';
 import { registerDataCommand } from './commands/data.js';
-import { registerJobspecCommand } from './commands/jobspec.js';
+import { registerJobspecCommand } from './commands/jobspec-command.js';
 
 export type RegisterCommand = (program: Command) => void;
 

@@ -34,9 +34,9 @@ import {
   type ReduceScatterOptions,
   type RootedOptions,
   type SplitOptions,
-} from './options.js';
+} from './call-options.js';
 import { Work } from './work.js';
-import { registerBuffer, registerPinned, type Registration, type RegisterOptions } from '../gpu/register.js';
+import { registerBuffer, registerPinned, type Registration, type RegisterOptions } from './nccl/register.js';
 import type { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
 
 /** What a collective reads or writes: host TypedArrays, or device buffers on the GPU path. */
@@ -138,7 +138,7 @@ export class Communicator {
 
   /**
    * @internal allReduce / reduceScatter as a sum of `scalar` * each rank's input,
-   * the scalar carried with the op (gpu/group.ts: allReducePreMulSum, reduceScatterPreMulSum).
+   * the scalar carried with the op (comm/nccl/group.ts: allReducePreMulSum, reduceScatterPreMulSum).
    */
   _preMulSum(call: 'allReduce' | 'reduceScatter', input: Buffer, output: Buffer | undefined, scalar: number,
     options: { out?: Buffer; timeoutMs?: number }): Work {
@@ -397,7 +397,7 @@ export class Communicator {
 
   /**
    * Registers `buf` with NCCL for zero-copy (GPUDirect) transfers, or as a symmetric
-   * window with {symmetric: true}; see src/gpu/register.ts. Gloo: ERR_UNAVAILABLE.
+   * window with {symmetric: true}; see src/comm/nccl/register.ts. Gloo: ERR_UNAVAILABLE.
    */
   register(buf: DeviceBuffer, options?: RegisterOptions): Registration {
     return registerBuffer(this.#native, this.#where('register'), buf, options);

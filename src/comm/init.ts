@@ -13,8 +13,9 @@ import { binding } from '../native.js';
 import { StoreClient } from '../rendezvous/client.js';
 import { StoreServer } from '../rendezvous/server.js';
 import { Communicator } from './communicator.js';
-import { chooseBackend, createNcclComm } from '../gpu/init-nccl.js';
-import { initSchema, parse, type InitOptions } from './options.js';
+import { chooseBackend, createNcclComm } from './nccl/nccl-init.js';
+import { createGlooComm } from './gloo/gloo-init.js';
+import { initSchema, parse, type InitOptions } from './call-options.js';
 
 export const DEFAULT_TIMEOUT_MS = 10 * 60 * 1000;
 
@@ -90,7 +91,7 @@ export async function init(options?: InitOptions): Promise<Communicator> {
     );
   }
   const native = binding();
-  // 'auto': NCCL when a GPU, libcuda and libnccl are usable here, else Gloo (src/gpu/init-nccl.ts).
+  // 'auto': NCCL when a GPU, libcuda and libnccl are usable here, else Gloo (src/comm/nccl/nccl-init.ts).
   const backend = chooseBackend(native, o.backend ?? 'auto', job.rank);
   const store = await openStore(job, token, timeoutMs);
   const storeToken = store.token;
@@ -104,19 +105,9 @@ export async function init(options?: InitOptions): Promise<Communicator> {
       const comm = await createNcclComm(native, { ...job, storeHost: store.host, storePort: store.port, token: storeToken, timeoutMs });
       return new Communicator({ native: comm, timeoutMs, localRank: job.localRank, localSize: job.localWorldSize, onClose: close, callerStacks: o.callerStacks });
     }
-    const iface = o.iface ?? process.env.NCCL_NODE_SOCKET_IFNAME ?? process.env.GLOO_SOCKET_IFNAME;
-    const localAddress = store.client.localAddress;
-    const comm = await native.createGloo({
-      rank: job.rank,
-      size: job.worldSize,
-      storeHost: store.host,
-      storePort: store.port,
-      token: storeToken,
-      prefix: 'nccl-node/gloo/world/',
-      // The address this host used to reach the store is one its peers can reach.
-      ...(iface ? { iface } : { hostname: localAddress ?? '127.0.0.1' }),
-      timeoutMs,
-      checkAgreement: o.checkCollectives ?? true,
+    const comm = await createGlooComm(native, {
+      ...job, storeHost: store.host, storePort: store.port, token: storeToken, timeoutMs,
+      iface: o.iface, localAddress: store.client.localAddress, checkAgreement: o.checkCollectives ?? true,
     });
     return new Communicator({
       native: comm,

@@ -9,7 +9,7 @@
 import { DTYPE_BYTES, DTYPE_CODE, arrayTypeOf, dtypeOf, type DType, type HostArray } from '../dtypes.js';
 import { NcclNodeError } from '../errors.js';
 import { binding, nativeHandle, type NativeDeviceBuffer } from '../native.js';
-import { currentDevice } from './device.js';
+import { currentDevice } from './current-device.js';
 import type { Stream } from './stream.js';
 
 export interface AllocOptions {

@@ -1,6 +1,6 @@
 /** What the GPU libraries report here, and on-demand flight-record dumps. */
 import { binding } from '../native.js';
-import type { GpuInfo } from './native-types.js';
+import type { GpuInfo } from '../native/contract.js';
 
 /** Which GPU libraries load, their versions and the device count; never throws for a missing library. */
 export function gpuInfo(): GpuInfo {

@@ -1,7 +1,7 @@
 /** CUDA streams and events. Waiting is a promise settled by a native poller thread. */
 import { binding } from '../native.js';
-import { currentDevice } from './device.js';
-import type { NativeEvent, NativeStream } from './native-types.js';
+import { currentDevice } from './current-device.js';
+import type { NativeEvent, NativeStream } from '../native/contract.js';
 
 export class Stream {
   readonly native: NativeStream;

@@ -1,7 +1,7 @@
 /** nccl-node/models: the reference models the training loop, the POC, tests and benchmarks train. */
-export { TinyLM, Param, DEFAULT_CONFIG, TEST_CONFIG, type TinyLMConfig } from './tiny-lm/model.js';
-export { DeviceTinyLM } from './tiny-lm/device.js';
-export { globalBatch, rowsOf } from './tiny-lm/data.js';
-export { GPT, GPT_TEST_CONFIG, type GPTConfig } from './gpt/model.js';
+export { TinyLM, Param, DEFAULT_CONFIG, TEST_CONFIG, type TinyLMConfig } from './tiny-lm/tiny-lm.js';
+export { DeviceTinyLM } from './tiny-lm/device-tiny-lm.js';
+export { globalBatch, rowsOf } from './tiny-lm/synthetic-corpus.js';
+export { GPT, GPT_TEST_CONFIG, type GPTConfig } from './gpt/gpt.js';
 export { TensorParallelGPT, TPParam, sliceOf, placeSlice, type TensorShard as TPShard } from './gpt/tensor-parallel.js';
-export { GPTPipelineStage, stageBlocks, type GPTUnits } from './gpt/pipeline.js';
+export { GPTPipelineStage, stageBlocks, type GPTUnits } from './gpt/gpt-pipeline-stage.js';

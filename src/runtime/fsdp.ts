@@ -12,9 +12,9 @@
 import type { Communicator } from '../comm/communicator.js';
 import type { DeviceBuffer } from '../gpu/device-buffer.js';
 import type { HalfDType } from './cast.js';
-import { deviceStorage, type DeviceParam } from './device.js';
+import { deviceStorage, type DeviceParam } from './device-storage.js';
 import { clipCoefficient, type Optimizer } from './optim.js';
-import { fsdpSchema, parse, type FSDPOptions } from './options.js';
+import { fsdpSchema, parse, type FSDPOptions } from './runtime-options.js';
 import { shardedPieces } from './state-dict.js';
 import { hostStorage, SubmitQueue, type RuntimeParam, type SlotOptimizer, type Sized, type Storage } from './storage.js';
 import type { DataParallel, DataParallelState, FlatPiece, MemoryReport, ModelHooks, ParamLike } from './types.js';

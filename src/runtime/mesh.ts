@@ -7,7 +7,7 @@
  */
 import type { Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
-import { meshSchema, parse, type MeshOptions } from './options.js';
+import { meshSchema, parse, type MeshOptions } from './runtime-options.js';
 
 export const MESH_DIMS = ['tp', 'dp', 'replicate', 'pp'] as const; // innermost first
 export type MeshDim = (typeof MESH_DIMS)[number];

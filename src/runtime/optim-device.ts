@@ -8,7 +8,7 @@
  */
 import { NcclNodeError } from '../errors.js';
 import type { DeviceBuffer } from '../gpu/device-buffer.js';
-import { adamw, sgd } from '../gpu/kernels.js';
+import { adamw, sgd } from '../gpu/cuda-kernels.js';
 import { AdamW, SGD, type Optimizer } from './optim.js';
 
 export interface DeviceSlot {

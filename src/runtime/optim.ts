@@ -4,7 +4,7 @@
  * slot key at the slot's size, so a sharded optimizer holds 1/N of the state.
  */
 import { NcclNodeError } from '../errors.js';
-import { optimizerSchema, parse, type OptimizerOptions } from './options.js';
+import { optimizerSchema, parse, type OptimizerOptions } from './runtime-options.js';
 
 export interface Slot {
   /** Stable across steps: the state of this slot is kept under it. */

@@ -1,7 +1,7 @@
 /**
  * Where DDP and FSDP keep their buffers, and the few operations they do on them.
  * ddp.ts and fsdp.ts are written once against this interface; hostStorage keeps
- * everything in typed arrays over a CPU communicator, deviceStorage (device.ts) in
+ * everything in typed arrays over a CPU communicator, deviceStorage (device-storage.ts) in
  * DeviceBuffers over NCCL, with kernels for the arithmetic. Both give the same bits
  * (native/kernels/optim_defs.h follows the host loops), so which one a run uses
  * changes where memory lives, never the result.

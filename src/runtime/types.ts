@@ -25,7 +25,7 @@ export interface ParamLike {
 /**
  * Called by the model's forward/backward; every hook is optional. P is the
  * parameter type the runtime hands out: ParamLike on the host path,
- * DeviceParam (runtime/device.ts) on the GPU path.
+ * DeviceParam (runtime/device-storage.ts) on the GPU path.
  */
 export interface ModelHooks<P = ParamLike> {
   /** Before unit `u` runs forward; await it (stage 3 gathers the unit here). */

@@ -8,7 +8,7 @@
  *
  * --device cuda trains on the GPU runtime: parameters, gradients, shards and
  * optimizer state in DeviceBuffers, collectives on NCCL (the model itself computes
- * on host arrays mirrored from the device, src/models/tiny-lm/device.ts).
+ * on host arrays mirrored from the device, src/models/tiny-lm/device-tiny-lm.ts).
  *
  * Checkpoints: --ckpt-dir DIR saves asynchronously with an overlapped snapshot (the
  * copy runs beside the next forward/backward; only the optimizer step waits for
@@ -18,7 +18,7 @@
  * resumed run is bit-identical to an uninterrupted one.
  */
 import type { Communicator } from '../comm/communicator.js';
-import { checkpointEverySteps, Checkpointer, latest, loadTraining, trainingState, type SaveHandle } from '../checkpoint/index.js';
+import { Checkpointer, latest, loadTraining, trainingState, type SaveHandle } from '../checkpoint/index.js';
 import {
   createOptimizer,
   DeviceDistributedDataParallel,
@@ -34,9 +34,9 @@ import {
   type FSDPOptions,
   type OptimizerOptions,
 } from '../runtime/index.js';
-import { globalBatch, rowsOf } from '../models/tiny-lm/data.js';
-import { DeviceTinyLM } from '../models/tiny-lm/device.js';
-import { DEFAULT_CONFIG, TEST_CONFIG, TinyLM, type TinyLMConfig } from '../models/tiny-lm/model.js';
+import { globalBatch, rowsOf } from '../models/tiny-lm/synthetic-corpus.js';
+import { DeviceTinyLM } from '../models/tiny-lm/device-tiny-lm.js';
+import { DEFAULT_CONFIG, TEST_CONFIG, TinyLM, type TinyLMConfig } from '../models/tiny-lm/tiny-lm.js';
 
 /** A few thousand parameters: what the checkpoint example test trains. */
 const TINY_CONFIG: TinyLMConfig = { vocab: 61, dim: 16, hidden: 37, layers: 2, seqLen: 8, seed: 5 };
@@ -82,7 +82,7 @@ export interface TrainConfig {
   /** Hybrid sharding (FSDP only): shard over `dp` ranks, replicate across `replicate` groups. */
   mesh?: { replicate: number; dp: number };
   dataSeed: number;
-  /** Default: the synthetic corpus of src/models/tiny-lm/data.ts, seeded by dataSeed. */
+  /** Default: the synthetic corpus of src/models/tiny-lm/synthetic-corpus.ts, seeded by dataSeed. */
   data?: TrainData;
   /** Where parameters, gradients and optimizer state live: host arrays (Gloo) or the GPU (NCCL). */
   device?: 'cpu' | 'cuda';
@@ -137,7 +137,9 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
   const gradScale = 1 / (microRows * T * cfg.microBatches);
 
   // at: [] only loads: nothing is written, so no Checkpointer is opened on the directory.
-  const ck = cfg.ckpt && cfg.ckpt.at?.length !== 0 ? await Checkpointer.create(cfg.ckpt.dir, { comm, keep: cfg.ckpt.keep ?? 3 }) : null;
+  // When to save is the Checkpointer's policy (every: 0 or absent: Daly's interval after a first save).
+  const policy = cfg.ckpt && { at: cfg.ckpt.at, every: cfg.ckpt.every || undefined, mtbfHours: cfg.ckpt.mtbfHours };
+  const ck = cfg.ckpt && cfg.ckpt.at?.length !== 0 ? await Checkpointer.create(cfg.ckpt.dir, { comm, keep: cfg.ckpt.keep ?? 3, policy }) : null;
   let first = 0;
   if (cfg.ckpt?.from) first = (await loadTraining(cfg.ckpt.from, dp)).step;
   else if (cfg.ckpt?.resume) {
@@ -149,7 +151,6 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
       cfg.log?.(`resumed from ${dir} at step ${first}`);
     } else cfg.log?.(`no checkpoint in ${cfg.ckpt.dir}: starting at step 0`);
   }
-  let every = cfg.ckpt?.every ?? 0; // 0: measured after the first save
   let lastSave: SaveHandle | null = null;
 
   const losses: number[] = [], gradNorms: number[] = [], stepMs: number[] = [];
@@ -180,18 +181,18 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
     cfg.log?.(`step ${step} loss ${global.toFixed(4)}${cfg.clipNorm ? ` grad_norm ${norm.toFixed(4)}` : ''} ${stepMs.at(-1)!.toFixed(0)} ms`);
 
     const done = step + 1; // steps completed: what train.step records
-    const at = cfg.ckpt?.at;
-    if (ck && (at ? at.includes(done) : (every ? done % every === 0 : done === first + 1) || done === cfg.steps)) {
+    if (ck?.shouldSave(done, { last: done === cfg.steps })) {
       // Overlapped: the copy runs beside the next forward/backward (awaited before dp.step()).
       const t1 = performance.now();
       const overlap = cfg.ckpt!.overlap ?? true;
       lastSave = await ck.save(trainingState(dp, { step: done, dataSeed: cfg.dataSeed }, { config: { model: cfg.model, parallel: { ...cfg.parallel, replicate: undefined } }, codeVersion: 'nccl-node/train' }), { async: true, overlap });
       lastSave.committed.catch((err: Error) => cfg.log?.(`checkpoint step ${done} failed: ${err.message}`));
       await cfg.ckpt!.onSave?.({ step: done, handle: lastSave, params: fullParams });
-      if (!every && !at) {
+      if (ck.needsSaveCost) {
         // The interval's save cost: the whole snapshot, as if nothing overlapped it (an upper bound).
         await lastSave.snapshotted;
-        every = await measuredInterval(comm, (performance.now() - t1) / 1000, stepMs.at(-1)! / 1000, cfg.ckpt!.mtbfHours ?? 24, cfg.log);
+        const c = await ck.recordSaveCost({ stallSeconds: (performance.now() - t1) / 1000, stepSeconds: stepMs.at(-1)! / 1000 });
+        cfg.log?.(`checkpoint every ${c.every} steps (save stall ${(c.stallSeconds * 1000).toFixed(1)} ms, step ${(c.stepSeconds * 1000).toFixed(0)} ms, MTBF ${c.mtbfHours} h)`);
       }
     }
   }
@@ -199,16 +200,4 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
   await ck?.close();
   const params = await fullParams();
   return { start: first, losses, gradNorms, params, dp, stepMs };
-}
-
-/**
- * Daly's interval in steps. Every rank must save at the same steps, so the
- * measured costs are the maximum over ranks (one all-reduce).
- */
-async function measuredInterval(comm: Communicator, stallSeconds: number, stepSeconds: number, mtbfHours: number, log?: (l: string) => void): Promise<number> {
-  const t = new Float64Array([stallSeconds, stepSeconds]);
-  if (comm.size > 1) await comm.allReduce(t, { op: 'max' });
-  const every = checkpointEverySteps({ saveSeconds: t[0]!, mtbfSeconds: mtbfHours * 3600, stepSeconds: t[1]! });
-  log?.(`checkpoint every ${every} steps (save stall ${(t[0]! * 1000).toFixed(1)} ms, step ${(t[1]! * 1000).toFixed(0)} ms, MTBF ${mtbfHours} h)`);
-  return every;
 }

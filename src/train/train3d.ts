@@ -17,10 +17,10 @@
 import { Checkpointer, flatShard, load, type TensorShard } from '../checkpoint/index.js';
 import type { Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
-import { GPT, type GPTConfig } from '../models/gpt/model.js';
-import { GPTPipelineStage, type GPTUnits } from '../models/gpt/pipeline.js';
+import { GPT, type GPTConfig } from '../models/gpt/gpt.js';
+import { GPTPipelineStage, type GPTUnits } from '../models/gpt/gpt-pipeline-stage.js';
 import { placeSlice, sliceOf, TensorParallelGPT, TPParam } from '../models/gpt/tensor-parallel.js';
-import type { Param } from '../models/tiny-lm/model.js';
+import type { Param } from '../models/tiny-lm/tiny-lm.js';
 import { createOptimizer, DeviceMesh, type Optimizer, type OptimizerOptions } from '../runtime/index.js';
 import { Pipeline, schedule, type ScheduleName } from '../runtime/pipeline.js';
 

@@ -1,6 +1,6 @@
 /** Counts and bandwidth of every collective against nccl-tests' GetCollByteCount/GetBw. */
 import { describe, expect, it } from 'vitest';
-import { COLLECTIVES, findCollective } from '../../src/bench/collectives/index.js';
+import { COLLECTIVES, findCollective } from '../../src/nccl-tests/collectives/index.js';
 
 // [name, busbw factor(n), algbw bytes(count, ts, n)] straight from nccl-tests' src/*.cu.
 const SPEC: Array<[string, (n: number) => number, (c: number, ts: number, n: number) => number]> = [

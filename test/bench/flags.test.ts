@@ -1,8 +1,8 @@
 /** nccl-tests' flags: names, defaults, size suffixes, and what Gloo cannot honour. */
 import { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
-import { resolveConfig, UsageError } from '../../src/bench/config.js';
-import { addBenchOptions, parseCInt, parseSize, type BenchFlags } from '../../src/bench/flags.js';
+import { resolveConfig, UsageError } from '../../src/nccl-tests/config.js';
+import { addBenchOptions, parseCInt, parseSize, type BenchFlags } from '../../src/nccl-tests/flags.js';
 
 function parse(args: string[]): BenchFlags {
   const cmd = addBenchOptions(new Command('bench').exitOverride().argument('[test]').action(() => {}));

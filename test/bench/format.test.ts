@@ -1,8 +1,8 @@
 /** Golden files: our formatter must reproduce nccl-tests' report byte for byte. */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { footerLines, headerLines, rowBody, rowPreamble, tableHeader } from '../../src/bench/format.js';
-import { fixed, general, getFloatStr } from '../../src/bench/printf.js';
+import { footerLines, headerLines, rowBody, rowPreamble, tableHeader } from '../../src/nccl-tests/text-format.js';
+import { fixed, general, getFloatStr } from '../../src/nccl-tests/printf.js';
 
 const golden = (name: string) => readFileSync(new URL(`./golden/${name}`, import.meta.url), 'utf8');
 

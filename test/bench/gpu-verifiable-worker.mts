@@ -5,12 +5,12 @@
 // Prints one JSON line.
 import { DTYPE_BYTES, REDUCE_OPS, type DType, type HostArray } from '../../src/dtypes.js';
 import { DeviceBuffer } from '../../src/gpu/device-buffer.js';
-import type { BenchDevice, Collective, InitArgs } from '../../src/bench/collective.js';
-import { COLLECTIVES } from '../../src/bench/collectives/index.js';
-import { createGpuDevice } from '../../src/bench/gpu-device.js';
-import { compareOnDevice, prepareOnDevice } from '../../src/bench/gpu-kernels.js';
-import { hostDevice } from '../../src/bench/host-device.js';
-import { countWrong, prepareExpected, prepareInput, VERIFIABLE_DTYPES, type GenOp } from '../../src/bench/verifiable.js';
+import type { BenchDevice, Collective, InitArgs } from '../../src/nccl-tests/collective.js';
+import { COLLECTIVES } from '../../src/nccl-tests/collectives/index.js';
+import { createGpuDevice } from '../../src/nccl-tests/gpu-device.js';
+import { compareOnDevice, prepareOnDevice } from '../../src/nccl-tests/gpu-kernels.js';
+import { hostDevice } from '../../src/nccl-tests/host-device.js';
+import { countWrong, prepareExpected, prepareInput, VERIFIABLE_DTYPES, type GenOp } from '../../src/nccl-tests/verifiable.js';
 
 const BYTES = Number(process.env.VERIFIABLE_BYTES ?? 2048);
 const fallbacks: string[] = [];

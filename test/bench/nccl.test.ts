@@ -1,5 +1,5 @@
 // `nccl-node bench` on the NCCL backend over the stand-in libraries (the GPU
-// BenchDevice, src/bench/gpu-device.ts): 2 and 4 ranks, every size checked against
+// BenchDevice, src/nccl-tests/gpu-device.ts): 2 and 4 ranks, every size checked against
 // the expected results, the NCCL version in the header, and exit 7 on corruption.
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';

@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { expo, fixed, general } from '../../src/bench/printf.js';
+import { expo, fixed, general } from '../../src/nccl-tests/printf.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'nn-printf-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { compareDocs } from '../../src/bench/compare.js';
+import { compareDocs } from '../../src/nccl-tests/compare.js';
 
 const CLI = new URL('../../bin/nccl-node.js', import.meta.url).pathname;
 

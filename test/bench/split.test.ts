@@ -3,8 +3,8 @@
 // exchanges) and NCCL_TESTS_DEVICE (first GPU index), on Gloo and the NCCL stand-in.
 import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { UsageError } from '../../src/bench/config.js';
-import { firstDevice, splitColor, strtoulInt } from '../../src/bench/split.js';
+import { UsageError } from '../../src/nccl-tests/config.js';
+import { firstDevice, splitColor, strtoulInt } from '../../src/nccl-tests/split.js';
 import { standinEnv } from '../gpu/helpers.js';
 
 const CLI = new URL('../../bin/nccl-node.js', import.meta.url).pathname;

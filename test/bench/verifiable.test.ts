@@ -1,7 +1,7 @@
 /** The generators' promise: any reduction order gives exactly the expected bits. */
 import { describe, expect, it } from 'vitest';
 import { arrayTypeOf, type DType, type ReduceOp } from '../../src/dtypes.js';
-import { countWrong, prepareExpected, prepareInput, VERIFIABLE_DTYPES } from '../../src/bench/verifiable.js';
+import { countWrong, prepareExpected, prepareInput, VERIFIABLE_DTYPES } from '../../src/nccl-tests/verifiable.js';
 import { bf16ToFloat, floatToBf16, floatToHalf, halfToFloat } from '../../src/util/half.js';
 
 /** Reduces like a backend would, in the element type, in the given rank order. */

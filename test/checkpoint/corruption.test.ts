@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { load, verify } from '../../src/checkpoint/index.js';
-import { decodeHeader, headerLength } from '../../src/checkpoint/format.js';
+import { decodeHeader, headerLength } from '../../src/checkpoint/safetensors.js';
 import { describeRanks, runRanks } from '../helpers/ranks.js';
 import { fullTargets, prng, wrongTensors } from './integrity-fixture.js';
 

@@ -10,7 +10,7 @@ import { init } from '../../src/comm/init.js';
 import { loadTraining } from '../../src/checkpoint/index.js';
 import { DistributedDataParallel } from '../../src/runtime/ddp.js';
 import { createOptimizer } from '../../src/runtime/optim.js';
-import { TinyLM } from '../../src/models/tiny-lm/model.js';
+import { TinyLM } from '../../src/models/tiny-lm/tiny-lm.js';
 import { train, type CheckpointConfig, type TrainConfig } from '../../src/train/loop.js';
 import { concat } from '../runtime/helpers.js';
 import { readPayload, writeResult } from '../helpers/ranks.js';

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Checkpointer, load, verify } from '../../src/checkpoint/index.js';
-import { decodeHeader } from '../../src/checkpoint/format.js';
+import { decodeHeader } from '../../src/checkpoint/safetensors.js';
 import { sealManifest, type Manifest } from '../../src/checkpoint/manifest.js';
 import { isNcclNodeError } from '../../src/errors.js';
 import { describeRanks, repoRoot, runRanks } from '../helpers/ranks.js';

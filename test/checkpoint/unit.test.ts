@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Checkpointer, dalyInterval, latest, load, listCheckpoints, verify, youngInterval, consolidate, checkpointEverySteps } from '../../src/checkpoint/index.js';
-import { decodeHeader } from '../../src/checkpoint/format.js';
+import { decodeHeader } from '../../src/checkpoint/safetensors.js';
 import { io } from '../../src/checkpoint/io.js';
 import { crc32cConcat } from '../../src/checkpoint/crc.js';
 import { isNcclNodeError } from '../../src/errors.js';

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { DTYPE_CODE, REDUCE_OP_CODE } from '../../src/dtypes.js';
 import { ERROR_CODES } from '../../src/errors.js';
-import { GroupFlag as NcclCommGroupFlag } from '../../src/gpu/nccl-comm.js';
+import { GroupFlag as NcclCommGroupFlag } from '../../src/comm/nccl/nccl-comm.js';
 import { GroupFlag, OpKind } from '../../src/native/contract.js';
 
 const root = join(import.meta.dirname, '..', '..');

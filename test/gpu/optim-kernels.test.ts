@@ -13,7 +13,7 @@ const fatbin = join(build, 'kernels', 'nccl_node_kernels.fatbin');
 const SCRIPT = `
 import * as nn from ${JSON.stringify(join(root, 'src/index.ts'))};
 import { AdamW, SGD, sumSquares } from ${JSON.stringify(join(root, 'src/runtime/optim.ts'))};
-import * as k from ${JSON.stringify(join(root, 'src/gpu/kernels.ts'))};
+import * as k from ${JSON.stringify(join(root, 'src/gpu/cuda-kernels.ts'))};
 let seed = 7;
 const rand = () => { seed = (Math.imul(seed, 1103515245) + 12345) >>> 0; return (seed / 2 ** 32 - 0.5) * 2 ** ((seed % 17) - 8); };
 const arr = (n) => Float32Array.from({ length: n }, rand);

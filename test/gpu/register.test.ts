@@ -1,4 +1,4 @@
-// comm.register / registerHost (src/gpu/register.ts) on the stand-in NCCL, at the
+// comm.register / registerHost (src/comm/nccl/register.ts) on the stand-in NCCL, at the
 // current version and at versions before 2.19 and 2.27, and on Gloo.
 import { describe, expect, it } from 'vitest';
 import { runRanks } from './helpers.js';

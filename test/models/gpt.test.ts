@@ -5,7 +5,7 @@
  * enough that every gradient is well above float32's rounding of the loss.
  */
 import { describe, expect, it } from 'vitest';
-import { GPT, GPT_TEST_CONFIG } from '../../src/models/gpt/model.js';
+import { GPT, GPT_TEST_CONFIG } from '../../src/models/gpt/gpt.js';
 import { mulberry32 } from '../../src/util/prng.js';
 
 const BATCH = 2;

@@ -8,7 +8,7 @@
  * once backward, each backward after its forward.
  */
 import { describe, expect, it } from 'vitest';
-import { GPT, type GPTConfig } from '../../src/models/gpt/model.js';
+import { GPT, type GPTConfig } from '../../src/models/gpt/gpt.js';
 import { schedule } from '../../src/runtime/pipeline.js';
 import { mulberry32 } from '../../src/util/prng.js';
 import { describeRanks, runRanks } from '../helpers/ranks.js';

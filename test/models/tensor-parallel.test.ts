@@ -6,7 +6,7 @@
  * the single-process run to float32 rounding.
  */
 import { describe, expect, it } from 'vitest';
-import { GPT, type GPTConfig } from '../../src/models/gpt/model.js';
+import { GPT, type GPTConfig } from '../../src/models/gpt/gpt.js';
 import { mulberry32 } from '../../src/util/prng.js';
 import { describeRanks, runRanks } from '../helpers/ranks.js';
 

@@ -5,7 +5,7 @@
  */
 import { init } from '../../src/comm/init.js';
 import { TensorParallelGPT } from '../../src/models/gpt/tensor-parallel.js';
-import type { GPTConfig } from '../../src/models/gpt/model.js';
+import type { GPTConfig } from '../../src/models/gpt/gpt.js';
 import { readPayload, writeResult } from '../helpers/ranks.js';
 
 const { cfg, batches, batch, lr } = readPayload<{ cfg: GPTConfig; batches: number[][]; batch: number; lr: number }>();

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { load } from '../../src/checkpoint/index.js';
-import { GPT, type GPTConfig } from '../../src/models/gpt/model.js';
+import { GPT, type GPTConfig } from '../../src/models/gpt/gpt.js';
 import { mulberry32 } from '../../src/util/prng.js';
 import { describeRanks, runRanks } from '../helpers/ranks.js';
 

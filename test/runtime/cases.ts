@@ -1,6 +1,6 @@
 /** Shared configs of the multi-rank correctness tests. */
 import { fileURLToPath } from 'node:url';
-import { TEST_CONFIG } from '../../src/models/tiny-lm/model.js';
+import { TEST_CONFIG } from '../../src/models/tiny-lm/tiny-lm.js';
 import type { TrainConfig } from '../../src/train/loop.js';
 import { runRanks } from '../helpers/ranks.js';
 

@@ -6,7 +6,7 @@
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { shardLayout } from '../../src/runtime/fsdp.js';
-import { TinyLM, TEST_CONFIG } from '../../src/models/tiny-lm/model.js';
+import { TinyLM, TEST_CONFIG } from '../../src/models/tiny-lm/tiny-lm.js';
 import { concat, maxRelDiff } from './helpers.js';
 import { baseConfig, DDP, runAll, type RunOut } from './cases.js';
 import { referenceTrain } from './reference.js';

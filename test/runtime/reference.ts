@@ -3,8 +3,8 @@
  * one forward/backward, with its own optimizer and clipping code (no runtime
  * imports), so a runtime bug cannot cancel out on both sides.
  */
-import { globalBatch } from '../../src/models/tiny-lm/data.js';
-import { TinyLM } from '../../src/models/tiny-lm/model.js';
+import { globalBatch } from '../../src/models/tiny-lm/synthetic-corpus.js';
+import { TinyLM } from '../../src/models/tiny-lm/tiny-lm.js';
 import type { TrainConfig } from '../../src/train/loop.js';
 
 export async function referenceTrain(cfg: TrainConfig): Promise<{ losses: number[]; params: Float32Array[]; norms: number[] }> {

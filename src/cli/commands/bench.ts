@@ -1,14 +1,14 @@
 /**
  * `nccl-node bench <test>`: nccl-tests' all_reduce_perf & co. (the work is in
- * src/bench/), and `nccl-node bench compare a.json b.json`.
+ * src/nccl-tests/), and `nccl-node bench compare a.json b.json`.
  */
 import { InvalidArgumentError, type Command } from 'commander';
 
-import { compareFiles } from '../../bench/compare.js';
-import { COLLECTIVES, findCollective } from '../../bench/collectives/index.js';
-import { addBenchOptions, type BenchFlags } from '../../bench/flags.js';
-import { CHILD_ENV, launchLocal } from '../../bench/launch.js';
-import { benchRank } from '../../bench/rank.js';
+import { compareFiles } from '../../nccl-tests/compare.js';
+import { COLLECTIVES, findCollective } from '../../nccl-tests/collectives/index.js';
+import { addBenchOptions, type BenchFlags } from '../../nccl-tests/flags.js';
+import { CHILD_ENV, launchLocal } from '../../nccl-tests/launch.js';
+import { benchRank } from '../../nccl-tests/rank.js';
 
 const USAGE_EXIT_CODE = 2;
 

@@ -14,7 +14,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 
 import { probeLibrary, LIBRARY_ENV, type GpuLibrary } from '../../gpu/detect.js';
 import type { HealthReport } from '../../gpu/health.js';
-import type { GpuInfo } from '../../gpu/native-types.js';
+import type { GpuInfo } from '../../native/contract.js';
 
 interface ProbeResult {
   info?: GpuInfo;

@@ -21,9 +21,9 @@
 import type { Communicator } from '../../comm/communicator.js';
 import type { ModelHooks } from '../../runtime/index.js';
 import { linear, linearBackward } from '../tiny-lm/kernels.js';
-import { Param } from '../tiny-lm/model.js';
+import { Param } from '../tiny-lm/tiny-lm.js';
 import { attention, attentionBackward, gelu, geluBackward, layerNorm, layerNormBackward, type NormSaved } from './layers.js';
-import { GPT, type GPTConfig } from './model.js';
+import { GPT, type GPTConfig } from './gpt.js';
 
 /** Where a local tensor sits in the global one: `parts` equal slices along `dim` (per `groups` blocks of that dim). */
 export interface TensorShard {

@@ -7,7 +7,7 @@ import type { Communicator } from '../comm/communicator.js';
 import { DTYPE_BYTES } from '../dtypes.js';
 import type { BenchDevice, CollArgs, CollCounts, Collective, Slab } from './collective.js';
 import type { BenchConfig, OpChoice, TypeChoice } from './config.js';
-import { perIterBody, rowBody, rowPreamble, timestamp, type IterStatsUs, type Measurement } from './format.js';
+import { perIterBody, rowBody, rowPreamble, timestamp, type IterStatsUs, type Measurement } from './text-format.js';
 
 /**
  * Small host-side exchanges between ranks (times, error counts). They span every

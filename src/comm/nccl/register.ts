@@ -6,9 +6,9 @@
  * older library answers ERR_UNAVAILABLE "... needs NCCL >= x.y (loaded: ...)"
  * from the native version gate; Gloo answers ERR_UNAVAILABLE.
  */
-import { NcclNodeError, fromNative } from '../errors.js';
-import { nativeHandle, type NativeComm, type NativeDeviceBuffer, type NativeNcclControl } from '../native.js';
-import type { DeviceBuffer, PinnedHostBuffer } from './device-buffer.js';
+import { NcclNodeError, fromNative } from '../../errors.js';
+import { nativeHandle, type NativeComm, type NativeDeviceBuffer, type NativeNcclControl } from '../../native.js';
+import type { DeviceBuffer, PinnedHostBuffer } from '../../gpu/device-buffer.js';
 
 export interface RegisterOptions {
   /** A symmetric window (ncclCommWindowRegister, NCCL >= 2.27): collective across the communicator. */

@@ -1,10 +1,10 @@
 /**
  * Runtime options, validated once with zod at construction; a bad field is
- * ERR_INVALID_ARGUMENT naming the class and the field (via comm/options parse).
+ * ERR_INVALID_ARGUMENT naming the class and the field (via comm/call-options parse).
  */
 import { z } from 'zod';
 
-export { parse } from '../comm/options.js';
+export { parse } from '../comm/call-options.js';
 
 const bytes = z.number().int().min(1);
 

@@ -6,7 +6,7 @@
 import { closeSync, openSync, writeFileSync, writeSync } from 'node:fs';
 import type { BenchConfig } from './config.js';
 import type { MeasurementRecord, Row } from './driver.js';
-import type { RankLine } from './format.js';
+import type { RankLine } from './text-format.js';
 
 export const JSON_FILE_VERSION = 3;
 

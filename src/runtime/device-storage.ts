@@ -7,8 +7,8 @@
  */
 import type { DType } from '../dtypes.js';
 import { DeviceBuffer } from '../gpu/device-buffer.js';
-import { allReducePreMulSum, reduceScatterPreMulSum } from '../gpu/group.js';
-import { add, cast, scale, sumSquares } from '../gpu/kernels.js';
+import { allReducePreMulSum, reduceScatterPreMulSum } from '../comm/nccl/group.js';
+import { add, cast, scale, sumSquares } from '../gpu/cuda-kernels.js';
 import { DeviceOptimizer } from './optim-device.js';
 import type { Storage } from './storage.js';
 

@@ -12,7 +12,7 @@ import type { RankRecord } from './commit.js';
 
 export type Phase = 'barrier' | 'exchange' | 'commit verdict';
 
-export class Control {
+export class SaveCoordinator {
   readonly #comm: Communicator | null;
   readonly #step: number;
   readonly #dir: string;

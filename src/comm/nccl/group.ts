@@ -7,10 +7,10 @@
  * GPU (it is the group's completion, as in NCCL). Make the calls without awaiting
  * other GPU work in between.
  */
-import { NcclNodeError } from '../errors.js';
-import type { Buffer, Communicator } from '../comm/communicator.js';
-import type { Work } from '../comm/work.js';
-import { DEFAULT_TIMEOUT_MS } from '../comm/init.js';
+import { NcclNodeError } from '../../errors.js';
+import type { Buffer, Communicator } from '../communicator.js';
+import type { Work } from '../work.js';
+import { DEFAULT_TIMEOUT_MS } from '../init.js';
 import { pending, type NcclComm } from './nccl-comm.js';
 
 export async function group<T>(fn: () => T | Promise<T>, options: { timeoutMs?: number } = {}): Promise<T> {

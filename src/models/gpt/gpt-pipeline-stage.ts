@@ -7,8 +7,8 @@
  * as soon as its backward ran.
  */
 import type { PipelineStageModule } from '../../runtime/pipeline.js';
-import type { Param } from '../tiny-lm/model.js';
-import type { GPTConfig } from './model.js';
+import type { Param } from '../tiny-lm/tiny-lm.js';
+import type { GPTConfig } from './gpt.js';
 
 type Maybe<T> = T | Promise<T>;
 

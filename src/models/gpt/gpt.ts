@@ -12,7 +12,7 @@
  */
 import type { ModelHooks } from '../../runtime/index.js';
 import { linear, linearBackward, rng } from '../tiny-lm/kernels.js';
-import { Param } from '../tiny-lm/model.js';
+import { Param } from '../tiny-lm/tiny-lm.js';
 import { attention, attentionBackward, gelu, geluBackward, layerNorm, layerNormBackward, type NormSaved } from './layers.js';
 
 export interface GPTConfig {

@@ -13,14 +13,14 @@ import { isNcclNodeError } from '../errors.js';
 import type { Collective } from './collective.js';
 import { resolveConfig, UsageError } from './config.js';
 import { firstDevice, splitColor, splitGroup } from './split.js';
-import { deviceOverride } from '../gpu/device.js';
+import { deviceOverride } from '../gpu/current-device.js';
 import { gpuInfo } from '../gpu/info.js';
 import { runCollective, type BenchEnv, type Control, type RunTotals } from './driver.js';
 import type { BenchFlags } from './flags.js';
-import { footerLines, headerLines, NCCL_TESTS_VERSION, tableHeader, type RankLine } from './format.js';
+import { footerLines, headerLines, NCCL_TESTS_VERSION, tableHeader, type RankLine } from './text-format.js';
 import { createGpuDevice, gpuControl } from './gpu-device.js';
 import { hostDevice } from './host-device.js';
-import { buildCsv, buildJson, openExclusive, writeCsv, writeJson, type ReportMeta } from './report.js';
+import { buildCsv, buildJson, openExclusive, writeCsv, writeJson, type ReportMeta } from './result-files.js';
 
 export const EXIT = { ok: 0, internal: 1, backend: 3, timeout: 4, notImplemented: 5, usage: 6, results: 7 } as const;
 

@@ -18,6 +18,6 @@ export {
   type RankLine,
   type Measurement,
   type IterStatsUs,
-} from './format.js';
-export { JSON_FILE_VERSION } from './report.js';
+} from './text-format.js';
+export { JSON_FILE_VERSION } from './result-files.js';
 export { EXIT as BENCH_EXIT_CODES } from './rank.js';

@@ -3,9 +3,9 @@
  * plus its control block. A call made inside group() carries its group membership
  * with the op itself (native Op::group); the group's end is an op of its own.
  */
-import type { NativeBuffer, NativeComm } from '../native.js';
-import { GroupFlag, OpKind } from '../native.js';
-import type { NativeNcclControl } from './native-types.js';
+import type { NativeBuffer, NativeComm } from '../../native.js';
+import { GroupFlag, OpKind } from '../../native.js';
+import type { NativeNcclControl } from '../../native/contract.js';
 
 /** native/core/op.h Op::Group, as the contract declares it. */
 export { GroupFlag };

@@ -1,9 +1,9 @@
 /** The NCCL half of init(): backend choice and communicator creation (used by src/comm/init.ts). */
-import { NcclNodeError } from '../errors.js';
-import type { Binding } from '../native.js';
-import { LIBRARY_ENV, detectBackend, probeLibrary } from './detect.js';
+import { NcclNodeError } from '../../errors.js';
+import type { Binding } from '../../native.js';
+import { LIBRARY_ENV, detectBackend, probeLibrary } from '../../gpu/detect.js';
 import { NcclComm } from './nccl-comm.js';
-import { deviceOverride } from './device.js';
+import { deviceOverride } from '../../gpu/current-device.js';
 
 /**
  * Why NCCL cannot be used here, or undefined when it can: the libraries found by file

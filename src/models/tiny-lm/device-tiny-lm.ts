@@ -8,7 +8,7 @@
  */
 import { DeviceBuffer } from '../../index.js';
 import type { DeviceParam, ModelHooks } from '../../runtime/index.js';
-import type { Param, TinyLM } from './model.js';
+import type { Param, TinyLM } from './tiny-lm.js';
 
 export class DeviceTinyLM {
   /** Device parameters in registration order, with the model's shapes (what checkpoints record). */
