@@ -10,12 +10,15 @@
  * forward and one backward, so stage s holds at most P - s micro-batches; both
  * have the bubble (P - 1) / (M + P - 1) of the step.
  *
+ * Interleaved 1F1B gives each rank v model chunks (virtual stages c·P + s), so a
+ * micro-batch crosses the ring v times and the bubble shrinks about v-fold.
+ *
  * Sends are rendezvous (they finish when the peer's recv runs) and a
- * communicator runs its operations in order, so activations and gradients travel
- * on two communicators split from the group, and sends are not awaited until the
- * end of the step: a stage waiting to send an activation downstream can still
- * receive the gradient its neighbour sends back, which is what lets 1F1B's
- * crossing traffic proceed without a deadlock.
+ * communicator runs its operations in order, so each direction of each
+ * neighbour link has a communicator of its own, and sends are not awaited until
+ * the end of the step: a stage waiting to send an activation downstream can
+ * still receive the gradient its neighbour sends back (1F1B's crossing traffic),
+ * and the interleaved ring cannot wait on itself.
  */
 import type { Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
@@ -23,21 +26,44 @@ import { NcclNodeError } from '../errors.js';
 export interface Action {
   kind: 'F' | 'B';
   micro: number;
+  /** Which of the rank's model chunks (interleaved schedules; 0 otherwise). */
+  chunk: number;
 }
 
-export type ScheduleName = 'gpipe' | '1f1b';
+export type ScheduleName = 'gpipe' | '1f1b' | 'interleaved-1f1b';
 
-/** Stage `stage` of `stages`' actions for `micro` micro-batches. */
-export function schedule(name: ScheduleName, stages: number, stage: number, micro: number): Action[] {
-  const F = (m: number): Action => ({ kind: 'F', micro: m });
-  const B = (m: number): Action => ({ kind: 'B', micro: m });
+/**
+ * Stage `stage` of `stages`' actions for `micro` micro-batches. The interleaved
+ * schedule gives each rank `chunks` model chunks (virtual stages chunk·P + stage)
+ * and needs micro % stages == 0, as Megatron-LM's; its bubble is about
+ * (P - 1) / (chunks · M) of the step.
+ */
+export function schedule(name: ScheduleName, stages: number, stage: number, micro: number, chunks = 1): Action[] {
+  const F = (m: number, c = 0): Action => ({ kind: 'F', micro: m, chunk: c });
+  const B = (m: number, c = 0): Action => ({ kind: 'B', micro: m, chunk: c });
   const range = (n: number) => [...Array(n).keys()];
-  if (name === 'gpipe') return [...range(micro).map(F), ...range(micro).map(B)];
-  if (name !== '1f1b') throw new NcclNodeError('ERR_INVALID_ARGUMENT', `pipeline schedule must be gpipe or 1f1b, received ${JSON.stringify(name)}`);
-  const warmup = Math.min(stages - stage - 1, micro);
-  const out = range(warmup).map(F);
-  for (let m = 0; m < micro - warmup; m++) out.push(F(m + warmup), B(m));
-  for (let m = micro - warmup; m < micro; m++) out.push(B(m));
+  if (name === 'gpipe') return [...range(micro).map((m) => F(m)), ...range(micro).map((m) => B(m))];
+  if (name === '1f1b') {
+    const warmup = Math.min(stages - stage - 1, micro);
+    const out = range(warmup).map((m) => F(m));
+    for (let m = 0; m < micro - warmup; m++) out.push(F(m + warmup), B(m));
+    for (let m = micro - warmup; m < micro; m++) out.push(B(m));
+    return out;
+  }
+  if (name !== 'interleaved-1f1b') throw new NcclNodeError('ERR_INVALID_ARGUMENT', `pipeline schedule must be gpipe, 1f1b or interleaved-1f1b, received ${JSON.stringify(name)}`);
+  if (micro % stages !== 0 || chunks < 1) {
+    throw new NcclNodeError('ERR_INVALID_ARGUMENT', `interleaved-1f1b needs micro-batches divisible by the ${stages} stages and chunks >= 1, received ${micro} micro-batches, ${chunks} chunks`);
+  }
+  // The k-th forward (backward) of every rank is the same (micro-batch, chunk): groups of P
+  // micro-batches go through chunk 0, then chunk 1, ... (backward: the chunks in reverse).
+  const total = micro * chunks, P = stages;
+  const microOf = (k: number) => Math.floor(k / (P * chunks)) * P + (k % P);
+  const fwd = (k: number) => F(microOf(k), Math.floor(k / P) % chunks);
+  const bwd = (k: number) => B(microOf(k), chunks - 1 - (Math.floor(k / P) % chunks));
+  const warmup = Math.min((P - stage - 1) * 2 + (chunks - 1) * P, total);
+  const out = range(warmup).map(fwd);
+  for (let i = 0; i < total - warmup; i++) out.push(fwd(warmup + i), bwd(i));
+  for (let i = total - warmup; i < total; i++) out.push(bwd(i));
   return out;
 }
 
@@ -45,14 +71,27 @@ export function schedule(name: ScheduleName, stages: number, stage: number, micr
 export interface PipelineStageModule {
   /** Elements of one micro-batch's activation (and gradient) at a stage boundary. */
   readonly boundarySize: number;
-  /** Forward of micro-batch m; input is null on the first stage. Returns what goes downstream (null on the last). */
-  forward(m: number, input: Float32Array | null): Float32Array | null | Promise<Float32Array | null>;
-  /** Backward of micro-batch m; dOut is null on the last stage. Returns the input gradient (null on the first). */
-  backward(m: number, dOut: Float32Array | null): Float32Array | null | Promise<Float32Array | null>;
+  /** Model chunks this rank holds (1, or v for interleaved schedules). */
+  readonly chunks?: number;
+  /** Forward of micro-batch m through chunk c; input is null on the first virtual stage. Returns what goes downstream (null on the last). */
+  forward(m: number, input: Float32Array | null, chunk: number): Float32Array | null | Promise<Float32Array | null>;
+  /** Backward of micro-batch m through chunk c; dOut is null on the last virtual stage. Returns the input gradient (null on the first). */
+  backward(m: number, dOut: Float32Array | null, chunk: number): Float32Array | null | Promise<Float32Array | null>;
+}
+
+/** A one-direction link to a neighbour: its own communicator, and the neighbour's rank in it. */
+interface Link {
+  comm: Communicator;
+  peer: number;
 }
 
 export class Pipeline {
-  private constructor(readonly group: Communicator, readonly activations: Communicator, readonly gradients: Communicator) {}
+  private constructor(
+    readonly group: Communicator,
+    /** Activations from the previous and to the next rank; gradients back the other way. */
+    readonly links: { actIn: Link; actOut: Link; gradIn: Link; gradOut: Link } | null,
+    readonly chunks: number,
+  ) {}
 
   get stage(): number {
     return this.group.rank;
@@ -62,35 +101,60 @@ export class Pipeline {
     return this.group.size;
   }
 
-  /** Collective over the pipeline group: splits the two channels (see the file comment). */
-  static async create(group: Communicator): Promise<Pipeline> {
-    const activations = await group.split({ color: 0 });
-    const gradients = await group.split({ color: 0 });
-    return new Pipeline(group, activations!, gradients!);
+  /**
+   * Collective over the pipeline group. Each direction of each neighbour link gets a
+   * communicator of its own (see the file comment): with `chunks` > 1 the last rank
+   * also feeds the first, and a ring of rendezvous sends on one in-order channel
+   * could wait on itself.
+   */
+  static async create(group: Communicator, options: { chunks?: number } = {}): Promise<Pipeline> {
+    const chunks = options.chunks ?? 1;
+    const P = group.size, s = group.rank;
+    if (P === 1) return new Pipeline(group, null, chunks);
+    // Link i joins ranks i and i+1 (mod P); each rank takes part in two of them per direction.
+    const pairs: Array<Communicator | null> = [];
+    for (const direction of [0, 1]) {
+      for (let i = 0; i < P; i++) {
+        const member = s === i || s === (i + 1) % P;
+        pairs.push(await group.split({ color: member ? direction : -1 }));
+      }
+    }
+    // A pair communicator orders its two ranks by group rank: the lower one is 0.
+    const link = (direction: number, i: number, peer: number): Link => ({ comm: pairs[direction * P + i]!, peer: peer < s ? 0 : 1 });
+    const prev = (s - 1 + P) % P, next = (s + 1) % P;
+    return new Pipeline(group, {
+      actIn: link(0, prev, prev),
+      actOut: link(0, s, next),
+      gradIn: link(1, s, next),
+      gradOut: link(1, prev, prev),
+    }, chunks);
   }
 
-  /** Runs one step's actions on this stage. Every stage must run the same schedule name and micro-batch count. */
+  /** Runs one step's actions on this stage. Every stage must run the same schedule, micro-batch and chunk counts. */
   async run(actions: readonly Action[], module: PipelineStageModule): Promise<void> {
-    const s = this.stage, last = this.stages - 1;
+    const s = this.stage, P = this.stages, v = module.chunks ?? 1;
+    if (v !== this.chunks) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `pipeline: the stage module has ${v} chunks, the pipeline was created for ${this.chunks}`);
+    const lastVirtual = P * v - 1;
     const sends: Promise<unknown>[] = [];
     try {
       for (const a of actions) {
+        const virtual = a.chunk * P + s;
         if (a.kind === 'F') {
           let input: Float32Array | null = null;
-          if (s > 0) {
+          if (virtual > 0) {
             input = new Float32Array(module.boundarySize);
-            await this.activations.recv(input, s - 1);
+            await this.links!.actIn.comm.recv(input, this.links!.actIn.peer);
           }
-          const out = await module.forward(a.micro, input);
-          if (s < last) sends.push(Promise.resolve(this.activations.send(expectSize(out, module.boundarySize, 'forward'), s + 1)));
+          const out = await module.forward(a.micro, input, a.chunk);
+          if (virtual < lastVirtual) sends.push(Promise.resolve(this.links!.actOut.comm.send(expectSize(out, module.boundarySize, 'forward'), this.links!.actOut.peer)));
         } else {
           let dOut: Float32Array | null = null;
-          if (s < last) {
+          if (virtual < lastVirtual) {
             dOut = new Float32Array(module.boundarySize);
-            await this.gradients.recv(dOut, s + 1);
+            await this.links!.gradIn.comm.recv(dOut, this.links!.gradIn.peer);
           }
-          const dx = await module.backward(a.micro, dOut);
-          if (s > 0) sends.push(Promise.resolve(this.gradients.send(expectSize(dx, module.boundarySize, 'backward'), s - 1)));
+          const dx = await module.backward(a.micro, dOut, a.chunk);
+          if (virtual > 0) sends.push(Promise.resolve(this.links!.gradOut.comm.send(expectSize(dx, module.boundarySize, 'backward'), this.links!.gradOut.peer)));
         }
       }
     } finally {
@@ -102,8 +166,8 @@ export class Pipeline {
   }
 
   async destroy(): Promise<void> {
-    await this.activations.destroy();
-    await this.gradients.destroy();
+    if (!this.links) return;
+    for (const c of new Set(Object.values(this.links).map((l) => l.comm))) await c.destroy();
   }
 }
 

@@ -33,6 +33,8 @@ export interface Train3DConfig {
   /** Micro-batches per step per replica (the pipeline's M). */
   micro: number;
   schedule: ScheduleName;
+  /** Model chunks per pipeline rank for 'interleaved-1f1b' (default 1). */
+  chunks?: number;
   optimizer: OptimizerOptions;
   clipNorm?: number;
   /** The global batch of step s: globalBatch rows of seqLen+1 tokens, the same on every rank. */
@@ -65,12 +67,13 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
     throw new NcclNodeError('ERR_INVALID_ARGUMENT', `train3d: globalBatch ${cfg.globalBatch} must divide by dp ${dp} x micro ${cfg.micro}`);
   }
   const model: GPTUnits<{ out: Float32Array }> = tp > 1 ? new TensorParallelGPT(cfg.model, mesh.get('tp')) : new GPT(cfg.model);
-  const pipe = await Pipeline.create(mesh.get('pp'));
+  const chunks = cfg.chunks ?? 1;
+  const pipe = await Pipeline.create(mesh.get('pp'), { chunks });
   const optimizer = createOptimizer(cfg.optimizer);
   const { dp: dpRank, tp: tpRank } = mesh.coords;
   const losses: number[] = [], gradNorms: number[] = [];
   // This rank's parameters are its stage's, whatever the step: a stage built only to list them.
-  let params: Param[] = new GPTPipelineStage(model, pipe.stage, pipe.stages, [], 1, 1).params;
+  let params: Param[] = new GPTPipelineStage(model, pipe.stage, pipe.stages, [], 1, 1, chunks).params;
   let start = 0;
   if (cfg.ckpt?.from) start = await load3d(cfg.ckpt.from, params, optimizer);
   const ck = cfg.ckpt?.dir && cfg.ckpt.at?.length ? await Checkpointer.create(cfg.ckpt.dir, { comm: world }) : null;
@@ -78,10 +81,10 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
   for (let step = start; step < cfg.steps; step++) {
     const rows = cfg.batch(step).subarray(dpRank * rowsPerReplica * (T + 1), (dpRank + 1) * rowsPerReplica * (T + 1));
     const micro = Array.from({ length: cfg.micro }, (_, m) => rows.subarray(m * microRows * (T + 1), (m + 1) * microRows * (T + 1)));
-    const stage = new GPTPipelineStage(model, pipe.stage, pipe.stages, micro, microRows, 1 / (cfg.globalBatch * T));
+    const stage = new GPTPipelineStage(model, pipe.stage, pipe.stages, micro, microRows, 1 / (cfg.globalBatch * T), chunks);
     params = stage.params;
     for (const p of params) p.grad.fill(0);
-    await pipe.run(schedule(cfg.schedule, pipe.stages, pipe.stage, cfg.micro), stage);
+    await pipe.run(schedule(cfg.schedule, pipe.stages, pipe.stage, cfg.micro, chunks), stage);
 
     // Data parallel: one flat all-reduce of this stage's gradients over the replicas.
     const flat = concat(params.map((p) => p.grad));

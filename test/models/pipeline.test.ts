@@ -34,7 +34,30 @@ describe('pipeline schedules', () => {
         }
       }
     }
-    expect(() => schedule('zigzag' as never, 2, 0, 2)).toThrow(/gpipe or 1f1b/);
+    expect(() => schedule('zigzag' as never, 2, 0, 2)).toThrow(/gpipe, 1f1b or interleaved-1f1b/);
+  });
+
+  it('interleaved 1F1B: every (micro-batch, chunk) once each way, in an order every rank shares', () => {
+    for (const [P, v, M] of [[2, 2, 4], [4, 2, 8], [2, 3, 6]] as const) {
+      const orders = new Set<string>();
+      for (let s = 0; s < P; s++) {
+        const acts = schedule('interleaved-1f1b', P, s, M, v);
+        const pairs = (kind: 'F' | 'B') => acts.filter((a) => a.kind === kind).map((a) => `${a.micro}/${a.chunk}`);
+        const all = [...Array(M).keys()].flatMap((m) => [...Array(v).keys()].map((c) => `${m}/${c}`)).sort();
+        expect([...pairs('F')].sort()).toEqual(all);
+        expect([...pairs('B')].sort()).toEqual(all);
+        orders.add(JSON.stringify([pairs('F'), pairs('B')]));
+        // A chunk's backward comes after its forward.
+        const seen = new Set<string>();
+        for (const a of acts) {
+          if (a.kind === 'F') seen.add(`${a.micro}/${a.chunk}`);
+          else expect(seen.has(`${a.micro}/${a.chunk}`)).toBe(true);
+        }
+      }
+      // The sends of one rank meet the next rank's receives in the same order.
+      expect(orders.size).toBe(1);
+    }
+    expect(() => schedule('interleaved-1f1b', 4, 0, 6, 2)).toThrow(/divisible by the 4 stages/);
   });
 });
 
@@ -53,16 +76,17 @@ describe('pipeline-parallel GPT', { timeout: 120_000 }, () => {
     return { losses, grads: new Map(m.params.map((p) => [p.name, p.grad])), data: new Map(m.params.map((p) => [p.name, p.data])) };
   }
 
-  for (const [name, P] of [['gpipe', 2], ['1f1b', 2], ['1f1b', 4]] as const) {
-    it(`${name} over ${P} stages equals one process`, async () => {
+  for (const [name, P, chunks] of [['gpipe', 2, 1], ['1f1b', 2, 1], ['1f1b', 4, 1], ['interleaved-1f1b', 2, 2]] as const) {
+    it(`${name} over ${P} stages${chunks > 1 ? ` x ${chunks} chunks` : ''} equals one process`, async () => {
       const ref = await reference();
       const ranks = await runRanks<{ losses: number[]; held: number; params: Array<{ name: string; size: number }> }>('test/models/pp-worker.ts', P, {
-        payload: { cfg: CFG, tokens, batch: BATCH, micro: MICRO, steps: STEPS, lr: LR, name },
+        payload: { cfg: CFG, tokens, batch: BATCH, micro: MICRO, steps: STEPS, lr: LR, name, chunks },
       });
       expect(ranks.every((x) => x.code === 0), describeRanks(ranks)).toBe(true);
       const seen = new Set<string>();
       for (const x of ranks) {
-        expect(x.result!.held).toBe(name === 'gpipe' ? MICRO : Math.min(P - x.rank, MICRO));
+        if (name !== 'interleaved-1f1b') expect(x.result!.held).toBe(name === 'gpipe' ? MICRO : Math.min(P - x.rank, MICRO));
+        else expect(x.result!.held).toBeLessThanOrEqual(Math.min((P - x.rank - 1) * 2 + (chunks - 1) * P + 1, MICRO * chunks));
         let o = 0;
         for (const p of x.result!.params) {
           seen.add(p.name);

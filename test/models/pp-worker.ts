@@ -10,11 +10,11 @@ import { GPTPipelineStage } from '../../src/models/gpt/gpt-pipeline-stage.js';
 import { Pipeline, schedule, type ScheduleName } from '../../src/runtime/pipeline.js';
 import { readPayload, writeResult } from '../helpers/ranks.js';
 
-const { cfg, tokens, batch, micro, steps, lr, name } = readPayload<{
-  cfg: GPTConfig; tokens: number[]; batch: number; micro: number; steps: number; lr: number; name: ScheduleName;
+const { cfg, tokens, batch, micro, steps, lr, name, chunks = 1 } = readPayload<{
+  cfg: GPTConfig; tokens: number[]; batch: number; micro: number; steps: number; lr: number; name: ScheduleName; chunks?: number;
 }>();
 const comm = await init({ backend: 'gloo' });
-const pipe = await Pipeline.create(comm);
+const pipe = await Pipeline.create(comm, { chunks });
 const model = new GPT(cfg);
 const rows = batch / micro, width = cfg.seqLen + 1;
 const all = Int32Array.from(tokens);
@@ -23,16 +23,16 @@ const losses: number[] = [];
 let held = 0;
 let params: GPTPipelineStage<{ out: Float32Array }>['params'] = [];
 for (let step = 0; step < steps; step++) {
-  const stage = new GPTPipelineStage(model, pipe.stage, pipe.stages, microBatches, rows, 1 / (batch * cfg.seqLen));
+  const stage = new GPTPipelineStage(model, pipe.stage, pipe.stages, microBatches, rows, 1 / (batch * cfg.seqLen), chunks);
   params = stage.params;
   for (const p of params) p.grad.fill(0);
   const forward = stage.forward.bind(stage);
-  stage.forward = async (m, input) => {
-    const out = await forward(m, input);
+  stage.forward = async (m, input, chunk) => {
+    const out = await forward(m, input, chunk);
     held = Math.max(held, stage.inFlight);
     return out;
   };
-  await pipe.run(schedule(name, pipe.stages, pipe.stage, micro), stage);
+  await pipe.run(schedule(name, pipe.stages, pipe.stage, micro, chunks), stage);
   if (pipe.stage === pipe.stages - 1) losses.push(stage.losses.reduce((a, b) => a + b, 0) / (batch * cfg.seqLen));
   for (const p of params) for (let i = 0; i < p.size; i++) p.data[i] = p.data[i]! - lr * p.grad[i]!;
 }

@@ -32,65 +32,74 @@ export function stageBlocks(layers: number, stages: number, stage: number): [num
 
 export class GPTPipelineStage<S extends { out: Float32Array }> implements PipelineStageModule {
   readonly boundarySize: number;
-  /** This stage's parameters: what its optimizer steps and its gradient norm covers. */
+  /** This rank's parameters (all its chunks): what its optimizer steps and its gradient norm covers. */
   readonly params: Param[];
-  /** Summed token loss per micro-batch (last stage only). */
+  /** Summed token loss per micro-batch (the rank holding the last virtual stage only). */
   readonly losses: number[] = [];
-  readonly #blocks: [number, number];
-  readonly #saved = new Map<number, S[]>();
+  /** Blocks [first, end) of each chunk. */
+  readonly #blocks: Array<[number, number]>;
+  readonly #saved = new Map<string, S[]>();
   readonly #dHead = new Map<number, Float32Array>();
 
   /**
    * micro[m] holds micro-batch m: `batch` rows of seqLen+1 tokens; gradScale
    * multiplies the summed token loss (1 / tokens of the whole step, for a mean).
+   * With chunks v > 1 (interleaved schedules) the rank holds virtual stages
+   * c·stages + stage for c < v, the blocks split over stages·v of them.
    */
   constructor(readonly model: GPTUnits<S>, readonly stage: number, readonly stages: number,
-    readonly micro: readonly Int32Array[], readonly batch: number, readonly gradScale: number) {
+    readonly micro: readonly Int32Array[], readonly batch: number, readonly gradScale: number, readonly chunks = 1) {
     const { layers: L, seqLen: T, dim: D } = model.cfg;
-    if (stages > L) throw new RangeError(`a ${L}-layer GPT cannot fill ${stages} pipeline stages`);
-    this.#blocks = stageBlocks(L, stages, stage);
+    const virtual = stages * chunks;
+    if (virtual > L) throw new RangeError(`a ${L}-layer GPT cannot fill ${virtual} pipeline stages`);
+    this.#blocks = Array.from({ length: chunks }, (_, c) => stageBlocks(L, virtual, c * stages + stage));
     this.boundarySize = batch * T * D;
-    const [a, b] = this.#blocks;
-    this.params = [...(this.#first ? model.units[0]! : []), ...model.units.slice(a + 1, b + 1).flat(), ...(this.#last ? model.units[L + 1]! : [])];
+    this.params = [
+      ...(this.#first(0) ? model.units[0]! : []),
+      ...this.#blocks.flatMap(([a, b]) => model.units.slice(a + 1, b + 1).flat()),
+      ...(this.#last(chunks - 1) ? model.units[L + 1]! : []),
+    ];
   }
 
-  get #first(): boolean {
-    return this.stage === 0;
+  #first(chunk: number): boolean {
+    return chunk === 0 && this.stage === 0;
   }
 
-  get #last(): boolean {
-    return this.stage === this.stages - 1;
+  #last(chunk: number): boolean {
+    return chunk === this.chunks - 1 && this.stage === this.stages - 1;
   }
 
-  async forward(m: number, input: Float32Array | null): Promise<Float32Array | null> {
+  async forward(m: number, input: Float32Array | null, chunk = 0): Promise<Float32Array | null> {
     const tokens = this.micro[m]!;
-    let x = this.#first ? await this.model.embedForward(tokens, this.batch) : input!;
+    let x = this.#first(chunk) ? await this.model.embedForward(tokens, this.batch) : input!;
     const saved: S[] = [];
-    for (let l = this.#blocks[0]; l < this.#blocks[1]; l++) {
+    const [a, b] = this.#blocks[chunk]!;
+    for (let l = a; l < b; l++) {
       const s = await this.model.blockForward(l, x, this.batch);
       saved.push(s);
       x = s.out;
     }
-    this.#saved.set(m, saved);
-    if (!this.#last) return x;
+    this.#saved.set(`${m}/${chunk}`, saved);
+    if (!this.#last(chunk)) return x;
     const { loss, dx } = await this.model.headForwardBackward(x, tokens, this.batch, this.gradScale);
     this.losses[m] = loss;
     this.#dHead.set(m, dx);
     return null;
   }
 
-  async backward(m: number, dOut: Float32Array | null): Promise<Float32Array | null> {
-    let dx = this.#last ? this.#dHead.get(m)! : dOut!;
-    this.#dHead.delete(m);
-    const saved = this.#saved.get(m)!;
-    this.#saved.delete(m);
-    for (let l = this.#blocks[1] - 1; l >= this.#blocks[0]; l--) dx = await this.model.blockBackward(l, saved[l - this.#blocks[0]]!, dx, this.batch);
-    if (!this.#first) return dx;
+  async backward(m: number, dOut: Float32Array | null, chunk = 0): Promise<Float32Array | null> {
+    let dx = this.#last(chunk) ? this.#dHead.get(m)! : dOut!;
+    if (this.#last(chunk)) this.#dHead.delete(m);
+    const saved = this.#saved.get(`${m}/${chunk}`)!;
+    this.#saved.delete(`${m}/${chunk}`);
+    const [a, b] = this.#blocks[chunk]!;
+    for (let l = b - 1; l >= a; l--) dx = await this.model.blockBackward(l, saved[l - a]!, dx, this.batch);
+    if (!this.#first(chunk)) return dx;
     this.model.embedBackward(this.micro[m]!, this.batch, dx);
     return null;
   }
 
-  /** Micro-batches whose activations are held now (for memory accounting). */
+  /** (micro-batch, chunk) activations held now (for memory accounting). */
   get inFlight(): number {
     return this.#saved.size;
   }
