@@ -1,8 +1,9 @@
 /**
- * Pipeline bubble, measured against the formula: GPT over P stages, GPipe and 1F1B,
- * M micro-batches. A stage's bubble is the part of the step it does not compute
- * (1 - compute / wall; this includes its send/recv time); the formula for both
- * schedules is (P - 1) / (M + P - 1). The baseline, run by the same script, is the
+ * Pipeline bubble, measured against the formula: GPT over P stages, GPipe, 1F1B and
+ * interleaved 1F1B (2 chunks per rank; M a multiple of P), M micro-batches. A stage's
+ * bubble is the part of the step it does not compute (1 - compute / wall; this
+ * includes its send/recv time); the formula is (P - 1) / (M + P - 1) for GPipe and
+ * 1F1B, (P - 1) / (v·M + P - 1) interleaved (the warm-up and cool-down shrink v-fold). The baseline, run by the same script, is the
  * whole model in one process on the same batch: speedup = its step time / the
  * pipeline's. Prints a table, writes JSON.
  *
@@ -46,17 +47,18 @@ async function baseline(micro: number): Promise<number> {
 const rows: Record<string, number | string>[] = [];
 for (const micro of a.micro!.split(',').map(Number)) {
   const single = await baseline(micro);
-  for (const name of ['gpipe', '1f1b'] as const) {
+  for (const [name, chunks] of [['gpipe', 1], ['1f1b', 1], ['interleaved-1f1b', 2]] as const) {
+    if (micro % P !== 0 && chunks > 1) continue;
     const ranks = await runRanks<{ wall: number[]; busy: number[] }>('bench/runtime/pipeline-worker.ts', P, {
-      payload: { cfg, name, micro, rows: ROWS, steps }, check: true, timeoutMs: 590_000,
+      payload: { cfg, name, micro, rows: ROWS, steps, chunks }, check: true, timeoutMs: 590_000,
     });
     const wall = median(ranks.map((r) => median(r.result!.wall)));
     const bubbles = ranks.map((r) => 1 - median(r.result!.busy) / median(r.result!.wall));
     rows.push({
-      schedule: name, stages: P, micro,
+      schedule: chunks > 1 ? `${name} (v=${chunks})` : name, stages: P, micro,
       bubbleMeasured: +(bubbles.reduce((x, y) => x + y, 0) / P).toFixed(3),
       bubbleWorstStage: +Math.max(...bubbles).toFixed(3),
-      bubbleFormula: +((P - 1) / (micro + P - 1)).toFixed(3),
+      bubbleFormula: +((P - 1) / (chunks * micro + P - 1)).toFixed(3),
       stepMs: +wall.toFixed(1), singleProcessMs: +single.toFixed(1), speedup: +(single / wall).toFixed(2),
     });
   }
