@@ -21,8 +21,9 @@ import { GPT, type GPTConfig } from '../models/gpt/gpt.js';
 import { GPTPipelineStage, type GPTUnits } from '../models/gpt/gpt-pipeline-stage.js';
 import { placeSlice, sliceOf, TensorParallelGPT, TPParam } from '../models/gpt/tensor-parallel.js';
 import type { Param } from '../models/tiny-lm/tiny-lm.js';
-import { createOptimizer, DeviceMesh, type Optimizer, type OptimizerOptions } from '../runtime/index.js';
+import { createOptimizer, DeviceMesh, type OptimizerOptions } from '../runtime/index.js';
 import { Pipeline, schedule, type ScheduleName } from '../runtime/pipeline.js';
+import { DataParallelOptimizer, type ZeroStage } from './dp-optimizer.js';
 
 export interface Train3DConfig {
   model: GPTConfig;
@@ -36,6 +37,8 @@ export interface Train3DConfig {
   /** Model chunks per pipeline rank for 'interleaved-1f1b' (default 1). */
   chunks?: number;
   optimizer: OptimizerOptions;
+  /** ZeRO on the dp axis (dp-optimizer.ts): 0 replicates the optimizer, 1 shards its state, 2 also the reduced gradients. */
+  zero?: ZeroStage;
   clipNorm?: number;
   /** The global batch of step s: globalBatch rows of seqLen+1 tokens, the same on every rank. */
   batch(step: number): Int32Array;
@@ -69,11 +72,12 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
   const model: GPTUnits<{ out: Float32Array }> = tp > 1 ? new TensorParallelGPT(cfg.model, mesh.get('tp')) : new GPT(cfg.model);
   const chunks = cfg.chunks ?? 1;
   const pipe = await Pipeline.create(mesh.get('pp'), { chunks });
-  const optimizer = createOptimizer(cfg.optimizer);
   const { dp: dpRank, tp: tpRank } = mesh.coords;
   const losses: number[] = [], gradNorms: number[] = [];
   // This rank's parameters are its stage's, whatever the step: a stage built only to list them.
-  let params: Param[] = new GPTPipelineStage(model, pipe.stage, pipe.stages, [], 1, 1, chunks).params;
+  const params: Param[] = new GPTPipelineStage(model, pipe.stage, pipe.stages, [], 1, 1, chunks).params;
+  const counted = (p: Param): boolean => isSharded(p) || tpRank === 0; // the global norm counts each element once
+  const optimizer = new DataParallelOptimizer(mesh.get('dp'), createOptimizer(cfg.optimizer), cfg.zero ?? 0, params, counted);
   let start = 0;
   if (cfg.ckpt?.from) start = await load3d(cfg.ckpt.from, params, optimizer);
   const ck = cfg.ckpt?.dir && cfg.ckpt.at?.length ? await Checkpointer.create(cfg.ckpt.dir, { comm: world }) : null;
@@ -82,26 +86,17 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
     const rows = cfg.batch(step).subarray(dpRank * rowsPerReplica * (T + 1), (dpRank + 1) * rowsPerReplica * (T + 1));
     const micro = Array.from({ length: cfg.micro }, (_, m) => rows.subarray(m * microRows * (T + 1), (m + 1) * microRows * (T + 1)));
     const stage = new GPTPipelineStage(model, pipe.stage, pipe.stages, micro, microRows, 1 / (cfg.globalBatch * T), chunks);
-    params = stage.params;
     for (const p of params) p.grad.fill(0);
     await pipe.run(schedule(cfg.schedule, pipe.stages, pipe.stage, cfg.micro, chunks), stage);
 
-    // Data parallel: one flat all-reduce of this stage's gradients over the replicas.
-    const flat = concat(params.map((p) => p.grad));
-    if (dp > 1) await mesh.get('dp').allReduce(flat, { op: 'sum' });
-    scatter(flat, params.map((p) => p.grad));
-
-    // The global norm: sharded tensors on every TP rank, replicated ones once, every stage.
-    const sq = new Float64Array([params.reduce((a, p) => a + (isSharded(p) || tpRank === 0 ? sumSq(p.grad) : 0), 0)]);
+    // Data parallel: gradients reduced over the replicas (all-reduce, or reduce-scatter under ZeRO-2).
+    // The global norm: its squares summed over dp there, then over tp and pp here.
+    const sq = new Float64Array([await optimizer.reduce()]);
     if (tp > 1) await mesh.get('tp').allReduce(sq, { op: 'sum' });
     if (pp > 1) await mesh.get('pp').allReduce(sq, { op: 'sum' });
     const norm = Math.sqrt(sq[0]!);
     gradNorms.push(norm);
-    if (cfg.clipNorm) {
-      const c = Math.min(1, cfg.clipNorm / (norm + 1e-6));
-      for (const p of params) for (let i = 0; i < p.size; i++) p.grad[i] = p.grad[i]! * c;
-    }
-    optimizer.step(params.map((p) => ({ key: p.name, param: p.data, grad: p.grad })));
+    await optimizer.step(cfg.clipNorm ? Math.min(1, cfg.clipNorm / (norm + 1e-6)) : 1);
 
     // The mean loss: the last stage of each replica holds its summed token loss.
     const loss = new Float64Array([pipe.stage === pipe.stages - 1 && tpRank === 0 ? stage.losses.reduce((a, b) => a + b, 0) : 0]);
@@ -118,25 +113,22 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
   return { start, losses, gradNorms, mesh, params };
 }
 
-/** The optimizer state tensors of a parameter, as Optimizer.state names them. */
-function stateOf(optimizer: Optimizer, p: Param): Record<string, Float32Array> {
-  return optimizer.state([{ key: p.name, size: p.size }]).tensors;
-}
-
 /**
  * What this rank saves: only replica dp 0 saves; a TP-sharded tensor is gathered
  * over the tp group, and each tp rank saves 1/tp of the full tensor as one flat
  * range, so the file holds global tensors in pieces that any layout can read.
  */
-async function globalPieces(mesh: DeviceMesh, params: Param[], optimizer: Optimizer): Promise<Record<string, TensorShard>> {
+async function globalPieces(mesh: DeviceMesh, params: Param[], optimizer: DataParallelOptimizer): Promise<Record<string, TensorShard>> {
   const { tp: tpSize } = mesh.sizes;
   const { tp: tpRank, dp: dpRank } = mesh.coords;
+  const state = await optimizer.fullState();
   const out: Record<string, TensorShard> = {};
   for (const p of params) {
     const shard = p instanceof TPParam ? p.shard : null;
     const shape = shard ? shard.shape : p.shape;
     const numel = shape.reduce((a, b) => a * b, 1);
-    for (const [name, local] of [[p.name, p.data], ...Object.entries(stateOf(optimizer, p))] as const) {
+    const states = Object.entries(state).filter(([k]) => k.slice(0, k.lastIndexOf('.')) === p.name);
+    for (const [name, local] of [[p.name, p.data], ...states] as const) {
       let full = local;
       if (shard) {
         const all = new Float32Array(local.length * tpSize);
@@ -153,13 +145,15 @@ async function globalPieces(mesh: DeviceMesh, params: Param[], optimizer: Optimi
 }
 
 /** Loads a checkpoint saved at any layout into this rank's shard of its stage; returns its step. */
-async function load3d(from: string, params: Param[], optimizer: Optimizer): Promise<number> {
+async function load3d(from: string, params: Param[], optimizer: DataParallelOptimizer): Promise<number> {
   const full = new Map<string, Float32Array>();
   const targets: Record<string, { data: Float32Array; offset: number }> = {};
+  const stateNames = optimizer.stateNames();
+  const statesOf = (p: Param) => stateNames.filter((k) => k.slice(0, k.lastIndexOf('.')) === p.name);
   for (const p of params) {
     const shard = p instanceof TPParam ? p.shard : null;
     const numel = (shard ? shard.shape : p.shape).reduce((a, b) => a * b, 1);
-    for (const name of [p.name, ...Object.keys(stateOf(optimizer, p))]) {
+    for (const name of [p.name, ...statesOf(p)]) {
       full.set(name, new Float32Array(numel));
       targets[name] = { data: full.get(name)!, offset: 0 };
     }
@@ -172,28 +166,10 @@ async function load3d(from: string, params: Param[], optimizer: Optimizer): Prom
   const tensors: Record<string, Float32Array> = {};
   for (const p of params) {
     p.data.set(local(p, p.name));
-    for (const name of Object.keys(stateOf(optimizer, p))) tensors[name] = local(p, name);
+    for (const name of statesOf(p)) tensors[name] = local(p, name);
   }
-  optimizer.loadState({ step: r.step, tensors });
+  optimizer.loadState(r.step, tensors);
   return r.step;
 }
 
 const isSharded = (p: Param): boolean => p instanceof TPParam && p.shard !== null;
-
-function sumSq(x: Float32Array): number {
-  let s = 0;
-  for (const v of x) s += v * v;
-  return s;
-}
-
-function concat(xs: Float32Array[]): Float32Array {
-  const out = new Float32Array(xs.reduce((a, x) => a + x.length, 0));
-  let o = 0;
-  for (const x of xs) (out.set(x, o), (o += x.length));
-  return out;
-}
-
-function scatter(flat: Float32Array, into: Float32Array[]): void {
-  let o = 0;
-  for (const x of into) (x.set(flat.subarray(o, o + x.length)), (o += x.length));
-}

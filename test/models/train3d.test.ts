@@ -74,11 +74,11 @@ async function reference(): Promise<{ losses: number[]; norms: number[]; data: M
 }
 
 describe('train3d: data x tensor x pipeline parallel', { timeout: 120_000 }, () => {
-  for (const [dp, tp, pp] of [[2, 2, 1], [1, 2, 2], [2, 1, 2], [1, 1, 4], [4, 1, 1]] as const) {
-    it(`(dp, tp, pp) = (${dp}, ${tp}, ${pp}) equals one process`, async () => {
+  for (const [dp, tp, pp, zero] of [[2, 2, 1, 0], [1, 2, 2, 0], [2, 1, 2, 0], [1, 1, 4, 0], [4, 1, 1, 0], [2, 1, 2, 2], [2, 2, 1, 1], [4, 1, 1, 2]] as const) {
+    it(`(dp, tp, pp) = (${dp}, ${tp}, ${pp})${zero ? ` with ZeRO-${zero} on dp` : ''} equals one process`, async () => {
       const ref = await reference();
       const ranks = await runRanks<Out>('test/models/train3d-worker.ts', 4, {
-        payload: { model: CFG, mesh: { dp, tp, pp }, steps: STEPS, globalBatch: BATCH, micro: MICRO, schedule: '1f1b', optimizer: { kind: 'adamw', lr: LR, weightDecay: WD }, clipNorm: CLIP, batches },
+        payload: { model: CFG, mesh: { dp, tp, pp }, zero, steps: STEPS, globalBatch: BATCH, micro: MICRO, schedule: '1f1b', optimizer: { kind: 'adamw', lr: LR, weightDecay: WD }, clipNorm: CLIP, batches },
       });
       expect(ranks.every((x) => x.code === 0), describeRanks(ranks)).toBe(true);
       for (const x of ranks) {
@@ -96,12 +96,12 @@ describe('train3d: data x tensor x pipeline parallel', { timeout: 120_000 }, () 
     });
   }
 
-  it('a checkpoint saved at (1, 2, 2) holds the exact global tensors and resumes at (2, 1, 2) and (1, 1, 4)', async () => {
+  it('a checkpoint saved at (2, 2, 1) under ZeRO-2 holds the exact global tensors and resumes at (2, 1, 2), (1, 2, 2) with ZeRO-1, and (1, 1, 4)', async () => {
     const ref = await reference();
     const dir = mkdtempSync(join(tmpdir(), 'nccl-node-3d-'));
     try {
       const common = { model: CFG, globalBatch: BATCH, micro: MICRO, schedule: '1f1b', optimizer: { kind: 'adamw', lr: LR, weightDecay: WD }, clipNorm: CLIP, batches };
-      const first = await runRanks<Out>('test/models/train3d-worker.ts', 4, { payload: { ...common, mesh: { dp: 1, tp: 2, pp: 2 }, steps: 2, ckpt: { dir, at: [2] } } });
+      const first = await runRanks<Out>('test/models/train3d-worker.ts', 4, { payload: { ...common, mesh: { dp: 2, tp: 2, pp: 1 }, zero: 2, steps: 2, ckpt: { dir, at: [2] } } });
       expect(first.every((x) => x.code === 0), describeRanks(first)).toBe(true);
       // The saved parameters, read back whole in this process, are the run's final ones bit for bit.
       const saved = assemble(first as never, ref.data);
@@ -109,8 +109,8 @@ describe('train3d: data x tensor x pipeline parallel', { timeout: 120_000 }, () 
       const r = await load(dir, targets);
       expect(r.step).toBe(2);
       for (const [k, v] of saved) expect(Buffer.from(targets[k]!.data.buffer).equals(Buffer.from(v.buffer)), k).toBe(true);
-      for (const mesh of [{ dp: 2, tp: 1, pp: 2 }, { dp: 1, tp: 1, pp: 4 }]) {
-        const resumed = await runRanks<Out>('test/models/train3d-worker.ts', 4, { payload: { ...common, mesh, steps: STEPS, ckpt: { from: dir } } });
+      for (const [mesh, zero] of [[{ dp: 2, tp: 1, pp: 2 }, 0], [{ dp: 1, tp: 2, pp: 2 }, 1], [{ dp: 1, tp: 1, pp: 4 }, 0]] as const) {
+        const resumed = await runRanks<Out>('test/models/train3d-worker.ts', 4, { payload: { ...common, mesh, zero, steps: STEPS, ckpt: { from: dir } } });
         expect(resumed.every((x) => x.code === 0), describeRanks(resumed)).toBe(true);
         for (const x of resumed) expect(x.result!.losses[0]).toBeCloseTo(ref.losses[2]!, 5);
         const got = assemble(resumed as never, ref.data);
