@@ -32,7 +32,7 @@ export function trainRegistry(labels: Record<string, string>) {
       name: 'nccl_node_step_duration_seconds', help: 'Wall time of each step on this rank.', registers,
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
     }),
-    phaseSeconds: g('nccl_node_phase_seconds', 'Time of the last step in each phase: data, compute, comm (exposed), checkpoint.', ['phase']),
+    phaseSeconds: g('nccl_node_step_phase_seconds', 'Time of the last step in each phase: data, compute, comm (exposed), checkpoint.', ['phase']),
     phaseTotal: c('nccl_node_phase_seconds_total', 'Time in each phase over all steps.', ['phase']),
     collCalls: c('nccl_node_collective_calls_total', 'Collective operations completed, by kind.', ['kind']),
     collBytes: c('nccl_node_collective_bytes_total', "Bytes of collective operations (nccl-tests' message size), by kind.", ['kind']),
