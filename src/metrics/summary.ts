@@ -80,7 +80,8 @@ export function runSummary(ranks: RankSummary[]): RunSummary {
   };
 }
 
-const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+// Two significant digits below 0.1% (MFU of a small model on a GPU), one decimal otherwise.
+const pct = (x: number) => `${x !== 0 && Math.abs(x) < 0.001 ? (100 * x).toPrecision(2) : (100 * x).toFixed(1)}%`;
 const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
 
 /** A short fixed-width table: one row per rank, then the run's totals. */

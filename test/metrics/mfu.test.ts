@@ -163,3 +163,33 @@ describe('step-time split on 2 ranks, rank 1 with a 60 ms input pipeline', () =>
     }
   });
 });
+
+describe('FSDP stage 3 on 2 ranks, rank 1 with a 60 ms input pipeline', () => {
+  const steps = 6;
+  const run = runRanks<WorkerResult>('test/metrics/train-worker.ts', 2, {
+    payload: { steps, globalBatch: 8, delayMs: { 1: 60 }, parallel: 'fsdp' }, check: true, timeoutMs: 60_000,
+  }).then((rs) => rs.map((r) => r.result!));
+
+  it("counts rank 0's wait in the parameter gathers as exposed communication, not compute", async () => {
+    const [r0, r1] = await run;
+    const later = r0!.samples.slice(1);
+    for (const s of later) {
+      expect(s.phases.comm).toBeGreaterThan(0.045);
+      expect(s.phases.compute).toBeLessThan(s.phases.comm);
+    }
+    expect(Math.min(...r1!.samples.slice(1).map((s) => s.phases.data))).toBeGreaterThanOrEqual(0.059);
+  });
+
+  it('counts the reduce-scatter of every gradient, every step', async () => {
+    for (const r of await run) {
+      const rs = r.collectives.reduceScatter!;
+      // The input of each reduce-scatter is a unit's full gradient, padded to a multiple of the 2 ranks (4 units).
+      expect(rs.bytes).toBeGreaterThanOrEqual(steps * r.numParams * 4);
+      expect(rs.bytes).toBeLessThanOrEqual(steps * (r.numParams + 4 * 1) * 4);
+      // Every forward gathers every unit; backward regathers those resharded after forward.
+      const gathered = r.collectives.allGather!.bytes;
+      expect(gathered).toBeGreaterThanOrEqual(steps * r.numParams * 4);
+      expect(gathered).toBeLessThan(2 * steps * (r.numParams + 4) * 4 + 16384); // plus the summary's object exchange
+    }
+  });
+});
