@@ -2,7 +2,8 @@
 // endpoints every second and its HTTP API returns what the job logged; Python's
 // prometheus_client parser reads the endpoint text back to prom-client's own values;
 // the JSON-lines logs parse, and carry rank, step and exactly the fields docs/metrics.md lists.
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
+import { promisify } from 'node:util';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -163,4 +164,28 @@ describe('metrics as Prometheus, prometheus_client and log readers see them', ()
     expect(results[0]!.table).toMatch(/tok\/s/);
     expect(existsSync(join(logDir, 'rank-1.jsonl'))).toBe(true);
   });
+});
+
+describe('examples/train.ts --metrics-port / --log-dir under the launcher', () => {
+  it('serves rank r on port + LOCAL_RANK, logs per rank and prints the summary table on rank 0', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'nccl-node-metrics-cli-'));
+    try {
+      const port = await portPair();
+      const { stdout } = await promisify(execFile)(process.execPath, ['bin/nccl-node.js', 'run', '--prefix', '--nproc-per-node', '2', 'examples/train.ts',
+        '--model', 'tiny', '--steps', '5', '--global-batch', '4', '--metrics-port', String(port), '--log-dir', dir], { cwd: repoRoot, timeout: 60_000 });
+      expect(stdout).toContain(`[0] rank 0: metrics at http://127.0.0.1:${port}/metrics`);
+      expect(stdout).toContain(`[1] rank 1: metrics at http://127.0.0.1:${port + 1}/metrics`);
+      expect(stdout).toMatch(/^\[0\] rank\s+steps\s+step ms\s+compute\s+comm\s+data\s+ckpt\s+tok\/s\s+MFU\s+RSS$/m);
+      expect(stdout).toMatch(/^\[0\] 2 ranks: \d+ tokens\/s, MFU [\d.e+-]+% of measured \(cpu, js-float32\)$/m);
+      for (const rank of [0, 1]) {
+        const steps = readFileSync(join(dir, `rank-${rank}.jsonl`), 'utf8').trimEnd().split('\n').map((l) => JSON.parse(l) as { event: string; step: number })
+          .filter((e) => e.event === 'step');
+        expect(steps.map((e) => e.step)).toEqual([0, 1, 2, 3, 4]);
+      }
+      const summary = JSON.parse(readFileSync(join(dir, 'summary.json'), 'utf8')) as { worldSize: number; ranks: { steps: number }[] };
+      expect([summary.worldSize, ...summary.ranks.map((r) => r.steps)]).toEqual([2, 5, 5]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 90_000);
 });
