@@ -8,7 +8,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { StepSample } from '../../src/metrics/index.js';
+import { isNcclNodeError } from '../../src/errors.js';
+import { serveMetrics, trainRegistry, type StepSample } from '../../src/metrics/index.js';
 import { freePort, repoRoot, runRanks } from '../helpers/ranks.js';
 import { venvWith } from '../helpers/python.js';
 import { startPrometheus, type Prometheus } from '../helpers/prometheus.js';
@@ -188,4 +189,22 @@ describe('examples/train.ts --metrics-port / --log-dir under the launcher', () =
       rmSync(dir, { recursive: true, force: true });
     }
   }, 90_000);
+});
+
+describe('the metrics endpoint refuses what it cannot serve', () => {
+  it('a port outside 0..65535 is ERR_INVALID_ARGUMENT, a port in use ERR_UNAVAILABLE', async () => {
+    const { registry } = trainRegistry({ rank: '0' });
+    for (const bad of [-1, 65536, 1.5, Number.NaN]) {
+      await expect(serveMetrics(registry, bad, '127.0.0.1')).rejects.toSatisfy((e: unknown) => isNcclNodeError(e, 'ERR_INVALID_ARGUMENT') && /0\.\.65535/.test((e as Error).message));
+    }
+    const first = await serveMetrics(registry, 0, '127.0.0.1');
+    try {
+      const port = Number(new URL(first.url).port);
+      await expect(serveMetrics(registry, port, '127.0.0.1')).rejects.toSatisfy((e: unknown) => isNcclNodeError(e, 'ERR_UNAVAILABLE') && /EADDRINUSE/.test((e as Error).message));
+      const res = await fetch(first.url.replace('/metrics', '/other'));
+      expect(res.status).toBe(404);
+    } finally {
+      await new Promise((r) => first.server.close(r));
+    }
+  });
 });
