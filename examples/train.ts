@@ -6,6 +6,8 @@
  * The loop itself is train() in src/train/loop.ts (nccl-node/train); this file is
  * its command line. --device cuda trains on the GPU runtime (NCCL); --ckpt-dir DIR
  * saves sharded asynchronous checkpoints, --resume continues from the newest.
+ * --metrics-port P serves Prometheus metrics on P + LOCAL_RANK, --log-dir DIR writes
+ * JSON-lines logs per rank and summary.json (docs/metrics.md).
  */
 import { createHash } from 'node:crypto';
 import { parseArgs } from 'node:util';
@@ -13,6 +15,7 @@ import { pathToFileURL } from 'node:url';
 import { init } from 'nccl-node';
 import { TinyLM } from 'nccl-node/models';
 import { MODELS, train } from 'nccl-node/train';
+import { deviceMetrics, formatSummary, summarize, TrainMetrics } from 'nccl-node/metrics';
 
 async function main(): Promise<void> {
   const { values: a } = parseArgs({
@@ -33,6 +36,8 @@ async function main(): Promise<void> {
       keep: { type: 'string', default: '3' },
       resume: { type: 'boolean', default: false },
       device: { type: 'string', default: 'cpu' },
+      'metrics-port': { type: 'string' },
+      'log-dir': { type: 'string' },
     },
   });
   const model = MODELS[a.model];
@@ -45,6 +50,12 @@ async function main(): Promise<void> {
     : { kind: 'ddp' as const, compression: a.compression as 'none' | 'bfloat16' | 'float16' };
   const log = comm.rank === 0 ? (l: string) => console.log(l) : undefined;
   log?.(`TinyLM ${new TinyLM(model).numParams} parameters, ${comm.size} ranks, ${JSON.stringify(parallel)}`);
+  const metricsPort = a['metrics-port'] === undefined ? undefined : Number(a['metrics-port']);
+  const metrics = metricsPort !== undefined || a['log-dir']
+    ? await TrainMetrics.create({ rank: comm.rank, localRank: comm.localRank, worldSize: comm.size, model, port: metricsPort, logDir: a['log-dir'],
+      ...(await deviceMetrics(a.device, a['param-dtype'] === 'bfloat16' ? 'bf16' : 'fp32')) })
+    : undefined;
+  if (metrics?.url) console.log(`rank ${comm.rank}: metrics at ${metrics.url}`);
   const r = await train(comm, {
     model,
     steps: Number(a.steps),
@@ -57,7 +68,13 @@ async function main(): Promise<void> {
     device: a.device,
     ...(a['ckpt-dir'] ? { ckpt: { dir: a['ckpt-dir'], resume: a.resume, mtbfHours: Number(a['mtbf-hours']), keep: Number(a.keep), ...(a['ckpt-every'] ? { every: Number(a['ckpt-every']) } : {}) } } : {}),
     ...(log ? { log } : {}),
+    ...(metrics ? { metrics } : {}),
   });
+  if (metrics) {
+    const run = await summarize(metrics, comm, a['log-dir']);
+    if (run) log?.(formatSummary(run));
+    await metrics.close();
+  }
   // A fingerprint of the final parameters: equal across runs iff they are bit-identical.
   const h = createHash('sha256');
   for (const p of r.params) h.update(new Uint8Array(p.buffer, p.byteOffset, p.byteLength));

@@ -38,6 +38,7 @@ import {
 import { Work } from './work.js';
 import { registerBuffer, registerPinned, type Registration, type RegisterOptions } from './nccl/register.js';
 import type { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
+import { countCollective } from '../metrics/collectives.js';
 
 /** What a collective reads or writes: host TypedArrays, or device buffers on the GPU path. */
 export type Buffer = HostArray | DeviceLike;
@@ -538,6 +539,7 @@ export class Communicator {
     // caller; opt-in, since a stack capture costs more than the rest of the call.
     const callSite = this.#callerStacks ? new Error(call) : undefined;
     const native = this.#start(call, s);
+    countCollective(this, call, s.count, s.dtype, this.size, native);
     return this.#track(new Work(native as Promise<void>, call, this, callSite));
   }
 

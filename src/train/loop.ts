@@ -37,6 +37,7 @@ import {
 import { globalBatch, rowsOf } from '../models/tiny-lm/synthetic-corpus.js';
 import { DeviceTinyLM } from '../models/tiny-lm/device-tiny-lm.js';
 import { DEFAULT_CONFIG, TEST_CONFIG, TinyLM, type TinyLMConfig } from '../models/tiny-lm/tiny-lm.js';
+import type { StepMetrics } from '../metrics/types.js';
 
 /** A few thousand parameters: what the checkpoint example test trains. */
 const TINY_CONFIG: TinyLMConfig = { vocab: 61, dim: 16, hidden: 37, layers: 2, seqLen: 8, seed: 5 };
@@ -90,6 +91,8 @@ export interface TrainConfig {
   log?: (line: string) => void;
   /** Called before each step's finish(); what it returns is called after step() (e.g. to trace copies). */
   traceStep?: () => () => void;
+  /** Per-step metrics (nccl-node/metrics TrainMetrics): phases of each step, its loss, checkpoints. */
+  metrics?: StepMetrics;
 }
 
 export interface TrainResult {
@@ -122,6 +125,7 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
       ? await DeviceDistributedDataParallel.create(comm, dm.params, optimizer, opts as DDPOptions)
       : await DeviceFullyShardedDataParallel.create(shardComm, dm.units, optimizer, fsdpOpts);
   const hooks = dm ? dm.hooks(dp.hooks as DeviceDataParallel['hooks']) : (dp.hooks as DataParallel['hooks']);
+  const sm = cfg.metrics, timedHooks = sm ? sm.hooks(hooks) : hooks; // waits for gathers count as communication
   /** Full, unpadded parameters in registration order (a collective under FSDP). */
   const fullParams = async (): Promise<Float32Array[]> => {
     if (dp instanceof FullyShardedDataParallel || dp instanceof DeviceFullyShardedDataParallel) return dp.gatherParams();
@@ -156,30 +160,38 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
   const losses: number[] = [], gradNorms: number[] = [], stepMs: number[] = [];
   for (let step = first; step < cfg.steps; step++) {
     const t0 = performance.now();
+    sm?.begin(step);
     const mine = cfg.data
       ? await cfg.data.rows(step, comm.rank, rowsPerRank)
       : rowsOf(globalBatch(step, cfg.globalBatch, T, cfg.model.vocab, cfg.dataSeed), T, comm.rank * rowsPerRank, rowsPerRank);
+    sm?.phase('compute');
     dp.zeroGrad();
     let loss = 0;
     for (let m = 0; m < cfg.microBatches; m++) {
       dp.setRequiresGradSync(m === cfg.microBatches - 1);
       const rows = rowsOf(mine, T, m * microRows, microRows);
-      loss += (await model.forwardBackward(rows, microRows, { gradScale, hooks })) / cfg.microBatches;
+      loss += (await model.forwardBackward(rows, microRows, { gradScale, hooks: timedHooks })) / cfg.microBatches;
       await dm?.flush();
     }
     const traced = cfg.traceStep?.();
+    sm?.phase('comm');
     await dp.finish();
+    sm?.phase('compute');
     const norm = cfg.clipNorm ? await dp.clipGradNorm(cfg.clipNorm) : NaN;
+    sm?.phase('checkpoint');
     await lastSave?.snapshotted; // an overlapped snapshot must finish before the state changes
+    sm?.phase('compute');
     await dp.step();
     traced?.();
     stepMs.push(performance.now() - t0);
 
+    sm?.phase('comm');
     const global = await storage.allReduceScalar(comm, loss / comm.size);
     losses.push(global);
     gradNorms.push(norm);
     cfg.log?.(`step ${step} loss ${global.toFixed(4)}${cfg.clipNorm ? ` grad_norm ${norm.toFixed(4)}` : ''} ${stepMs.at(-1)!.toFixed(0)} ms`);
 
+    sm?.phase('checkpoint');
     const done = step + 1; // steps completed: what train.step records
     if (ck?.shouldSave(done, { last: done === cfg.steps })) {
       // Overlapped: the copy runs beside the next forward/backward (awaited before dp.step()).
@@ -187,6 +199,7 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
       const overlap = cfg.ckpt!.overlap ?? true;
       lastSave = await ck.save(trainingState(dp, { step: done, dataSeed: cfg.dataSeed }, { config: { model: cfg.model, parallel: { ...cfg.parallel, replicate: undefined } }, codeVersion: 'nccl-node/train' }), { async: true, overlap });
       lastSave.committed.catch((err: Error) => cfg.log?.(`checkpoint step ${done} failed: ${err.message}`));
+      sm?.checkpoint(lastSave);
       await cfg.ckpt!.onSave?.({ step: done, handle: lastSave, params: fullParams });
       if (ck.needsSaveCost) {
         // The interval's save cost: the whole snapshot, as if nothing overlapped it (an upper bound).
@@ -195,6 +208,7 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
         cfg.log?.(`checkpoint every ${c.every} steps (save stall ${(c.stallSeconds * 1000).toFixed(1)} ms, step ${(c.stepSeconds * 1000).toFixed(0)} ms, MTBF ${c.mtbfHours} h)`);
       }
     }
+    sm?.end({ step, loss: global, gradNorm: norm, tokens: rowsPerRank * T, memory: dp.memory() });
   }
   if (lastSave) await lastSave.committed; // a failed final save fails the run
   await ck?.close();

@@ -1,0 +1,50 @@
+/**
+ * Bytes and busy time of every collective this process issues, per kind, for all its
+ * communicators together (the world and any split from it). The communicator calls
+ * countCollective() once per submitted operation; the cost is a Map update and one
+ * promise callback, so it is always on.
+ *
+ * Bytes are nccl-tests' message size: the buffer every rank holds in full (allGather:
+ * the output, reduceScatter: the input, otherwise the count × element size). Time is
+ * the operation's own run: a communicator runs its operations one after another, so
+ * an operation runs from the later of its submission and the previous one's end to
+ * its own end, as seen from the JS thread (a late callback makes it longer, so the
+ * bandwidth derived from it is a lower bound).
+ */
+import { DTYPE_BYTES, type DType } from '../dtypes.js';
+
+export interface CollectiveTotals {
+  calls: number;
+  bytes: number;
+  seconds: number;
+}
+
+const totals = new Map<string, CollectiveTotals>();
+const lastEnd = new WeakMap<object, number>();
+
+/** nccl-tests' size in bytes of one operation. */
+export function collectiveBytes(kind: string, count: number, dtype: DType, worldSize: number): number {
+  const elems = kind === 'allGather' || kind === 'reduceScatter' ? count * worldSize : kind === 'barrier' || kind === 'split' ? 0 : count;
+  return elems * DTYPE_BYTES[dtype];
+}
+
+/** Records one submitted operation of `comm`; `done` settles when it finishes (failures count no bytes). */
+export function countCollective(comm: object, kind: string, count: number, dtype: DType, worldSize: number, done: Promise<unknown>): void {
+  const submitted = performance.now();
+  const bytes = collectiveBytes(kind, count, dtype, worldSize);
+  done.then(() => {
+    const end = performance.now();
+    const start = Math.max(submitted, lastEnd.get(comm) ?? 0);
+    lastEnd.set(comm, end);
+    let t = totals.get(kind);
+    if (!t) totals.set(kind, (t = { calls: 0, bytes: 0, seconds: 0 }));
+    t.calls += 1;
+    t.bytes += bytes;
+    t.seconds += (end - start) / 1000;
+  }, () => lastEnd.set(comm, performance.now()));
+}
+
+/** A copy of the totals so far, by kind (allReduce, allGather, ...). */
+export function collectiveTotals(): Record<string, CollectiveTotals> {
+  return Object.fromEntries([...totals].map(([k, v]) => [k, { ...v }]));
+}

@@ -1,0 +1,106 @@
+/**
+ * Model FLOPs and peak device FLOPs: the two halves of MFU (model FLOPs utilization).
+ *
+ * Model FLOPs follow the convention of PaLM and TorchTitan: count the matrix
+ * multiplications of forward and backward, nothing elementwise. Each linear
+ * y = x·W with W of shape [in, out] costs 2·in·out FLOPs per token forward
+ * (one multiply-add per weight), and 4·in·out backward (dx = dy·Wᵀ and
+ * dW += xᵀ·dy), 6·in·out in all: TorchTitan's "6N". Its attention term
+ * (12·L·H·Q·T, the QKᵀ and AV matmuls) has no counterpart here: TinyLM mixes
+ * tokens by a causal prefix mean that it computes as a running sum, O(D) per
+ * token, elementwise like activations and norms; docs/metrics.md says why.
+ */
+import type { TinyLMConfig } from '../models/tiny-lm/tiny-lm.js';
+
+export interface ModelFlops {
+  /** Training FLOPs per token: forward plus backward (6 × matmulParams). */
+  perToken: number;
+  /** Weights that enter a matrix multiplication: block w1, w2 and the head; not embeddings, biases, mix. */
+  matmulParams: number;
+  /** Forward FLOPs per token (2 × matmulParams). */
+  forwardPerToken: number;
+}
+
+export function modelFlops(cfg: Pick<TinyLMConfig, 'vocab' | 'dim' | 'hidden' | 'layers'>): ModelFlops {
+  const { vocab: V, dim: D, hidden: H, layers: L } = cfg;
+  // Per block: w1 [D, H] and w2 [H, D]; the head: w [D, V]. The embedding lookups are gathers.
+  const matmulParams = L * (D * H + H * D) + D * V;
+  return { perToken: 6 * matmulParams, matmulParams, forwardPerToken: 2 * matmulParams };
+}
+
+export type Precision = 'bf16' | 'tf32' | 'fp32';
+
+/**
+ * Dense peak FLOP/s per GPU. Figures from NVIDIA's datasheets, which quote tensor-core
+ * rates with 2:4 sparsity; the dense rate is half of that.
+ * - H100 (SXM5, PCIe, NVL) and H200 (SXM, NVL): NVIDIA H100 Tensor Core GPU datasheet and
+ *   H200 datasheet (nvidia.com/en-us/data-center/h100/, /h200/): SXM BF16 1,979 TFLOPS*,
+ *   TF32 989 TFLOPS*, FP32 67 TFLOPS; PCIe 1,513* / 756* / 51; NVL 1,671* / 835* / 60.
+ * - GB200: GB200 NVL72 datasheet (nvidia.com/en-us/data-center/gb200-nvl72/), per GB200
+ *   superchip of two Blackwell GPUs: BF16 10 PFLOPS*, TF32 5 PFLOPS*, FP32 160 TFLOPS;
+ *   per GPU dense: 2.5 PFLOPS, 1.25 PFLOPS, 80 TFLOPS.
+ * (* with sparsity.) Matched against the device name, most specific first.
+ */
+export const PEAK_FLOPS: readonly { match: RegExp; name: string; bf16: number; tf32: number; fp32: number }[] = [
+  { match: /GB200/i, name: 'GB200', bf16: 2.5e15, tf32: 1.25e15, fp32: 80e12 },
+  { match: /H200.*NVL/i, name: 'H200 NVL', bf16: 835.5e12, tf32: 417.5e12, fp32: 60e12 },
+  { match: /H200/i, name: 'H200 SXM', bf16: 989.5e12, tf32: 494.5e12, fp32: 67e12 },
+  { match: /H100.*NVL/i, name: 'H100 NVL', bf16: 835.5e12, tf32: 417.5e12, fp32: 60e12 },
+  { match: /H100.*PCIe/i, name: 'H100 PCIe', bf16: 756.5e12, tf32: 378e12, fp32: 51e12 },
+  { match: /H100/i, name: 'H100 SXM', bf16: 989.5e12, tf32: 494.5e12, fp32: 67e12 },
+];
+
+export interface PeakFlops {
+  flops: number;
+  /** 'table' (a datasheet figure for `device`) or 'measured' (this process, measureCpuPeak). */
+  source: 'table' | 'measured';
+  device: string;
+  precision: Precision | 'js-float32';
+}
+
+/** The datasheet peak of a GPU by its name (NVML's, e.g. "NVIDIA H100 80GB HBM3"), or null when the table lacks it. */
+export function gpuPeakFlops(deviceName: string, precision: Precision): PeakFlops | null {
+  const row = PEAK_FLOPS.find((r) => r.match.test(deviceName));
+  return row ? { flops: row[precision], source: 'table', device: row.name, precision } : null;
+}
+
+let cpuPeak: number | undefined;
+
+/**
+ * This CPU's peak for the loops TinyLM runs: a float32 multiply-add loop in the shape of
+ * src/models/tiny-lm/kernels.ts's linear (four multiply-adds per store, rows that stay
+ * in L1), timed for about `ms` milliseconds on one thread; the best of a few rounds, so
+ * a round that lost the core to another process does not lower it. FLOP/s; measured
+ * once per process and cached.
+ */
+export function measureCpuPeak(ms = 120): PeakFlops {
+  if (cpuPeak === undefined) {
+    const n = 256;
+    const w = Float32Array.from({ length: 4 * n }, (_, i) => ((i % 7) - 3) * 1e-3);
+    const y = new Float32Array(n);
+    let best = 0;
+    const rounds = 4;
+    for (let round = 0; round < rounds; round++) {
+      let reps = 0;
+      const t0 = performance.now();
+      let t = t0;
+      while (t - t0 < ms / rounds) {
+        for (let k = 0; k < 64; k++) {
+          const x0 = 1e-3 * k, x1 = x0 + 1e-4, x2 = x0 + 2e-4, x3 = x0 + 3e-4;
+          for (let o = 0; o < n; o++) y[o] = y[o]! + x0 * w[o]! + x1 * w[n + o]! + x2 * w[2 * n + o]! + x3 * w[3 * n + o]!;
+        }
+        reps += 64;
+        t = performance.now();
+      }
+      best = Math.max(best, (reps * n * 8) / ((t - t0) / 1000));
+    }
+    if (!Number.isFinite(y[0]!)) throw new Error('the CPU peak loop overflowed');
+    cpuPeak = best;
+  }
+  return { flops: cpuPeak, source: 'measured', device: 'cpu', precision: 'js-float32' };
+}
+
+/** MFU of one step: achieved model FLOP/s over the peak of the devices doing it. */
+export function mfu(o: { tokens: number; seconds: number; flopsPerToken: number; peakFlops: number; devices?: number }): number {
+  return (o.tokens * o.flopsPerToken) / o.seconds / (o.peakFlops * (o.devices ?? 1));
+}
