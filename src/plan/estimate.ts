@@ -151,7 +151,7 @@ export function estimate(o: PlanOptions, shape: Shape, l: Layout, gpu: GpuSpec, 
   const tokensPerStep = seq ? l.dp * m * l.microBatchSize * seq : null;
   let computeSeconds: number | null = null;
   let stepSeconds: number | null = null;
-  let mfu: number | null = null;
+  let mfu: number | null = o.mfu ?? null;
   if (tokensPerStep !== null) {
     // 6·N FLOPs per token for forward + backward (Kaplan et al. 2020, section 2.1);
     // full recomputation runs the forward again: 8·N (Korthikanti et al. 2022, section 6).
@@ -159,7 +159,6 @@ export function estimate(o: PlanOptions, shape: Shape, l: Layout, gpu: GpuSpec, 
     const hwFlops = (o.recompute === 'full' ? 8 / 6 : 1) * modelFlops;
     if (o.mfu !== undefined) {
       stepSeconds = modelFlops / (count * gpu.peakBf16Flops * o.mfu);
-      mfu = o.mfu;
     } else {
       computeSeconds = hwFlops / (count * gpu.peakBf16Flops * o.efficiency);
       // Backward (2/3 of the FLOPs) hides the bucketed gradient all-reduce (Li et al.
