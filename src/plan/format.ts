@@ -49,7 +49,7 @@ export function formatPlan(r: PlanResult): string {
     ['tokens/day', si(r.tokensPerDay)],
     ['days to train', r.days.toFixed(1)],
     ['checkpoint', `${bytes(r.checkpoint.bytes)}, write ${secs(r.checkpoint.writeSeconds)}, cost ${secs(r.checkpoint.costSeconds)}`],
-    ['fleet MTBF', `${secs(r.reliability.fleetMtbfSeconds)} (${r.reliability.failuresPerDay.toFixed(1)} failures/day)`],
+    ['fleet MTBF', `${secs(r.reliability.fleetMtbfSeconds)} (${r.reliability.failuresPerDay.toPrecision(3)} failures/day)`],
     ['checkpoint interval', `Young ${secs(r.reliability.youngIntervalSeconds)}, Daly ${secs(r.reliability.dalyIntervalSeconds)}`],
     ['expected ETTR', `${pct(r.reliability.expectedEttr)} -> ${r.reliability.daysWithFailures.toFixed(1)} days`],
   ]);

@@ -24,8 +24,13 @@ function component(spec: string): { name: string; count: number; mtbfHours: numb
 }
 
 function planInput(f: Flags): PlanInput {
-  const base = typeof f.input === 'string' ? (JSON.parse(readFileSync(f.input, 'utf8')) as PlanInput) : undefined;
-  if (base) return base;
+  if (typeof f.input === 'string') {
+    try {
+      return JSON.parse(readFileSync(f.input, 'utf8')) as PlanInput;
+    } catch (err) {
+      throw new NcclNodeError('ERR_INVALID_ARGUMENT', `plan: --input: expected a readable JSON file, got ${(err as Error).message}`);
+    }
+  }
   const layout = f.dp === undefined ? undefined : defined({
     dp: num(f.dp)!, tp: num(f.tp), pp: num(f.pp), microBatches: num(f.microBatches), microBatchSize: num(f.microBatchSize),
     schedule: f.schedule as '1f1b' | undefined, virtualStages: num(f.virtualStages),
@@ -48,8 +53,8 @@ function planInput(f: Flags): PlanInput {
 }
 
 function report(name: string, err: unknown): void {
-  if (!isNcclNodeError(err) && !(err instanceof SyntaxError)) throw err;
-  const code = isNcclNodeError(err) ? ` [${err.code}]` : '';
+  if (!isNcclNodeError(err)) throw err;
+  const code = ` [${err.code}]`;
   process.stderr.write(`nccl-node ${name}${code}: ${(err as Error).message}\n`);
   process.exitCode = 2;
 }
