@@ -22,6 +22,9 @@ const faultSchema = z.strictObject({
   ratePerGpuHour: pos,
   hardware: z.boolean().default(false),
   planned: z.boolean().default(false),
+  /** Per-kind overrides of the run-wide detection and restart times. */
+  detectSeconds: nonneg.optional(),
+  restartSeconds: nonneg.optional(),
 });
 
 const DEFAULT_FAULTS = LLAMA3_FAULTS.map((f) => ({
@@ -108,6 +111,7 @@ export function simulate(input: SimulateInput): SimulateResult {
     throw new NcclNodeError('ERR_INVALID_ARGUMENT', `simulate: expected a checkpoint interval above ${H / 1e7} s (hours·3600/1e7), got ${tau}; give checkpointIntervalSeconds when checkpointSeconds is 0`);
   }
   const trace = failureTrace(o, H);
+  const recovery = (k: SimOptions['faults'][number]) => (k.detectSeconds ?? o.detectSeconds) + (k.restartSeconds ?? o.restartSeconds);
   const spares: number[] = new Array(o.hotSpares).fill(0); // time each spare is free again
   const lost = { checkpointing: 0, rework: 0, detectAndRestart: 0, replacement: 0 };
   const byKind: Record<string, number> = {};
@@ -136,10 +140,11 @@ export function simulate(input: SimulateInput): SimulateResult {
     if (kind.planned) {
       // Maintenance is announced: checkpoint, stop, restart; nothing is recomputed.
       committed += pending; pending = 0; lost.checkpointing += C;
-      down = C + o.restartSeconds; lost.detectAndRestart += o.restartSeconds;
+      const restart = kind.restartSeconds ?? o.restartSeconds;
+      down = C + restart; lost.detectAndRestart += restart;
     } else {
       lost.rework += pending; pending = 0;
-      down = o.detectSeconds + o.restartSeconds; lost.detectAndRestart += down;
+      down = recovery(kind); lost.detectAndRestart += down;
       if (kind.hardware) {
         const i = spares.findIndex((free) => free <= failAt);
         if (i >= 0) spares[i] = failAt + o.spareRepairHours * 3600;
@@ -154,7 +159,7 @@ export function simulate(input: SimulateInput): SimulateResult {
       const k = o.faults[g.kind]!;
       if (k.planned) continue;
       byKind[k.name] = (byKind[k.name] ?? 0) + 1;
-      let cost = o.detectSeconds + o.restartSeconds;
+      let cost = recovery(k);
       if (k.hardware) {
         const i = spares.findIndex((free) => free <= g.at);
         if (i >= 0) spares[i] = g.at + o.spareRepairHours * 3600; else cost += o.replaceSeconds;

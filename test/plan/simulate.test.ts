@@ -60,6 +60,24 @@ describe('simulate with Llama 3 interruption rates', () => {
   });
 });
 
+describe('per-kind recovery', () => {
+  it('charges each kind its own detection time; wall time splits into useful and lost parts', () => {
+    // Two rare kinds (0.2 a day each on 1000 GPUs), so outages do not overlap.
+    const rate = 0.2 / 24 / 1000;
+    const r = simulate({
+      gpus: 1000, hours: 30 * 24, checkpointIntervalSeconds: 3600, checkpointSeconds: 20, detectSeconds: 60, restartSeconds: 240, seed: 4,
+      faults: [{ name: 'slow', ratePerGpuHour: rate, detectSeconds: 3000 }, { name: 'fast', ratePerGpuHour: rate }],
+    });
+    const slow = r.byKind.slow ?? 0;
+    const fast = r.byKind.fast ?? 0;
+    expect(slow + fast).toBe(r.interruptions);
+    expect(slow).toBeGreaterThan(0);
+    expect(r.lost.detectAndRestart).toBe(slow * (3000 + 240) + fast * (60 + 240));
+    const { checkpointing, rework, detectAndRestart, replacement } = r.lost;
+    expect(r.usefulSeconds + checkpointing + rework + detectAndRestart + replacement).toBeCloseTo(30 * 24 * 3600, 3);
+  });
+});
+
 describe('sweep of the checkpoint interval', () => {
   it('the simulated optimum matches Young/Daly within the confidence interval', () => {
     const C = 30;
