@@ -1,0 +1,132 @@
+/**
+ * `nccl-node plan` (analytic capacity plan) and `nccl-node simulate` (seeded failure
+ * simulation, optionally a checkpoint-interval sweep), over src/plan. Flags map onto
+ * the API inputs; --json prints the result object instead of the table.
+ */
+import { readFileSync } from 'node:fs';
+import { Command, Option } from 'commander';
+import { isNcclNodeError, NcclNodeError } from '../../errors.js';
+import { formatPlan, formatSimulation, formatSweep, GPU_TYPES, plan, simulate, sweep, type PlanInput } from '../../plan/index.js';
+
+type Flags = Record<string, string | boolean | string[] | undefined>;
+
+const num = (v: string | boolean | string[] | undefined): number | undefined => (typeof v === 'string' ? Number(v) : undefined);
+
+/** Drops undefined fields so zod defaults apply and strict objects see only given keys. */
+function defined<T extends object>(o: T): T {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
+}
+
+function component(spec: string): { name: string; count: number; mtbfHours: number } {
+  const m = /^([^:]+):(\d+):([\d.eE+]+)$/.exec(spec);
+  if (!m) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `plan: --component: expected name:count:mtbfHours, got ${JSON.stringify(spec)}`);
+  return { name: m[1]!, count: Number(m[2]), mtbfHours: Number(m[3]) };
+}
+
+function planInput(f: Flags): PlanInput {
+  if (typeof f.input === 'string') {
+    try {
+      return JSON.parse(readFileSync(f.input, 'utf8')) as PlanInput;
+    } catch (err) {
+      throw new NcclNodeError('ERR_INVALID_ARGUMENT', `plan: --input: expected a readable JSON file, got ${(err as Error).message}`);
+    }
+  }
+  const layout = f.dp === undefined ? undefined : defined({
+    dp: num(f.dp)!, tp: num(f.tp), pp: num(f.pp), microBatches: num(f.microBatches), microBatchSize: num(f.microBatchSize),
+    schedule: f.schedule as '1f1b' | undefined, virtualStages: num(f.virtualStages),
+  });
+  const components = Array.isArray(f.component) ? f.component.map(component) : undefined;
+  return defined({
+    model: defined({ params: num(f.params), layers: num(f.layers), hidden: num(f.hidden), heads: num(f.heads), seq: num(f.seq), vocab: num(f.vocab) }),
+    tokens: num(f.tokens)!,
+    cluster: defined({ gpu: f.gpu as string, count: num(f.gpus)!, nvlinkDomain: num(f.nvlinkDomain) }),
+    layout,
+    globalBatchTokens: num(f.globalBatchTokens),
+    precision: f.precision as 'bf16-mixed' | undefined,
+    zeroStage: num(f.zero) as 0 | undefined,
+    recompute: f.recompute as 'none' | undefined,
+    sequenceParallel: f.sequenceParallel === false ? false : undefined,
+    mfu: num(f.mfu), efficiency: num(f.efficiency), storageBandwidth: num(f.storageBw),
+    checkpointSeconds: num(f.checkpointSeconds), restartSeconds: num(f.restartSeconds),
+    reliability: f.gpuMtbfHours === undefined && !components ? undefined : defined({ gpuMtbfHours: num(f.gpuMtbfHours), components }),
+  });
+}
+
+function report(name: string, err: unknown): void {
+  if (!isNcclNodeError(err)) throw err;
+  const code = ` [${err.code}]`;
+  process.stderr.write(`nccl-node ${name}${code}: ${(err as Error).message}\n`);
+  process.exitCode = 2;
+}
+
+const json = (v: unknown) => `${JSON.stringify(v, (_k, x) => (x === Infinity ? null : x), 2)}\n`;
+
+export function registerPlanCommands(program: Command): void {
+  const collect = (v: string, prev: string[] = []) => [...prev, v];
+  program.command('plan')
+    .description('analytic capacity plan: memory per GPU, communication, step time, FLOPs, days to train, checkpoint interval (docs/plan.md)')
+    .option('--input <file>', 'a JSON plan input (the API\'s plan() argument) instead of the flags')
+    .option('--params <n>', 'parameter count (else 12·L·h² + V·h from the shape)')
+    .option('--layers <n>').option('--hidden <n>').option('--heads <n>').option('--seq <n>', 'sequence length').option('--vocab <n>')
+    .option('--tokens <n>', 'training tokens (D)')
+    .addOption(new Option('--gpu <type>', 'GPU type').choices(GPU_TYPES))
+    .option('--gpus <n>', 'GPU count')
+    .option('--nvlink-domain <n>', 'GPUs per NVLink domain (default: the GPU type\'s)')
+    .option('--dp <n>', 'data-parallel size (fixes the layout; else layouts are searched)')
+    .option('--tp <n>').option('--pp <n>').option('--micro-batches <n>').option('--micro-batch-size <n>')
+    .addOption(new Option('--schedule <s>').choices(['1f1b', 'gpipe', 'interleaved']))
+    .option('--virtual-stages <n>', 'model chunks per stage (interleaved)')
+    .option('--global-batch-tokens <n>', 'tokens per step for the layout search')
+    .addOption(new Option('--precision <p>').choices(['bf16-mixed', 'fp32']))
+    .option('--zero <stage>', 'ZeRO stage 0-3')
+    .addOption(new Option('--recompute <r>').choices(['none', 'selective', 'full']))
+    .option('--no-sequence-parallel', 'tensor parallelism without sequence parallelism')
+    .option('--mfu <f>', 'assume this model FLOPs utilization (0-1)')
+    .option('--efficiency <f>', 'matmul fraction of peak for the computed step time (0-1)')
+    .option('--storage-bw <bytes/s>', 'aggregate checkpoint write bandwidth')
+    .option('--checkpoint-seconds <s>', 'blocking checkpoint cost (default: size / storage bandwidth)')
+    .option('--restart-seconds <s>', 'detection + restart after a failure')
+    .option('--gpu-mtbf-hours <h>', 'per-GPU MTBF (default from Llama 3: 16384·54·24/419)')
+    .option('--component <name:count:mtbfHours>', 'a component class with its MTBF (repeatable; replaces --gpu-mtbf-hours)', collect)
+    .option('--json', 'print the result as JSON')
+    .action((f: Flags) => {
+      try {
+        const r = plan(planInput(f));
+        process.stdout.write(f.json ? json(r) : formatPlan(r));
+      } catch (err) { report('plan', err); }
+    });
+
+  program.command('simulate')
+    .description('seeded discrete-event simulation of failures, restarts and checkpoints; --sweep finds the best checkpoint interval')
+    .option('--gpus <n>', 'GPUs in the job (default 16384)')
+    .option('--hours <h>', 'wall-clock hours simulated (default 54 days)')
+    .option('--rate-scale <x>', 'multiply every fault rate (default Llama 3 rates)')
+    .option('--checkpoint-interval <s>', 'seconds of work between checkpoints (default Young\'s)')
+    .option('--checkpoint-seconds <s>', 'stall per checkpoint')
+    .option('--detect-seconds <s>').option('--restart-seconds <s>')
+    .option('--replace-seconds <s>', 'node replacement wait after a hardware fault without a hot spare')
+    .option('--hot-spares <n>').option('--spare-repair-hours <h>')
+    .option('--tokens-per-second <n>', 'training throughput, for goodput')
+    .option('--seed <n>')
+    .option('--sweep', 'sweep the checkpoint interval over seeds')
+    .option('--seeds <n>', 'seeds per interval in a sweep (default 8)')
+    .option('--intervals <list>', 'comma-separated intervals in seconds for the sweep')
+    .option('--json', 'print the result as JSON')
+    .action((f: Flags) => {
+      try {
+        const input = defined({
+          gpus: num(f.gpus), hours: num(f.hours), rateScale: num(f.rateScale), checkpointSeconds: num(f.checkpointSeconds),
+          detectSeconds: num(f.detectSeconds), restartSeconds: num(f.restartSeconds), replaceSeconds: num(f.replaceSeconds),
+          hotSpares: num(f.hotSpares), spareRepairHours: num(f.spareRepairHours), tokensPerSecond: num(f.tokensPerSecond), seed: num(f.seed),
+        });
+        if (f.sweep) {
+          const intervals = typeof f.intervals === 'string' ? f.intervals.split(',').map(Number) : undefined;
+          const r = sweep(defined({ ...input, seeds: num(f.seeds), intervals }));
+          process.stdout.write(f.json ? json(r) : formatSweep(r));
+        } else {
+          const r = simulate(defined({ ...input, checkpointIntervalSeconds: num(f.checkpointInterval) }));
+          process.stdout.write(f.json ? json(r) : formatSimulation(r));
+        }
+      } catch (err) { report('simulate', err); }
+    });
+}

@@ -1,0 +1,79 @@
+/** Console tables for plan(), simulate() and sweep() results. */
+import type { PlanResult } from './plan.js';
+import type { SimulateResult } from './simulate.js';
+import type { SweepResult } from './sweep.js';
+
+const si = (x: number, unit = ''): string => {
+  const units: [number, string][] = [[1e24, 'Y'], [1e21, 'Z'], [1e18, 'E'], [1e15, 'P'], [1e12, 'T'], [1e9, 'G'], [1e6, 'M'], [1e3, 'k']];
+  for (const [f, p] of units) if (Math.abs(x) >= f) return `${(x / f).toPrecision(3)} ${p}${unit}`;
+  return `${x.toPrecision(3)} ${unit}`.trim();
+};
+const bytes = (x: number | null) => (x === null ? 'n/a (shape unknown)' : si(x, 'B'));
+const secs = (x: number | null) => {
+  if (x === null) return 'n/a';
+  if (x < 120) return `${x.toPrecision(3)} s`;
+  if (x < 7200) return `${(x / 60).toPrecision(3)} min`;
+  return `${(x / 3600).toPrecision(3)} h`;
+};
+const pct = (x: number | null) => (x === null ? 'n/a' : `${(100 * x).toFixed(1)} %`);
+
+export function table(rows: readonly (readonly [string, string])[]): string {
+  const w = Math.max(...rows.map(([k]) => k.length));
+  return rows.map(([k, v]) => `${k.padEnd(w)}  ${v}`).join('\n') + '\n';
+}
+
+export function formatPlan(r: PlanResult): string {
+  const e = r.best;
+  const l = e.layout;
+  const axis = (name: 'dp' | 'tp' | 'pp') => {
+    const c = e.comm[name];
+    return `${bytes(c.bytes)} on ${c.tier}, ${secs(c.seconds)} (${secs(c.exposedSeconds)} exposed)`;
+  };
+  return table([
+    ['GPU', r.gpu.name],
+    ['parameters', `${si(r.params)} (${r.paramsSource})`],
+    ['training state', `${bytes(r.stateBytes)}; at least ${r.minGpusForState} GPUs to hold it`],
+    ['layout', `dp ${l.dp} x tp ${l.tp} x pp ${l.pp}, ${l.microBatches} micro-batches of ${l.microBatchSize}, ${l.schedule}`],
+    ['memory/GPU weights', bytes(e.memory.weights)],
+    ['memory/GPU gradients', bytes(e.memory.grads)],
+    ['memory/GPU optimizer', bytes(e.memory.optimizer)],
+    ['memory/GPU activations', bytes(e.memory.activations)],
+    ['memory/GPU total', `${bytes(e.memory.total)} of ${bytes(r.gpu.hbmBytes)} (${e.memory.fits ? 'fits' : 'DOES NOT FIT'})`],
+    ['comm/step dp', axis('dp')],
+    ['comm/step tp', axis('tp')],
+    ['comm/step pp', axis('pp')],
+    ['pipeline bubble', pct(e.bubble)],
+    ['step time', secs(e.stepSeconds)],
+    ['MFU', pct(e.mfu)],
+    ['total FLOPs (6ND)', r.totalFlops.toExponential(2)],
+    ['tokens/day', si(r.tokensPerDay)],
+    ['days to train', r.days.toFixed(1)],
+    ['checkpoint', `${bytes(r.checkpoint.bytes)}, write ${secs(r.checkpoint.writeSeconds)}, cost ${secs(r.checkpoint.costSeconds)}`],
+    ['fleet MTBF', `${secs(r.reliability.fleetMtbfSeconds)} (${r.reliability.failuresPerDay.toPrecision(3)} failures/day)`],
+    ['checkpoint interval', `Young ${secs(r.reliability.youngIntervalSeconds)}, Daly ${secs(r.reliability.dalyIntervalSeconds)}`],
+    ['expected ETTR', `${pct(r.reliability.expectedEttr)} -> ${r.reliability.daysWithFailures.toFixed(1)} days`],
+  ]);
+}
+
+export function formatSimulation(r: SimulateResult): string {
+  return table([
+    ['seed', String(r.seed)],
+    ['checkpoint interval', secs(r.intervalSeconds)],
+    ['wall time', secs(r.wallSeconds)],
+    ['interruptions', String(r.interruptions)],
+    ['ETTR', pct(r.ettr)],
+    ['goodput', r.goodputTokensPerSecond === null ? 'n/a (give tokens/s)' : `${si(r.goodputTokensPerSecond)} tokens/s`],
+    ['GPU-hours lost', si(r.gpuHoursLost)],
+    ['  checkpointing', secs(r.lost.checkpointing)],
+    ['  rework', secs(r.lost.rework)],
+    ['  detect + restart', secs(r.lost.detectAndRestart)],
+    ['  node replacement', secs(r.lost.replacement)],
+  ]);
+}
+
+export function formatSweep(r: SweepResult): string {
+  const rows: [string, string][] = r.points.map((p) => [`interval ${secs(p.intervalSeconds)}`, `ETTR ${pct(p.meanEttr)} ± ${(100 * p.halfWidth).toFixed(2)}`]);
+  rows.push(['optimum', `${secs(r.optimum.intervalSeconds)} (indistinguishable ${secs(r.indistinguishable.min)} .. ${secs(r.indistinguishable.max)})`]);
+  rows.push(['Young / Daly', `${secs(r.youngIntervalSeconds)} / ${secs(r.dalyIntervalSeconds)}`]);
+  return table(rows);
+}
