@@ -28,19 +28,20 @@ export interface GPTConfig {
 
 export const GPT_TEST_CONFIG: GPTConfig = { vocab: 61, dim: 24, heads: 4, layers: 2, seqLen: 8, hidden: 96, seed: 11 };
 
-interface Block { ln1g: Param; ln1b: Param; qkvW: Param; qkvB: Param; projW: Param; projB: Param; ln2g: Param; ln2b: Param; fc1W: Param; fc1B: Param; fc2W: Param; fc2B: Param }
+/** One block's parameters (P: Param, or a tensor-parallel shard of one). */
+export interface GPTBlock<P extends Param = Param> { ln1g: P; ln1b: P; qkvW: P; qkvB: P; projW: P; projB: P; ln2g: P; ln2b: P; fc1W: P; fc1B: P; fc2W: P; fc2B: P }
 /** What a block's backward needs from its forward; `out` is the block's output. */
 export interface BlockSaved { n1: NormSaved; a: Float32Array; qkv: Float32Array; probs: Float32Array; att: Float32Array; n2: NormSaved; c: Float32Array; f: Float32Array; m: Float32Array; out: Float32Array }
 
 /** Token n's input (shift 0) or target (shift 1) in rows of seqLen+1 tokens. */
-const tokenAt = (tokens: Int32Array, T: number, n: number, shift: number): number => tokens[Math.floor(n / T) * (T + 1) + (n % T) + shift]!;
+export const tokenAt = (tokens: Int32Array, T: number, n: number, shift: number): number => tokens[Math.floor(n / T) * (T + 1) + (n % T) + shift]!;
 
 export class GPT {
   readonly params: Param[] = [];
   readonly units: Param[][] = [];
   readonly wte: Param;
   readonly wpe: Param;
-  readonly blocks: Block[] = [];
+  readonly blocks: GPTBlock[] = [];
   readonly lnfG: Param;
   readonly lnfB: Param;
   readonly wOut: Param;

@@ -22,8 +22,8 @@ import type { Communicator } from '../../comm/communicator.js';
 import type { ModelHooks } from '../../runtime/index.js';
 import { linear, linearBackward } from '../tiny-lm/kernels.js';
 import { Param } from '../tiny-lm/tiny-lm.js';
-import { attention, attentionBackward, gelu, geluBackward, layerNorm, layerNormBackward, type NormSaved } from './layers.js';
-import { GPT, type GPTConfig } from './gpt.js';
+import { attention, attentionBackward, gelu, geluBackward, layerNorm, layerNormBackward } from './layers.js';
+import { GPT, tokenAt, type BlockSaved, type GPTBlock, type GPTConfig } from './gpt.js';
 
 /** Where a local tensor sits in the global one: `parts` equal slices along `dim` (per `groups` blocks of that dim). */
 export interface TensorShard {
@@ -70,15 +70,13 @@ export function placeSlice(full: Float32Array, local: Float32Array, shard: Tenso
   }
 }
 
-interface Block { ln1g: TPParam; ln1b: TPParam; qkvW: TPParam; qkvB: TPParam; projW: TPParam; projB: TPParam; ln2g: TPParam; ln2b: TPParam; fc1W: TPParam; fc1B: TPParam; fc2W: TPParam; fc2B: TPParam }
-export interface TPBlockSaved { n1: NormSaved; a: Float32Array; qkv: Float32Array; probs: Float32Array; att: Float32Array; n2: NormSaved; c: Float32Array; f: Float32Array; m: Float32Array; out: Float32Array }
-
-const tokenAt = (tokens: Int32Array, T: number, n: number, shift: number): number => tokens[Math.floor(n / T) * (T + 1) + (n % T) + shift]!;
+/** The same activations as the full model keeps, at the rank's local widths. */
+export type TPBlockSaved = BlockSaved;
 
 export class TensorParallelGPT {
   readonly params: TPParam[] = [];
   readonly units: TPParam[][] = [];
-  readonly #blocks: Block[] = [];
+  readonly #blocks: GPTBlock<TPParam>[] = [];
   readonly #wte: TPParam;
   readonly #wpe: TPParam;
   readonly #lnfG: TPParam;
