@@ -67,6 +67,10 @@ export interface TrainData {
    * token ids (inputs and shifted targets). Called once per step, in step order.
    */
   rows(step: number, rank: number, rows: number): Promise<Int32Array> | Int32Array;
+  /** JSON kept in every checkpoint's train state (`data`), e.g. a DataLoader's state(). */
+  state?(): unknown;
+  /** Given the saved `data` on resume, before the first step (e.g. DataLoader.load). */
+  load?(state: unknown): void;
 }
 
 export interface TrainConfig {
@@ -139,13 +143,17 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
   // at: [] only loads: nothing is written, so no Checkpointer is opened on the directory.
   const ck = cfg.ckpt && cfg.ckpt.at?.length !== 0 ? await Checkpointer.create(cfg.ckpt.dir, { comm, keep: cfg.ckpt.keep ?? 3 }) : null;
   let first = 0;
-  if (cfg.ckpt?.from) first = (await loadTraining(cfg.ckpt.from, dp)).step;
+  const restored = (r: Awaited<ReturnType<typeof loadTraining>>): number => {
+    if (r.train.data !== undefined) cfg.data?.load?.(r.train.data);
+    return r.step;
+  };
+  if (cfg.ckpt?.from) first = restored(await loadTraining(cfg.ckpt.from, dp));
   else if (cfg.ckpt?.resume) {
     // Rank 0 resolves the checkpoint and every rank loads that one, so all ranks agree.
     const found = comm.rank === 0 ? (await latest(cfg.ckpt.dir)) ?? '' : '';
     const dir = await comm.broadcastObject(found, { root: 0 });
     if (dir) {
-      first = (await loadTraining(dir, dp)).step;
+      first = restored(await loadTraining(dir, dp));
       cfg.log?.(`resumed from ${dir} at step ${first}`);
     } else cfg.log?.(`no checkpoint in ${cfg.ckpt.dir}: starting at step 0`);
   }
@@ -185,7 +193,7 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
       // Overlapped: the copy runs beside the next forward/backward (awaited before dp.step()).
       const t1 = performance.now();
       const overlap = cfg.ckpt!.overlap ?? true;
-      lastSave = await ck.save(trainingState(dp, { step: done, dataSeed: cfg.dataSeed }, { config: { model: cfg.model, parallel: { ...cfg.parallel, replicate: undefined } }, codeVersion: 'nccl-node/train' }), { async: true, overlap });
+      lastSave = await ck.save(trainingState(dp, { step: done, dataSeed: cfg.dataSeed, ...(cfg.data?.state ? { data: cfg.data.state() } : {}) }, { config: { model: cfg.model, parallel: { ...cfg.parallel, replicate: undefined } }, codeVersion: 'nccl-node/train' }), { async: true, overlap });
       lastSave.committed.catch((err: Error) => cfg.log?.(`checkpoint step ${done} failed: ${err.message}`));
       await cfg.ckpt!.onSave?.({ step: done, handle: lastSave, params: fullParams });
       if (!every && !at) {
