@@ -16,10 +16,11 @@ import { registerRunCommand } from './commands/run.js';
 import { registerCkptCommand } from './commands/ckpt.js';
 import { registerDataCommand } from './commands/data.js';
 import { registerJobspecCommand } from './commands/jobspec.js';
+import { registerPocCommand } from './commands/poc.js';
 
 export type RegisterCommand = (program: Command) => void;
 
-export const SUBCOMMANDS: readonly RegisterCommand[] = [registerRunCommand, registerBenchCommand, registerCkptCommand, registerDataCommand, registerJobspecCommand, registerDoctorCommand];
+export const SUBCOMMANDS: readonly RegisterCommand[] = [registerRunCommand, registerBenchCommand, registerCkptCommand, registerDataCommand, registerJobspecCommand, registerDoctorCommand, registerPocCommand];
 
 export const USAGE_EXIT_CODE = 2;
 

@@ -21,6 +21,8 @@ export const paths = (out: string) => ({
   corpus: join(out, 'data', 'corpus'),
   tokens: join(out, 'data', 'tokens'),
   vocab: join(out, 'vocab.json'),
+  /** The resolved configuration every gang reads. */
+  config: join(out, 'poc-config.json'),
   pretrainCkpt: join(out, 'ckpt', 'pretrain'),
   finetuneCkpt: join(out, 'ckpt', 'finetune'),
   stage: (name: string) => join(out, `stage-${name}.json`),
