@@ -27,6 +27,8 @@ export interface PocOptions {
   /** Environment of the ranks (default process.env). */
   env?: NodeJS.ProcessEnv;
   log?: (line: string) => void;
+  /** Run only these stages (the others are skipped, as are stages that need a skipped one). */
+  only?: readonly StageName[];
 }
 
 interface InferenceModule {
@@ -89,7 +91,7 @@ export async function runPoc(o: PocOptions): Promise<{ report: WrittenReport; re
   const blocked = blocker(results, budget);
 
   for (const stage of GANG_STAGES) {
-    const why = blocked(stage) ?? (stage === 'finetune' && !(await optionalModule('finetune')) ? 'this build has no finetune stage' : null);
+    const why = (o.only && !o.only.includes(stage) ? 'not selected (--stages)' : null) ?? blocked(stage) ?? (stage === 'finetune' && !(await optionalModule('finetune')) ? 'this build has no finetune stage' : null);
     if (why) {
       results.set(stage, skipped(stage, why));
       continue;
@@ -101,7 +103,7 @@ export async function runPoc(o: PocOptions): Promise<{ report: WrittenReport; re
     for (const g of result.gates) log(`   ${g.verdict.toUpperCase().padEnd(7)} ${g.name}${g.note ? ` (${g.note})` : ''}`);
   }
 
-  const all = await finishStages(o.out, o.cfg, [...results.values()], budget, log);
+  const all = await finishStages(o.out, o.cfg, [...results.values()], budget, log, o.only);
   const report = await assemble(o.out, o.cfg, all, { startedAt, nprocPerNode: o.nprocPerNode, backend: o.backend });
   return { report, results: all };
 }
@@ -118,9 +120,11 @@ function blocker(results: Map<StageName, StageResult>, budget: Budget): (s: Stag
 }
 
 /** After the gang stages: inference and canary here, then the budget's account. */
-export async function finishStages(out: string, cfg: PocConfig, gangs: StageResult[], budget: Budget, log: (l: string) => void = (l) => process.stdout.write(`${l}\n`)): Promise<StageResult[]> {
+export async function finishStages(out: string, cfg: PocConfig, gangs: StageResult[], budget: Budget,
+  log: (l: string) => void = (l) => process.stdout.write(`${l}\n`), only?: readonly StageName[]): Promise<StageResult[]> {
   const results = new Map(gangs.map((r) => [r.stage, r]));
-  const inf = await serveStages(out, cfg, results, blocker(results, budget), log);
+  const block = blocker(results, budget);
+  const inf = await serveStages(out, cfg, results, (s) => (only && !only.includes(s) ? 'not selected (--stages)' : block(s)), log);
   budget.add('inference', inf.wall, cfg.inference.workers);
   for (const r of inf.results) results.set(r.stage, r);
   results.set('budget', budget.result());

@@ -15,18 +15,24 @@ import { paths } from '../../poc/corpus.js';
 import { assemble, finishStages, gateTable, runPoc } from '../../poc/poc.js';
 import { Budget } from '../../poc/budget.js';
 import { GANG_STAGES, runStage } from '../../poc/run-stage.js';
-import type { StageResult } from '../../poc/stage.js';
+import { STAGES, type StageName, type StageResult } from '../../poc/stage.js';
 import { join } from 'node:path';
 
 interface Flags {
   out: string; config?: string; small?: boolean; nprocPerNode: number; backend: 'gloo' | 'nccl';
-  budgetCoreHours?: number; price?: number; emit?: 'k8s' | 'slurm'; nodes: number; gpusPerNode?: number;
+  budgetCoreHours?: number; price?: number; emit?: 'k8s' | 'slurm'; nodes: number; gpusPerNode?: number; stages?: StageName[];
 }
 
 function positive(v: string): number {
   const n = Number(v);
   if (!(n > 0) || !Number.isFinite(n)) throw new InvalidArgumentError('expected a positive number');
   return n;
+}
+function stageList(v: string): StageName[] {
+  const names = v.split(',').map((s) => s.trim()).filter(Boolean);
+  const bad = names.filter((n) => !(STAGES as readonly string[]).includes(n));
+  if (bad.length || !names.length) throw new InvalidArgumentError(`expected a comma-separated list of ${STAGES.join(', ')}; received ${v}`);
+  return names as StageName[];
 }
 function positiveInt(v: string): number {
   const n = positive(v);
@@ -77,6 +83,7 @@ export function registerPocCommand(program: Command): void {
     .addOption(new Option('--backend <name>', 'communication backend').choices(['gloo', 'nccl']).default('gloo'))
     .addOption(new Option('--budget-core-hours <h>', 'stop once wall x ranks crosses this (GPU-hours on nccl)').argParser(positive))
     .addOption(new Option('--price <p>', 'price per core-hour (GPU-hour) for the cost line').argParser(Number))
+    .addOption(new Option('--stages <list>', 'run only these stages, e.g. connectivity,pretrain (the others are reported as skipped)').argParser(stageList))
     .addOption(new Option('--emit <kind>', 'write job specs for the stages instead of running them').choices(['k8s', 'slurm']))
     .addOption(new Option('--nodes <n>', 'nodes (with --emit)').argParser(positiveInt).default(1))
     .addOption(new Option('--gpus-per-node <n>', 'GPUs per node (with --emit; 0: CPU ranks)').argParser(Number))
@@ -91,7 +98,7 @@ export function registerPocCommand(program: Command): void {
       }
       const cfg = await config(f);
       if (f.emit) return emit(f.emit, f);
-      const { report, results } = await runPoc({ out: f.out, cfg, nprocPerNode: f.nprocPerNode, backend: f.backend });
+      const { report, results } = await runPoc({ out: f.out, cfg, nprocPerNode: f.nprocPerNode, backend: f.backend, ...(f.stages ? { only: f.stages } : {}) });
       printReport(report, results);
       process.exitCode = report.verdict === 'fail' ? 1 : 0;
     });
