@@ -125,7 +125,7 @@ export async function finishStages(out: string, cfg: PocConfig, gangs: StageResu
   const results = new Map(gangs.map((r) => [r.stage, r]));
   const block = blocker(results, budget);
   const inf = await serveStages(out, cfg, results, (s) => (only && !only.includes(s) ? 'not selected (--stages)' : block(s)), log);
-  budget.add('inference', inf.wall, cfg.inference.workers);
+  if (inf.wall > 0) budget.add('inference', inf.wall, cfg.inference.workers);
   for (const r of inf.results) results.set(r.stage, r);
   results.set('budget', budget.result());
   return [...results.values()];
