@@ -25,6 +25,8 @@ export interface RankHealth {
   freeMemoryBytes: number;
   devices?: number;
   problems: string[];
+  /** Reported, not failing (as doctor: NVML health unavailable). */
+  warnings: string[];
 }
 
 /** Free memory below this is a problem: a rank would swap or be killed while training. */
@@ -34,7 +36,7 @@ async function rankHealth(comm: Communicator): Promise<RankHealth> {
   const problems: string[] = [];
   const h: RankHealth = {
     rank: comm.rank, host: hostname(), pid: process.pid, node: process.version, backend: comm.backend,
-    backendVersion: comm.backendVersion, freeMemoryBytes: freemem(), problems,
+    backendVersion: comm.backendVersion, freeMemoryBytes: freemem(), problems, warnings: [],
   };
   if (h.freeMemoryBytes < MIN_FREE_BYTES) problems.push(`only ${Math.round(h.freeMemoryBytes / 2 ** 20)} MiB of memory free`);
   if (comm.backend === 'nccl') {
@@ -48,8 +50,7 @@ async function rankHealth(comm: Communicator): Promise<RankHealth> {
       for (const d of r.devices) for (const p of d.problems) problems.push(`GPU ${d.index}: ${p}`);
     } catch (err) {
       // As doctor: NVML health missing is a warning, not a failure.
-      h.problems = problems;
-      (h as RankHealth & { warning?: string }).warning = `NVML health unavailable: ${(err as Error).message}`;
+      h.warnings.push(`NVML health unavailable: ${(err as Error).message}`);
     }
   }
   return h;

@@ -72,7 +72,11 @@ async function runGang(o: PocOptions, stage: GangStage): Promise<{ result: Stage
     masterPort: 0,
     env: o.env ?? process.env,
   });
-  const done = await launcher.done;
+  // Ctrl-C stops the gang's ranks too, not only this process.
+  const signals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+  const stop = (sig: NodeJS.Signals) => launcher.interrupt(sig);
+  for (const sig of signals) process.on(sig, stop);
+  const done = await launcher.done.finally(() => signals.forEach((sig) => process.off(sig, stop)));
   const wall = (performance.now() - t0) / 1000;
   const result = done.exitCode === 0 ? await readResult(o.out, stage) : null;
   return { result: result ?? crashed(stage, done.exitCode === 0 ? `no ${paths(o.out).stage(stage)} written` : done.message, wall), wall };

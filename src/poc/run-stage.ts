@@ -4,8 +4,7 @@
  * `nccl-node run`). Every rank joins the job found in the environment, runs the
  * stage, and rank 0 writes its StageResult to DIR/stage-<name>.json.
  */
-import { writeFile } from 'node:fs/promises';
-import { mkdir } from 'node:fs/promises';
+import { mkdir, writeFile } from 'node:fs/promises';
 import type { Communicator } from '../comm/communicator.js';
 import { init } from '../comm/init.js';
 import { NcclNodeError } from '../errors.js';
