@@ -34,6 +34,11 @@ function stageList(v: string): StageName[] {
   if (bad.length || !names.length) throw new InvalidArgumentError(`expected a comma-separated list of ${STAGES.join(', ')}; received ${v}`);
   return names as StageName[];
 }
+function nonNegative(v: string): number {
+  const n = Number(v);
+  if (!(n >= 0) || !Number.isFinite(n)) throw new InvalidArgumentError('expected a number >= 0');
+  return n;
+}
 function positiveInt(v: string): number {
   const n = positive(v);
   if (!Number.isInteger(n)) throw new InvalidArgumentError('expected a positive integer');
@@ -82,11 +87,11 @@ export function registerPocCommand(program: Command): void {
     .addOption(new Option('--nproc-per-node <n>', 'ranks per gang').argParser(positiveInt).default(2))
     .addOption(new Option('--backend <name>', 'communication backend').choices(['gloo', 'nccl']).default('gloo'))
     .addOption(new Option('--budget-core-hours <h>', 'stop once wall x ranks crosses this (GPU-hours on nccl)').argParser(positive))
-    .addOption(new Option('--price <p>', 'price per core-hour (GPU-hour) for the cost line').argParser(Number))
+    .addOption(new Option('--price <p>', 'price per core-hour (GPU-hour) for the cost line').argParser(nonNegative))
     .addOption(new Option('--stages <list>', 'run only these stages, e.g. connectivity,pretrain (the others are reported as skipped)').argParser(stageList))
     .addOption(new Option('--emit <kind>', 'write job specs for the stages instead of running them').choices(['k8s', 'slurm']))
     .addOption(new Option('--nodes <n>', 'nodes (with --emit)').argParser(positiveInt).default(1))
-    .addOption(new Option('--gpus-per-node <n>', 'GPUs per node (with --emit; 0: CPU ranks)').argParser(Number))
+    .addOption(new Option('--gpus-per-node <n>', 'GPUs per node (with --emit; 0: CPU ranks)').argParser(nonNegative))
     .action(async (f: Flags) => {
       const inside = LAUNCHED.find((k) => process.env[k] !== undefined);
       if (inside && !f.emit) {
@@ -119,7 +124,7 @@ export function registerPocCommand(program: Command): void {
     .option('--config <file>', 'poc.json')
     .option('--small', 'the small schedule')
     .addOption(new Option('--budget-core-hours <h>', 'budget in core-hours (GPU-hours on nccl)').argParser(positive))
-    .addOption(new Option('--price <p>', 'price per core-hour').argParser(Number))
+    .addOption(new Option('--price <p>', 'price per core-hour').argParser(nonNegative))
     .action(async (f: Flags) => {
       const cfg = await config(f);
       const results: StageResult[] = [];
