@@ -18,7 +18,7 @@
  * resumed run is bit-identical to an uninterrupted one.
  */
 import type { Communicator } from '../comm/communicator.js';
-import { checkpointEverySteps, Checkpointer, latest, loadTraining, trainingState, type SaveHandle } from '../checkpoint/index.js';
+import { checkpointEverySteps, Checkpointer, latest, load, loadTraining, trainingState, type SaveHandle } from '../checkpoint/index.js';
 import {
   createOptimizer,
   DeviceDistributedDataParallel,
@@ -54,6 +54,8 @@ export interface CheckpointConfig {
   at?: number[];
   /** Load this checkpoint (a root or one checkpoint) instead of resuming from dir. */
   from?: string;
+  /** A new run from trained weights (a finetune): this checkpoint's parameters only; step 0, fresh optimizer state. */
+  weights?: string;
   /** Snapshot beside the next forward/backward (default) or before save() resolves. */
   overlap?: boolean;
   /** After each save() resolved: `params` gathers the full parameters (a collective). */
@@ -109,6 +111,8 @@ export interface TrainResult {
 
 export async function train(comm: Communicator, cfg: TrainConfig): Promise<TrainResult> {
   const model = new TinyLM(cfg.model);
+  // Every rank reads the full parameters before wrapping: DDP and FSDP start from the model's values.
+  if (cfg.ckpt?.weights) await load(cfg.ckpt.weights, Object.fromEntries(model.params.map((p) => [p.name, { data: p.data, offset: 0 }])));
   const optimizer = createOptimizer(cfg.optimizer);
   const { kind, ...opts } = cfg.parallel;
   // With a mesh, FSDP shards within mesh.get('dp') and all-reduces across mesh.get('replicate').
