@@ -72,6 +72,8 @@ export const pocSchema = z.strictObject({
     p95Ms: pos().default(500),
     p99Ms: pos().default(1000),
     maxTokens: posInt().default(4),
+    /** Exact-match accuracy of the served candidate on the held-out problems. */
+    minAccuracy: frac().default(0.05),
   }).prefault({}),
   budget: z.strictObject({
     /** Stop once wall seconds x ranks / 3600 crosses this (GPU-hours on nccl); null: no limit. */
@@ -87,12 +89,13 @@ export type PocConfigInput = z.input<typeof pocSchema>;
 /** What --small changes: a schedule of seconds on two cores. */
 export const SMALL: PocConfigInput = {
   connectivity: { maxBytes: 2 ** 20, iters: 5, warmup: 1 },
-  data: { corpusBytes: 60_000, maxOperand: 29 },
+  // 100 pairs (20 held out): enough for a few hundred finetune steps to gain held-out problems.
+  data: { corpusBytes: 60_000, maxOperand: 9 },
   model: { dim: 32, hidden: 64, layers: 2, seqLen: 16 },
   pretrain: { tokens: 40_000, globalBatch: 8, lr: 1e-2 },
   // A 170 kB checkpoint is latency-bound (fsync, commit): its throughput says little about the disk.
   checkpoint: { minWriteGBs: 0.0002, minReadGBs: 0.0002 },
-  finetune: { steps: 40, globalBatch: 8, lr: 3e-3, minAccuracy: 0 },
+  finetune: { steps: 300, globalBatch: 16, lr: 1e-2 },
   inference: { requests: 40, minSamples: 20, rate: 20 },
 };
 

@@ -14,7 +14,8 @@ import { BUDGET_EXCEEDED, Budget } from './budget.js';
 import { pretrainSteps, type PocConfig } from './config.js';
 import { modelConfig, paths, problemsOf } from './corpus.js';
 import { gate, writeReport, type Gate, type WrittenReport } from './report.js';
-import { GANG_STAGES, optionalModule, type GangStage } from './run-stage.js';
+import { inferenceStage } from './inference.js';
+import { GANG_STAGES, type GangStage } from './run-stage.js';
 import type { StageName, StageResult } from './stage.js';
 import type { Problem } from './tasks.js';
 import { CompactVocab } from './vocab.js';
@@ -29,14 +30,6 @@ export interface PocOptions {
   log?: (line: string) => void;
   /** Run only these stages (the others are skipped, as are stages that need a skipped one). */
   only?: readonly StageName[];
-}
-
-interface InferenceModule {
-  inferenceStage(o: {
-    candidate: string; baseline: string; model: ReturnType<typeof modelConfig>; vocabPath: string; problems: Problem[];
-    workers: number; rate: number; requests: number; minSamples: number; slo: { p95Ms: number; p99Ms: number }; maxTokens?: number;
-    log?: (line: string) => void;
-  }): Promise<[StageResult, StageResult]>;
 }
 
 const require = createRequire(import.meta.url);
@@ -95,7 +88,7 @@ export async function runPoc(o: PocOptions): Promise<{ report: WrittenReport; re
   const blocked = blocker(results, budget);
 
   for (const stage of GANG_STAGES) {
-    const why = (o.only && !o.only.includes(stage) ? 'not selected (--stages)' : null) ?? blocked(stage) ?? (stage === 'finetune' && !(await optionalModule('finetune')) ? 'this build has no finetune stage' : null);
+    const why = (o.only && !o.only.includes(stage) ? 'not selected (--stages)' : null) ?? blocked(stage);
     if (why) {
       results.set(stage, skipped(stage, why));
       continue;
@@ -137,20 +130,19 @@ export async function finishStages(out: string, cfg: PocConfig, gangs: StageResu
 
 /** Inference and canary, in this process: finetuned checkpoint as the candidate, pretrained as the baseline. */
 async function serveStages(out: string, cfg: PocConfig, results: Map<StageName, StageResult>, blocked: (s: StageName) => string | null, log: (l: string) => void): Promise<{ results: StageResult[]; wall: number }> {
-  const why = blocked('inference') ?? (!(await optionalModule<InferenceModule>('inference')) ? 'this build has no inference stage' : null);
+  const why = blocked('inference');
   if (why) return { results: [skipped('inference', why), skipped('canary', why)], wall: 0 };
   const t0 = performance.now();
   try {
-    const mod = (await optionalModule<InferenceModule>('inference'))!;
     const pre = results.get('pretrain')!.metrics as { steps: number; checkpoints: { step: number; dir: string }[] };
     const candidate = String(results.get('finetune')!.metrics.checkpoint);
     const baseline = pre.checkpoints.find((c) => c.step === pre.steps)!.dir;
     const vocab = await CompactVocab.read(paths(out).vocab);
     const c = cfg.inference;
     log(`== inference and canary: ${c.workers} workers, ${c.requests} requests at ${c.rate}/s`);
-    const [inference, canary] = await mod.inferenceStage({
+    const [inference, canary] = await inferenceStage({
       candidate, baseline, model: modelConfig(cfg, vocab), vocabPath: paths(out).vocab, problems: problemsOf(cfg).heldOut,
-      workers: c.workers, rate: c.rate, requests: c.requests, minSamples: c.minSamples, slo: { p95Ms: c.p95Ms, p99Ms: c.p99Ms }, maxTokens: c.maxTokens,
+      workers: c.workers, rate: c.rate, requests: c.requests, minSamples: c.minSamples, slo: { p95Ms: c.p95Ms, p99Ms: c.p99Ms }, maxTokens: c.maxTokens, minAccuracy: c.minAccuracy, seed: cfg.seed,
       log: (l) => log(`[inference] ${l}`),
     });
     return { results: [inference, canary], wall: (performance.now() - t0) / 1000 };

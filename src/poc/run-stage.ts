@@ -8,47 +8,25 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import type { Communicator } from '../comm/communicator.js';
 import { init } from '../comm/init.js';
 import { NcclNodeError } from '../errors.js';
-import type { TinyLMConfig } from '../models/index.js';
 import type { PocConfig } from './config.js';
 import { connectivityStage } from './connectivity.js';
 import { ensureData, modelConfig, paths } from './corpus.js';
+import { finetuneStage } from './finetune.js';
 import { pretrainStage } from './pretrain.js';
 import { readStage, restoreStage } from './restore.js';
 import type { StageResult } from './stage.js';
-import type { ProblemSet } from './tasks.js';
-import type { CompactVocab } from './vocab.js';
 
 /** Stages that run as a gang of ranks; inference and canary run in the orchestrating process. */
 export const GANG_STAGES = ['connectivity', 'pretrain', 'checkpoint', 'finetune'] as const;
 export type GangStage = (typeof GANG_STAGES)[number];
 
-interface FinetuneModule {
-  finetuneStage(comm: Communicator, o: {
-    from: string; ckptDir: string; model: TinyLMConfig; vocab: CompactVocab; problems: ProblemSet;
-    steps: number; globalBatch: number; lr: number; minAccuracy?: number; log?: (line: string) => void;
-  }): Promise<StageResult>;
-}
-
-/** The finetune stage's module, or null where this build does not have it. */
-export async function optionalModule<T>(name: string): Promise<T | null> {
-  const spec = `./${name}.js`;
-  try {
-    return (await import(spec)) as T;
-  } catch (err) {
-    if ((err as { code?: string }).code === 'ERR_MODULE_NOT_FOUND' && String((err as Error).message).includes(name)) return null;
-    throw err;
-  }
-}
-
 async function finetune(comm: Communicator, cfg: PocConfig, out: string, log: (l: string) => void): Promise<StageResult> {
-  const mod = await optionalModule<FinetuneModule>('finetune');
-  if (!mod) throw new NcclNodeError('ERR_UNAVAILABLE', 'finetune: this build has no finetune stage (src/poc/finetune.ts)');
   const pre = (await readStage(out, 'pretrain'))?.metrics as { steps: number; checkpoints: { step: number; dir: string }[] } | undefined;
   const from = pre?.checkpoints.find((c) => c.step === pre.steps)?.dir;
   if (!from) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `finetune: no final pretraining checkpoint recorded in ${paths(out).stage('pretrain')}`);
   const { vocab, problems } = await ensureData(comm, cfg, out);
   const f = cfg.finetune;
-  return mod.finetuneStage(comm, {
+  return finetuneStage(comm, {
     from, ckptDir: paths(out).finetuneCkpt, model: modelConfig(cfg, vocab), vocab, problems,
     steps: f.steps, globalBatch: f.globalBatch, lr: f.lr, minAccuracy: f.minAccuracy, log,
   });
