@@ -30,7 +30,7 @@ function poc(args: string[], env: Record<string, string> = {}, timeoutMs = 120_0
 }
 
 /** A schedule of seconds: ~90 optimizer steps, the small 8 B..1 MiB sweep at 3 iterations. */
-const TINY = { connectivity: { iters: 3 }, pretrain: { tokens: 12_000 } };
+const TINY = { connectivity: { iters: 3 }, pretrain: { tokens: 12_000 }, finetune: { steps: 150 } };
 
 function tinyConfig(dir: string): string {
   const file = join(dir, 'tiny.json');
