@@ -6,7 +6,8 @@
  * process; then the report (report.json/md/html) gathers every gate. A budget in
  * core-hours (GPU-hours on NCCL) stops the run cleanly once crossed.
  */
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { Launcher } from '../launch/launcher.js';
@@ -81,6 +82,10 @@ const passed = (r: StageResult | undefined) => !!r && r.gates.length > 0 && r.ga
 export async function runPoc(o: PocOptions): Promise<{ report: WrittenReport; results: StageResult[] }> {
   const log = o.log ?? ((l: string) => process.stdout.write(`${l}\n`));
   const startedAt = new Date().toISOString();
+  // A rerun into the same DIR starts clean: the corpus, vocabulary and checkpoints of an
+  // earlier run (perhaps with other knobs) must not leak into this one. Only what the POC writes is removed.
+  const p = paths(o.out);
+  await Promise.all([join(o.out, 'data'), join(o.out, 'ckpt'), p.vocab, p.config, ...[...GANG_STAGES].map(p.stage)].map((f) => rm(f, { recursive: true, force: true })));
   await mkdir(o.out, { recursive: true });
   await writeFile(paths(o.out).config, `${JSON.stringify(o.cfg, null, 2)}\n`);
   const budget = new Budget(o.cfg.budget.coreHours, o.cfg.budget.price, o.backend === 'nccl' ? 'GPU-hours' : 'core-hours');
