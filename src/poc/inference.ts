@@ -9,6 +9,7 @@
  * (one-sided two-proportion test), both at alpha = 0.05; the verdict is "promote"
  * when both hold, else "roll back".
  */
+import { NcclNodeError } from '../errors.js';
 import type { TinyLMConfig } from '../models/tiny-lm/model.js';
 import { DEFAULT_MIN_ACCURACY } from './finetune.js';
 import { runLoad, summarize, type LoadSummary, type RequestRecord } from './loadgen.js';
@@ -64,6 +65,11 @@ async function serveAndLoad(checkpoint: string, o: InferenceOptions, seed: numbe
 
 export async function inferenceStage(o: InferenceOptions): Promise<[StageResult, StageResult]> {
   const t0 = performance.now();
+  for (const [k, v] of [['workers', o.workers], ['requests', o.requests], ['minSamples', o.minSamples]] as const) {
+    if (!Number.isInteger(v) || v < 1) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `inference: ${k} must be a positive integer, received ${v}`);
+  }
+  if (!(o.rate > 0 && Number.isFinite(o.rate))) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `inference: rate must be a positive number of requests/s, received ${o.rate}`);
+  if (o.problems.length === 0) throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'inference: no problems to ask');
   const seed = o.seed ?? 1;
   const cand = await serveAndLoad(o.candidate, o, seed);
   const t1 = performance.now();

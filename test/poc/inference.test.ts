@@ -204,7 +204,7 @@ describe('inference server', () => {
       expect(r.dueMs).toBe(arrivals[r.index]);
       // Sent at its arrival time, not after earlier answers (open loop), and within this process's clock.
       expect(r.sentMs).toBeGreaterThanOrEqual(r.dueMs - 1);
-      expect(r.sentMs - r.dueMs).toBeLessThan(100);
+      expect(r.sentMs - r.dueMs).toBeLessThan(250);
       expect(r.ttftMs!).toBeGreaterThan(0);
       expect(r.ttftMs!).toBeLessThanOrEqual(r.e2eMs!);
       expect(r.sentMs + r.e2eMs!).toBeLessThanOrEqual(wall);
