@@ -17,10 +17,13 @@ import { registerCkptCommand } from './commands/ckpt.js';
 import { registerDataCommand } from './commands/data.js';
 import { registerJobspecCommand } from './commands/jobspec-command.js';
 import { registerPlanCommands } from './commands/plan.js';
+import { registerPocCommand } from './commands/poc.js';
 
 export type RegisterCommand = (program: Command) => void;
 
-export const SUBCOMMANDS: readonly RegisterCommand[] = [registerRunCommand, registerBenchCommand, registerCkptCommand, registerDataCommand, registerJobspecCommand, registerDoctorCommand, registerPlanCommands];
+export const SUBCOMMANDS: readonly RegisterCommand[] = [
+  registerRunCommand, registerBenchCommand, registerCkptCommand, registerDataCommand, registerJobspecCommand, registerDoctorCommand, registerPocCommand, registerPlanCommands,
+];
 
 export const USAGE_EXIT_CODE = 2;
 

@@ -21,3 +21,4 @@ export {
 } from './text-format.js';
 export { JSON_FILE_VERSION } from './result-files.js';
 export { EXIT as BENCH_EXIT_CODES } from './rank.js';
+export { allReduceSweep, type SweepOptions, type SweepResult, type SweepRow } from './sweep.js';

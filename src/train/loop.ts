@@ -18,7 +18,7 @@
  * resumed run is bit-identical to an uninterrupted one.
  */
 import type { Communicator } from '../comm/communicator.js';
-import { Checkpointer, latest, loadTraining, trainingState, type SaveHandle } from '../checkpoint/index.js';
+import { Checkpointer, latest, load, loadTraining, trainingState, type SaveHandle } from '../checkpoint/index.js';
 import {
   createOptimizer,
   DeviceDistributedDataParallel,
@@ -55,6 +55,8 @@ export interface CheckpointConfig {
   at?: number[];
   /** Load this checkpoint (a root or one checkpoint) instead of resuming from dir. */
   from?: string;
+  /** A new run from trained weights (a finetune): this checkpoint's parameters only; step 0, fresh optimizer state. */
+  weights?: string;
   /** Snapshot beside the next forward/backward (default) or before save() resolves. */
   overlap?: boolean;
   /** After each save() resolved: `params` gathers the full parameters (a collective). */
@@ -68,6 +70,10 @@ export interface TrainData {
    * token ids (inputs and shifted targets). Called once per step, in step order.
    */
   rows(step: number, rank: number, rows: number): Promise<Int32Array> | Int32Array;
+  /** JSON kept in every checkpoint's train state (`data`), e.g. a DataLoader's state(). */
+  state?(): unknown;
+  /** Given the saved `data` on resume, before the first step (e.g. DataLoader.load). */
+  load?(state: unknown): void;
 }
 
 export interface TrainConfig {
@@ -108,6 +114,8 @@ export interface TrainResult {
 
 export async function train(comm: Communicator, cfg: TrainConfig): Promise<TrainResult> {
   const model = new TinyLM(cfg.model);
+  // Every rank reads the full parameters before wrapping: DDP and FSDP start from the model's values.
+  if (cfg.ckpt?.weights) await load(cfg.ckpt.weights, Object.fromEntries(model.params.map((p) => [p.name, { data: p.data, offset: 0 }])));
   const optimizer = createOptimizer(cfg.optimizer);
   const { kind, ...opts } = cfg.parallel;
   // With a mesh, FSDP shards within mesh.get('dp') and all-reduces across mesh.get('replicate').
@@ -145,13 +153,17 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
   const policy = cfg.ckpt && { at: cfg.ckpt.at, every: cfg.ckpt.every || undefined, mtbfHours: cfg.ckpt.mtbfHours };
   const ck = cfg.ckpt && cfg.ckpt.at?.length !== 0 ? await Checkpointer.create(cfg.ckpt.dir, { comm, keep: cfg.ckpt.keep ?? 3, policy }) : null;
   let first = 0;
-  if (cfg.ckpt?.from) first = (await loadTraining(cfg.ckpt.from, dp)).step;
+  const restored = (r: Awaited<ReturnType<typeof loadTraining>>): number => {
+    if (r.train.data !== undefined) cfg.data?.load?.(r.train.data);
+    return r.step;
+  };
+  if (cfg.ckpt?.from) first = restored(await loadTraining(cfg.ckpt.from, dp));
   else if (cfg.ckpt?.resume) {
     // Rank 0 resolves the checkpoint and every rank loads that one, so all ranks agree.
     const found = comm.rank === 0 ? (await latest(cfg.ckpt.dir)) ?? '' : '';
     const dir = await comm.broadcastObject(found, { root: 0 });
     if (dir) {
-      first = (await loadTraining(dir, dp)).step;
+      first = restored(await loadTraining(dir, dp));
       cfg.log?.(`resumed from ${dir} at step ${first}`);
     } else cfg.log?.(`no checkpoint in ${cfg.ckpt.dir}: starting at step 0`);
   }
@@ -197,7 +209,7 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
       // Overlapped: the copy runs beside the next forward/backward (awaited before dp.step()).
       const t1 = performance.now();
       const overlap = cfg.ckpt!.overlap ?? true;
-      lastSave = await ck.save(trainingState(dp, { step: done, dataSeed: cfg.dataSeed }, { config: { model: cfg.model, parallel: { ...cfg.parallel, replicate: undefined } }, codeVersion: 'nccl-node/train' }), { async: true, overlap });
+      lastSave = await ck.save(trainingState(dp, { step: done, dataSeed: cfg.dataSeed, ...(cfg.data?.state ? { data: cfg.data.state() } : {}) }, { config: { model: cfg.model, parallel: { ...cfg.parallel, replicate: undefined } }, codeVersion: 'nccl-node/train' }), { async: true, overlap });
       lastSave.committed.catch((err: Error) => cfg.log?.(`checkpoint step ${done} failed: ${err.message}`));
       sm?.checkpoint(lastSave);
       await cfg.ckpt!.onSave?.({ step: done, handle: lastSave, params: fullParams });

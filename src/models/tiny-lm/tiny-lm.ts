@@ -12,6 +12,7 @@
  * model calls the runtime's hooks at unit boundaries and per finished gradient.
  */
 import type { ModelHooks, ParamLike } from '../../runtime/index.js';
+import { NcclNodeError } from '../../errors.js';
 import { linear, linearBackward, rng } from './kernels.js';
 
 export interface TinyLMConfig {
@@ -184,6 +185,44 @@ export class TinyLM {
     this.#ready(hk, this.pos, this.tok);
     hk.afterBackward?.(0);
     return loss / N;
+  }
+
+  /**
+   * Inference: next-token logits for one sequence of at most seqLen tokens, with no
+   * gradients and no hooks (the parameters must be resident, as in one process).
+   * `last` (default) returns only the final position's logits ([vocab]), which is
+   * all greedy decoding needs and skips the head for the other positions; otherwise
+   * every position's ([tokens.length, vocab], row t predicting token t + 1).
+   */
+  logits(tokens: ArrayLike<number>, o: { last?: boolean } = {}): Float32Array {
+    const { dim: D, hidden: H, vocab: V, seqLen: T } = this.cfg;
+    const n = tokens.length;
+    if (n < 1 || n > T) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `TinyLM.logits: expected 1..${T} tokens, received ${n}`);
+    let h = new Float32Array(n * D);
+    for (let t = 0; t < n; t++) {
+      const id = tokens[t]!;
+      if (!(Number.isInteger(id) && id >= 0 && id < V)) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `TinyLM.logits: token ${t} is ${id}, expected an id in 0..${V - 1}`);
+      const to = id * D, po = t * D, ho = t * D;
+      for (let d = 0; d < D; d++) h[ho + d] = this.tok.data[to + d]! + this.pos.data[po + d]!;
+    }
+    const z = new Float32Array(n * H);
+    for (const b of this.blocks) {
+      // The same arithmetic as forwardBackward (float64 prefix sums, float32 tensors), so both give the same loss.
+      const c = prefixMean(h, 1, n, D);
+      const u = new Float32Array(n * D);
+      const mix = b.mix.data;
+      for (let i = 0; i < n * D; i++) u[i] = h[i]! + mix[i % D]! * c[i]!;
+      linear(u, b.w1.data, b.b1.data, z, n, D, H);
+      for (let i = 0; i < z.length; i++) z[i] = Math.tanh(z[i]!);
+      const out = new Float32Array(n * D);
+      linear(z, b.w2.data, b.b2.data, out, n, H, D);
+      for (let i = 0; i < out.length; i++) out[i] = out[i]! + u[i]!;
+      h = out;
+    }
+    const rows = o.last === false ? n : 1;
+    const logits = new Float32Array(rows * V);
+    linear(h.subarray((n - rows) * D), this.wOut.data, this.bOut.data, logits, rows, D, V);
+    return logits;
   }
 
   #ready(hk: ModelHooks, ...ps: Param[]): void {
