@@ -130,6 +130,9 @@ export class Coordinator {
       if (!this.firstSeen.has(parsed.id)) this.firstSeen.set(parsed.id, this.arrivals);
       this.arrivals++;
       this.pending.set(parsed.id, { arrival: parsed, n: Number(nText) });
+      if (this.forming === undefined && this.closedWith === undefined) {
+        o.log(`rendezvous: node ${parsed.host} (launcher ${parsed.id}) waits as a spare for the next round`);
+      }
       this.evaluate();
     });
     this.timer = setInterval(() => this.tick(), POLL_MS);
