@@ -1,8 +1,11 @@
 /**
- * `nccl-node run`: starts this node's ranks of a job as one gang. Node 0's launcher
- * hosts the job's store. Every rank must join (init()) within the join timeout;
- * when one rank fails, every rank on every node is stopped, and each launcher exits
- * with the failing rank's code. See join.ts for the keys involved.
+ * `nccl-node run`: starts this node's ranks of a job as one gang. One launcher hosts
+ * the job's store (node 0; elastic: the first to bind the rendezvous port). Every rank
+ * must join (init()) within the join timeout; when one rank fails, every rank on every
+ * node is stopped. Then, with restarts left, every launcher joins a new rendezvous round
+ * (rounds.ts) and the gang runs again with the next TORCHELASTIC_RESTART_COUNT in a store
+ * scope of its own; otherwise each launcher exits with the failing rank's code. See
+ * join.ts for the keys of one attempt.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
