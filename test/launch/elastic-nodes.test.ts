@@ -12,7 +12,9 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+
+import { torchVenv, type TorchVenv } from './torch-venv.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const BIN = path.join(ROOT, 'bin/nccl-node.js');
@@ -60,10 +62,11 @@ afterEach(() => {
   rmSync(reports, { recursive: true, force: true });
 });
 
-/** One node: a launcher whose ranks tag their reports with `tag`. */
-function node(tag: string, args: string[], env: NodeJS.ProcessEnv = {}): Node {
+/** One node: a launcher whose ranks tag their reports with `tag` (torchrun's agent when `torchrun` is given). */
+function node(tag: string, args: string[], env: NodeJS.ProcessEnv = {}, torchrun?: string): Node {
   const t0 = Date.now();
-  const child = spawn(process.execPath, [BIN, 'run', ...args, FIXTURE], {
+  const [file, argv] = torchrun === undefined ? [process.execPath, [BIN, 'run', ...args, FIXTURE]] : [torchrun, ['--no-python', ...args, 'node', FIXTURE]];
+  const child = spawn(file, argv, {
     cwd: ROOT,
     env: { ...process.env, NCCL_NODE_TOKEN: 'elastic-test-token', ELASTIC_REPORTS: reports, ELASTIC_NODE_TAG: tag, ...env },
     stdio: ['ignore', 'ignore', 'pipe'],
@@ -202,5 +205,61 @@ describe('elastic --nnodes MIN:MAX', { timeout: 60_000 }, () => {
         return true;
       }
     }, 3_000);
+  });
+});
+
+describe('elastic rounds against torchrun\'s c10d rendezvous', { timeout: 60_000 }, () => {
+  let venv: TorchVenv;
+  beforeAll(async () => {
+    venv = await torchVenv();
+  }, 20 * 60_000);
+
+  /** Per node, sorted: the variables its ranks saw; node tags are dropped (the two rendezvous may number the nodes differently). */
+  function shape(list: Report[]): string[][] {
+    const byNode = new Map<string, Report[]>();
+    for (const r of list) byNode.set(r.NODE_TAG, [...(byNode.get(r.NODE_TAG) ?? []), r]);
+    return [...byNode.values()].map((rs) => rs.sort((a, b) => Number(a.RANK) - Number(b.RANK))
+      .map((r) => `RANK=${r.RANK} WORLD_SIZE=${r.WORLD_SIZE} GROUP_RANK=${r.GROUP_RANK} GROUP_WORLD_SIZE=${r.GROUP_WORLD_SIZE} RESTART=${r.TORCHELASTIC_RESTART_COUNT}`))
+      .sort((a, b) => a[0]!.localeCompare(b[0]!));
+  }
+
+  async function twoNodes(torchrun: string | undefined): Promise<{ codes: Array<number | null>; shape: string[][] }> {
+    const port = await freePort();
+    const endpoint = ['--nnodes', '1:3', '--nproc-per-node', '2', '--rdzv-endpoint', `127.0.0.1:${port}`, '--max-restarts', '1'];
+    const flags = torchrun === undefined
+      ? [...endpoint, '--rdzv-last-call', '4', '--join-timeout', '30']
+      : [...endpoint, '--rdzv-backend', 'c10d', '--rdzv-id', 'cmp', '--rdzv-conf', 'last_call_timeout=4,join_timeout=30'];
+    const a = node('A', flags, {}, torchrun);
+    const b = node('B', flags, {}, torchrun);
+    const ends = await Promise.all([a.done, b.done]);
+    const all = readReports();
+    rmSync(reports, { recursive: true, force: true });
+    reports = mkdtempSync(path.join(os.tmpdir(), 'nccl-node-elastic-'));
+    return { codes: ends.map((e) => e.code), shape: shape(all) };
+  }
+
+  it('two nodes joining within the last call form one gang: the same world size, node ranks and restart count', async () => {
+    const theirs = await twoNodes(venv.torchrun);
+    const ours = await twoNodes(undefined);
+    expect(theirs.codes).toEqual([0, 0]);
+    expect(theirs.shape).toEqual([
+      ['RANK=0 WORLD_SIZE=4 GROUP_RANK=0 GROUP_WORLD_SIZE=2 RESTART=0', 'RANK=1 WORLD_SIZE=4 GROUP_RANK=0 GROUP_WORLD_SIZE=2 RESTART=0'],
+      ['RANK=2 WORLD_SIZE=4 GROUP_RANK=1 GROUP_WORLD_SIZE=2 RESTART=0', 'RANK=3 WORLD_SIZE=4 GROUP_RANK=1 GROUP_WORLD_SIZE=2 RESTART=0'],
+    ]);
+    expect(ours).toEqual(theirs);
+  });
+
+  it('too few nodes: torchrun and nccl-node run both fail within the join timeout', async () => {
+    const port = await freePort();
+    const t0 = Date.now();
+    const theirs = node('T', ['--nnodes', '2:3', '--nproc-per-node', '1', '--rdzv-backend', 'c10d', '--rdzv-endpoint', `127.0.0.1:${port}`,
+      '--rdzv-id', 'few', '--rdzv-conf', 'join_timeout=3'], {}, venv.torchrun);
+    const ours = node('O', ['--nnodes', '2:3', '--nproc-per-node', '1', '--rdzv-endpoint', `127.0.0.1:${await freePort()}`, '--join-timeout', '3']);
+    const [t, o] = await Promise.all([theirs.done, ours.done]);
+    expect(t.code).not.toBe(0);
+    expect(theirs.stderr()).toMatch(/RendezvousTimeoutError/);
+    expect(o.code).toBe(1);
+    expect(Date.now() - t0).toBeLessThan(30_000);
+    expect(readReports()).toEqual([]);
   });
 });
