@@ -7,6 +7,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -78,6 +79,14 @@ function exec(file: string, args: string[], env: NodeJS.ProcessEnv): Promise<Don
   });
 }
 
+async function freePort(): Promise<number> {
+  const srv = net.createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const { port } = srv.address() as net.AddressInfo;
+  await new Promise((r) => srv.close(r));
+  return port;
+}
+
 /** Per rank, in the order the attempts ran: what the rank saw. */
 function sequences(run: Done): Record<string, Array<Record<string, unknown>>> {
   const byRank: Record<string, Report[]> = {};
@@ -106,7 +115,17 @@ beforeAll(async () => {
 
 afterEach(() => {
   for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  for (const d of dirs.splice(0)) {
+    // Ranks of a launcher killed above (torchrun's have no orphan guard).
+    for (const f of readdirSync(d).filter((n) => n.endsWith('.jsonl'))) {
+      try {
+        process.kill(Number(f.slice(0, -'.jsonl'.length)), 'SIGKILL');
+      } catch {
+        // Already gone.
+      }
+    }
+    rmSync(d, { recursive: true, force: true });
+  }
 });
 
 describe('--max-restarts, against torchrun', { timeout: 60_000 }, () => {
@@ -132,6 +151,32 @@ describe('--max-restarts, against torchrun', { timeout: 60_000 }, () => {
     expect(sequences(ours)).toEqual(sequences(theirs));
     expect(Object.keys(ours.logs).sort()).toEqual(['attempt_0/0/stdout.log', 'attempt_0/1/stdout.log']);
     expect(ours.err.trimEnd().split('\n').at(-1)).toMatch(/^nccl-node run: rank 0 \(pid \d+\) exited with code 3/);
+  });
+
+  it('two static nodes (--nnodes 2 --node-rank K) re-form after a rank on node 1 fails', async () => {
+    const reports = tmp('nccl-node-elastic-reports-');
+    const port = String(await freePort());
+    const run = (nodeRank: number): Promise<{ code: number | null; err: string }> => new Promise((resolve) => {
+      const child = spawn(process.execPath, [BIN, 'run', '--nnodes', '2', '--node-rank', String(nodeRank), '--nproc-per-node', '2', '--master-addr', '127.0.0.1',
+        '--master-port', port, '--max-restarts', '1', '--grace-period', '1', '--join-timeout', '20', FIXTURE], {
+        cwd: ROOT,
+        env: { ...process.env, NCCL_NODE_TOKEN: 'static-restart-token', ELASTIC_REPORTS: reports, ELASTIC_FAIL: '0:2:7', ELASTIC_HOLD_MS: '0:20000' },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      children.push(child);
+      let err = '';
+      child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+      child.on('close', (code) => resolve({ code, err }));
+    });
+    const ends = await Promise.all([run(0), run(1)]);
+    expect(ends.map((e) => e.code), ends.map((e) => e.err).join('\n')).toEqual([0, 0]);
+    const lines = readdirSync(reports).flatMap((f) => readFileSync(path.join(reports, f), 'utf8').split('\n').filter(Boolean)).map((l) => JSON.parse(l) as Report);
+    const done: Done = { code: 0, err: '', reports: lines, logs: {} };
+    const seq = (rank: string): Array<Record<string, unknown>> => [0, 1].map((attempt) => ({
+      attempt, RANK: rank, WORLD_SIZE: '4', TORCHELASTIC_RESTART_COUNT: String(attempt), TORCHELASTIC_MAX_RESTARTS: '1',
+    }));
+    expect(sequences(done)).toEqual({ 0: seq('0'), 1: seq('1'), 2: seq('2'), 3: seq('3') });
+    expect(ends[0]!.err).toMatch(/attempt 0 failed: rank 2 \(pid \d+\) exited with code 7 on node 1/);
   });
 
   it('after the last restart fails too, exits with that attempt\'s first failure', async () => {
