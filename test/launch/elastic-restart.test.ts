@@ -179,6 +179,29 @@ describe('--max-restarts, against torchrun', { timeout: 60_000 }, () => {
     expect(ends[0]!.err).toMatch(/attempt 0 failed: rank 2 \(pid \d+\) exited with code 7 on node 1/);
   });
 
+  it('a restarted Gloo job joins and all-reduces again in a fresh store scope', async () => {
+    // Attempt 0: rank 1 SIGKILLs itself mid-job; attempt 1 must init() and all-reduce cleanly.
+    const reports = tmp('nccl-node-elastic-reports-');
+    const end = await new Promise<{ code: number | null; err: string }>((resolve) => {
+      const child = spawn(process.execPath, [BIN, 'run', '--nproc-per-node', '3', '--max-restarts', '1', '--grace-period', '1', 'test/launch/fixtures/elastic-gloo.mts'], {
+        cwd: ROOT,
+        env: { ...process.env, NCCL_NODE_TOKEN: undefined, ELASTIC_REPORTS: reports },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      children.push(child);
+      let err = '';
+      child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+      child.on('close', (code) => resolve({ code, err }));
+    });
+    expect({ code: end.code, err: end.code === 0 ? '' : end.err }).toEqual({ code: 0, err: '' });
+    const got = readdirSync(reports).flatMap((f) => readFileSync(path.join(reports, f), 'utf8').split('\n').filter(Boolean))
+      .map((l) => JSON.parse(l) as { attempt: number; rank: number; sum: number })
+      .sort((a, b) => a.attempt - b.attempt || a.rank - b.rank);
+    // 1 + 2 + 3 on every rank, in both attempts.
+    expect(got).toEqual([0, 1].flatMap((attempt) => [0, 1, 2].map((rank) => ({ attempt, rank, sum: 6 }))));
+    expect(end.err).toMatch(/attempt 0 failed: rank 1 \(pid \d+\) was killed by signal SIGKILL/);
+  });
+
   it('after the last restart fails too, exits with that attempt\'s first failure', async () => {
     // Rank 1 fails on attempt 0 (code 4), rank 0 on attempt 1 (code 5): the job ends with 5.
     const [ours, theirs] = await both(1, { ELASTIC_FAIL: '0:1:4,1:0:5', ELASTIC_HOLD_MS: '0:10000,1:10000' });
