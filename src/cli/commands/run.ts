@@ -164,7 +164,7 @@ export function registerRunCommand(program: Command): void {
     .command('run')
     .description('start this node\'s ranks of a job as one gang')
     .requiredOption('--nproc-per-node <n>', 'ranks to start on this node: a number, gpu, cpu or auto', nproc)
-    .option('--nnodes <n>', 'number of nodes: N, or MIN:MAX for an elastic job', nodesArg, { min: 1, max: 1, elastic: false })
+    .addOption(new Option('--nnodes <n>', 'number of nodes: N, or MIN:MAX for an elastic job').argParser(nodesArg).default({ min: 1, max: 1, elastic: false }, '1'))
     .option('--node-rank <k>', 'this node\'s index, 0 .. nnodes-1 (static rendezvous only; default 0)', integer(0))
     .option('--max-restarts <n>', 're-run the whole gang up to n times after a failure', integer(0), 0)
     .option('--rdzv-backend <name>', 'static (node ranks given) or c10d (node ranks in join order; implied by --nnodes MIN:MAX)', backendArg, 'static')
