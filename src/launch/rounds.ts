@@ -8,9 +8,9 @@
  * Coordinator, which sees every SET in-process and decides the rounds:
  *
  * - A round opens with the job (elastic) or when an attempt failed and restarts remain.
- * - It closes when MAX nodes are there, or when MIN are, the last call (`--rdzv-last-call`)
- *   has passed since MIN was reached, and every member of the previous round that is
- *   still connected has come back. At the join timeout it closes with whoever came if
+ * - It closes when every member of the previous round that is still connected has come
+ *   back, and MAX nodes are there or MIN are and the last call (`--rdzv-last-call`) has
+ *   passed since MIN was reached. At the join timeout it closes with whoever came if
  *   that is at least MIN, and otherwise ends the job (ERR_TIMEOUT naming MIN and the count).
  * - Node ranks follow the order in which nodes first joined the job. Nodes beyond MAX,
  *   and nodes arriving while an attempt runs, wait as spares for the next round.
@@ -215,14 +215,17 @@ export class Coordinator {
       }
       return;
     }
-    if (here.length >= this.o.maxNodes) {
+    // Members of the last round that are still connected come first (they joined the job
+    // earlier); the hosting launcher is always one of them, so it never ends up a spare
+    // that no longer sees the gang's failures.
+    const outstanding = f.previous.filter((id) => !this.pending.has(id) && this.memberAlive(id));
+    if (here.length >= this.o.maxNodes && (outstanding.length === 0 || now >= f.deadline)) {
       this.form(f.attempt, here.slice(0, this.o.maxNodes));
       return;
     }
     if (here.length >= this.o.minNodes) {
       f.minSince ??= now;
-      const outstanding = f.previous.filter((id) => !this.pending.has(id) && this.memberAlive(id));
-      if ((now - f.minSince >= this.o.lastCallMs && outstanding.length === 0) || now >= f.deadline) this.form(f.attempt, here);
+      if ((now - f.minSince >= this.o.lastCallMs && outstanding.length === 0) || now >= f.deadline) this.form(f.attempt, here.slice(0, this.o.maxNodes));
       return;
     }
     f.minSince = undefined;
