@@ -153,6 +153,22 @@ describe('elastic --nnodes MIN:MAX', { timeout: 60_000 }, () => {
     expect(a.stderr()).toMatch(/attempt 0 failed: the launcher of node 1 is gone/);
   });
 
+  it('grows a gang below MAX with a spare at the next re-form (scale-up after a failed rank)', async () => {
+    const port = await freePort();
+    const flags = ['--nnodes', '1:3', '--nproc-per-node', '1', '--rdzv-endpoint', `127.0.0.1:${port}`, '--rdzv-last-call', '0.5',
+      '--join-timeout', '20', '--max-restarts', '1', '--grace-period', '1'];
+    // Attempt 0 runs on A alone and holds until B waits as a spare; then A's rank is SIGKILLed.
+    const a = node('A', flags, { ELASTIC_HOLD_MS: '0:60000' });
+    await waitFor('attempt 0 on A', () => readReports().length === 1);
+    const b = node('B', flags, { ELASTIC_HOLD_MS: '0:60000' });
+    await waitFor('B to wait as a spare', () => /waits as a spare for the next round/.test(a.stderr()));
+    killQuietly(readReports()[0]!.pid);
+    const [endA, endB] = await Promise.all([a.done, b.done]);
+    expect({ a: endA.code, b: endB.code, err: endA.code === 0 && endB.code === 0 ? '' : a.stderr() + b.stderr() }).toEqual({ a: 0, b: 0, err: '' });
+    expect(attempt(readReports(), 0)).toEqual([['A', '0', '1', '0', '1']]);
+    expect(attempt(readReports(), 1)).toEqual([['A', '0', '2', '0', '2'], ['B', '1', '2', '1', '2']]);
+  });
+
   it('fails with ERR_TIMEOUT naming MIN and the count when too few nodes come', async () => {
     const port = await freePort();
     const a = node('A', ['--nnodes', '2:3', '--nproc-per-node', '1', '--rdzv-endpoint', `127.0.0.1:${port}`, '--rdzv-last-call', '1', '--join-timeout', '2']);
