@@ -197,8 +197,11 @@ describe('--max-restarts, against torchrun', { timeout: 60_000 }, () => {
     const got = readdirSync(reports).flatMap((f) => readFileSync(path.join(reports, f), 'utf8').split('\n').filter(Boolean))
       .map((l) => JSON.parse(l) as { attempt: number; rank: number; sum: number })
       .sort((a, b) => a.attempt - b.attempt || a.rank - b.rank);
-    // 1 + 2 + 3 on every rank, in both attempts.
-    expect(got).toEqual([0, 1].flatMap((attempt) => [0, 1, 2].map((rank) => ({ attempt, rank, sum: 6 }))));
+    // 1 + 2 + 3 on every rank. In attempt 0 a rank that had not finished its all-reduce
+    // when rank 1 died may have no report; attempt 1 must have all three.
+    expect(got.filter((r) => r.attempt === 0 && r.sum !== 6)).toEqual([]);
+    expect(got.some((r) => r.attempt === 0 && r.rank === 1)).toBe(true);
+    expect(got.filter((r) => r.attempt === 1)).toEqual([0, 1, 2].map((rank) => ({ attempt: 1, rank, sum: 6 })));
     expect(end.err).toMatch(/attempt 0 failed: rank 1 \(pid \d+\) was killed by signal SIGKILL/);
   });
 
