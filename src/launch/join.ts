@@ -31,8 +31,11 @@ export const JoinInfoSchema = z.object({
 export type JoinInfo = z.infer<typeof JoinInfoSchema>;
 
 export const FailureRecordSchema = z.object({
-  /** exit: non-zero code; signal: killed; join-timeout: ranks missing; interrupted: launcher got a signal; store-lost; error: launcher fault. */
-  reason: z.enum(['exit', 'signal', 'join-timeout', 'interrupted', 'store-lost', 'error']),
+  /**
+   * exit: non-zero code; signal: killed; join-timeout: ranks missing; interrupted: launcher got a signal;
+   * store-lost; node-lost: a node's launcher vanished; rendezvous: too few nodes came; error: launcher fault.
+   */
+  reason: z.enum(['exit', 'signal', 'join-timeout', 'interrupted', 'store-lost', 'node-lost', 'rendezvous', 'error']),
   /** The failing rank, when one rank is to blame. */
   rank: z.number().int().nonnegative().optional(),
   /** Ranks that did not join, for join-timeout. */

@@ -108,3 +108,19 @@ export async function clientView(options: StoreClientOptions): Promise<KeyView> 
     },
   };
 }
+
+/**
+ * The keys of one store scope (src/rendezvous/scope.ts) as its ranks see them: the
+ * launcher reads and writes `prefix + key` where a scoped rank says `key`.
+ */
+export function prefixedView(view: KeyView, prefix: string): KeyView {
+  if (prefix === '') return view;
+  return {
+    has: (key) => view.has(prefix + key),
+    read: (key) => view.read(prefix + key),
+    write: (key, value) => view.write(prefix + key, value),
+    waitAll: (keys, timeoutMs, signal) => view.waitAll(keys.map((k) => prefix + k), timeoutMs, signal),
+    // The underlying view belongs to the launcher, which closes it once.
+    close: async () => {},
+  };
+}

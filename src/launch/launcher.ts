@@ -1,69 +1,43 @@
 /**
- * `nccl-node run`: starts this node's ranks of a job as one gang. Node 0's launcher
- * hosts the job's store. Every rank must join (init()) within the join timeout;
- * when one rank fails, every rank on every node is stopped, and each launcher exits
- * with the failing rank's code. See join.ts for the keys involved.
+ * `nccl-node run`: starts this node's ranks of a job as one gang. One launcher hosts
+ * the job's store (node 0; elastic: the first to bind the rendezvous port). Every rank
+ * must join (init()) within the join timeout; when one rank fails, every rank on every
+ * node is stopped. Then, with restarts left, every launcher joins a new rendezvous round
+ * (rounds.ts) and the gang runs again with the next TORCHELASTIC_RESTART_COUNT in a store
+ * scope of its own; otherwise each launcher exits with the failing rank's code. See
+ * join.ts for the keys of one attempt.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes, randomUUID } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, statSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
-import type { Writable } from 'node:stream';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
-import { NcclNodeError, isNcclNodeError } from '../errors.js';
-import { StoreServer } from '../rendezvous/server.js';
-import { DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT } from './env.js';
+import { isNcclNodeError } from '../errors.js';
+import { scopeKeyPrefix, scopedToken } from '../rendezvous/scope.js';
+import type { StoreServer } from '../rendezvous/server.js';
+import { hostOrJoinStore } from './host.js';
 import { doneKey, joinKey, publishFailure, watchFailure, watchJoins, type FailureRecord, type JoinInfo } from './join.js';
-import { clientView, serverView, type KeyView } from './keyview.js';
-import { rankOutput, type OutputPolicy, type StdMask } from './output.js';
+import { prefixedView, type KeyView } from './keyview.js';
+import { resolveOptions, resolveToken, type LaunchOptions, type Resolved } from './options.js';
+import { rankOutput } from './output.js';
 import { groupAlive, killGroup, signalExitCode } from './process-group.js';
+import { Coordinator, joinRound, type Closed, type Ticket } from './rounds.js';
 
-export interface LaunchOptions {
-  /** Path of a .js/.mjs/.cjs/.ts/.mts/.cts file, relative to `cwd`. */
-  script: string;
-  scriptArgs?: string[];
-  nprocPerNode: number;
-  nnodes?: number;
-  nodeRank?: number;
-  masterAddr?: string;
-  /** 0 picks a free port (single node only). Default: 0 on one node (as torchrun --standalone), 29500 on several. */
-  masterPort?: number;
-  /** TORCHELASTIC_RUN_ID of the ranks, and the log directory's name. Default: a random UUID on one node, "none" on several (as torchrun). */
-  runId?: string;
-  joinTimeoutMs?: number;
-  /** Between SIGTERM and SIGKILL when stopping ranks. */
-  gracePeriodMs?: number;
-  /** Prefix each output line with "[rank] " (default false, as torchrun). */
-  prefix?: boolean;
-  /** Where --redirects/--tee write each rank's output: <logDir>/<runId>_<random>/attempt_0/<local rank>/. */
-  logDir?: string;
-  /** torchrun's --redirects: per local rank, 0 none, 1 stdout, 2 stderr, 3 both go to the log files only. */
-  redirects?: (localRank: number) => StdMask;
-  /** torchrun's --tee: the same, to the log files and the console. */
-  tee?: (localRank: number) => StdMask;
-  /** Only these local ranks' output reaches the console (torchrun's --local-ranks-filter). */
-  localRanksFilter?: Set<number>;
-  /** How long node 0 keeps the store up for other nodes' ranks after its own finished. */
-  exitBarrierTimeoutMs?: number;
-  /** Base environment of the ranks; NCCL_NODE_TOKEN is read from it. Default process.env. */
-  env?: NodeJS.ProcessEnv;
-  cwd?: string;
-  /** Where prefixed rank output and launcher notes go. Default process.stdout / process.stderr. */
-  stdout?: Writable;
-  stderr?: Writable;
-}
+export type { LaunchOptions } from './options.js';
 
 export interface LaunchResult {
   exitCode: number;
   /** One line saying how the job ended, e.g. "rank 2 (pid 42) exited with code 3; stopped ranks 0, 1, 3". */
   message: string;
   failure?: FailureRecord;
+  /** An NcclNodeError code when the launcher itself failed (ERR_TIMEOUT: too few nodes came; ERR_STORE: the store was lost). */
+  code?: string;
+  /** Attempts made (1 + restarts). */
+  attempts: number;
 }
 
-const SCRIPT_EXTENSIONS = ['.js', '.mjs', '.cjs', '.ts', '.mts', '.cts'];
 const TS_EXTENSIONS = new Set(['.ts', '.mts', '.cts']);
 /** The fd on which each rank sees its end of the orphan-guard socket pair. */
 const GUARD_FD = 3;
@@ -87,101 +61,6 @@ interface Rank {
   drained: Promise<void>;
 }
 
-interface Resolved {
-  script: string;
-  scriptArgs: string[];
-  nprocPerNode: number;
-  nnodes: number;
-  nodeRank: number;
-  masterAddr: string;
-  masterPort: number;
-  runId: string;
-  joinTimeoutMs: number;
-  gracePeriodMs: number;
-  prefix: boolean;
-  output: OutputPolicy;
-  exitBarrierTimeoutMs: number;
-  env: NodeJS.ProcessEnv;
-  cwd: string;
-  stdout: Writable;
-  stderr: Writable;
-}
-
-function invalid(message: string, details: Record<string, unknown> = {}): NcclNodeError {
-  return new NcclNodeError('ERR_INVALID_ARGUMENT', message, details);
-}
-
-function checkInt(name: string, v: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
-  if (!Number.isInteger(v) || v < min || v > max) {
-    throw invalid(`${name} must be an integer in [${min}, ${max}], got ${v}`, { option: name, received: v });
-  }
-  return v;
-}
-
-function checkMs(name: string, v: number, min: number): number {
-  if (!Number.isFinite(v) || v < min) throw invalid(`${name} must be at least ${min} ms, got ${v}`, { option: name, received: v });
-  return v;
-}
-
-function resolveOptions(o: LaunchOptions): Resolved {
-  const cwd = o.cwd ?? process.cwd();
-  const nnodes = checkInt('nnodes', o.nnodes ?? 1, 1);
-  const nodeRank = checkInt('nodeRank', o.nodeRank ?? 0, 0, nnodes - 1);
-  const masterAddr = o.masterAddr ?? DEFAULT_MASTER_ADDR;
-  if (masterAddr.trim() === '') throw invalid('masterAddr must not be empty');
-  const masterPort = checkInt('masterPort', o.masterPort ?? (nnodes === 1 ? 0 : DEFAULT_MASTER_PORT), 0, 65535);
-  if (masterPort === 0 && nnodes > 1) {
-    throw invalid('masterPort 0 (pick a free port) only works with a single node: other nodes could not know the port');
-  }
-  const script = path.resolve(cwd, o.script);
-  const ext = path.extname(script);
-  if (!SCRIPT_EXTENSIONS.includes(ext)) {
-    throw invalid(`script must end in ${SCRIPT_EXTENSIONS.join(', ')}, got ${JSON.stringify(o.script)}`, { script: o.script });
-  }
-  if (!existsSync(script) || !statSync(script).isFile()) throw invalid(`script not found: ${script}`, { script });
-  const runId = o.runId ?? (nnodes === 1 ? randomUUID() : 'none');
-  if (!/^[\w.-]+$/.test(runId)) throw invalid(`runId must be letters, digits, "_", "." or "-", got ${JSON.stringify(runId)}`, { runId });
-  const prefix = o.prefix ?? false;
-  const redirects = o.redirects ?? ((): StdMask => 0);
-  const tee = o.tee ?? ((): StdMask => 0);
-  let runLogDir: string | undefined;
-  if (o.logDir !== undefined) {
-    const base = path.resolve(cwd, o.logDir);
-    mkdirSync(base, { recursive: true });
-    runLogDir = mkdtempSync(path.join(base, `${runId}_`));
-  }
-  return {
-    script,
-    scriptArgs: o.scriptArgs ?? [],
-    nprocPerNode: checkInt('nprocPerNode', o.nprocPerNode, 1, 4096),
-    nnodes,
-    nodeRank,
-    masterAddr,
-    masterPort,
-    runId,
-    joinTimeoutMs: checkMs('joinTimeoutMs', o.joinTimeoutMs ?? 600_000, 1),
-    gracePeriodMs: checkMs('gracePeriodMs', o.gracePeriodMs ?? 5_000, 0),
-    prefix,
-    output: { prefix, redirects, tee, ...(o.localRanksFilter ? { consoleRanks: o.localRanksFilter } : {}), ...(runLogDir ? { runLogDir } : {}), attempt: 0 },
-    exitBarrierTimeoutMs: checkMs('exitBarrierTimeoutMs', o.exitBarrierTimeoutMs ?? 300_000, 0),
-    env: o.env ?? process.env,
-    cwd,
-    stdout: o.stdout ?? process.stdout,
-    stderr: o.stderr ?? process.stderr,
-  };
-}
-
-/** Node 0 makes the token for a one-node job; several nodes must be given the same one. */
-function resolveToken(o: Resolved): string {
-  const given = o.env['NCCL_NODE_TOKEN'];
-  if (given !== undefined && given !== '') return given;
-  if (o.nnodes === 1) return randomBytes(32).toString('hex');
-  throw invalid(
-    `NCCL_NODE_TOKEN is not set: with --nnodes ${o.nnodes} every node's launcher needs the same secret token. ` +
-      'Generate one (e.g. `openssl rand -hex 32`) and export it as NCCL_NODE_TOKEN on every node.',
-    { variable: 'NCCL_NODE_TOKEN' },
-  );
-}
 
 /** `node` arguments that load the orphan guard, and tsx where TypeScript must run. */
 function nodeArgs(script: string): string[] {
@@ -205,13 +84,33 @@ function seconds(ms: number): string {
   return `${Number((ms / 1000).toFixed(3))} s`;
 }
 
+const launcherName = (id: string): string => `nccl-node run (launcher ${id}, ${os.hostname()})`;
+
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
+/** Failures after which the gang is not re-run: the launcher was told to stop, the store or the rendezvous is gone. */
+const FINAL_REASONS = new Set<FailureRecord['reason']>(['interrupted', 'store-lost', 'rendezvous']);
+
 export class Launcher {
-  /** running: ranks up; finishing: all local ranks exited 0 (node 0 may wait for others); stopping: a failure is being handled. */
-  private phase: 'running' | 'finishing' | 'stopping' | 'done' = 'running';
-  private readonly ranks: Rank[] = [];
-  private readonly watchers = new AbortController();
+  /**
+   * rendezvous: waiting for a round's ticket (a spare waits here); running: ranks up;
+   * finishing: all local ranks exited 0 (the store's host may wait for others);
+   * stopping: a failure is being handled.
+   */
+  private phase: 'rendezvous' | 'running' | 'finishing' | 'stopping' | 'done' = 'rendezvous';
+  private ranks: Rank[] = [];
+  /** Aborted when the attempt ends: its watches stop. */
+  private watchers = new AbortController();
+  /** Aborted on an interrupt while waiting for a round. */
+  private readonly rendezvousAbort = new AbortController();
+  /** Which attempt runs (TORCHELASTIC_RESTART_COUNT) and this node's place in its gang. */
+  private attempt = 0;
+  private gang: Ticket | undefined;
+  /** The store as this attempt's ranks see it (a scope of its own after a restart). */
+  private view: KeyView;
+  private arrivals = 0;
+  private lastFailure: LaunchResult | undefined;
+  private coordinator: Coordinator | undefined;
   private readonly pendingWrites = new Set<Promise<unknown>>();
   private interrupts = 0;
   private hangups = 0;
@@ -231,43 +130,57 @@ export class Launcher {
     private readonly token: string,
     /** The port ranks connect to (the real one when 0 was asked for). */
     readonly port: number,
-    private readonly view: KeyView,
+    /** The whole store, where the launchers' own keys live. */
+    private readonly baseView: KeyView,
     private readonly server: StoreServer | undefined,
+    /** Names this launcher in the rendezvous and on its store connections (how the host sees it is alive). */
+    private readonly id: string,
   ) {
+    this.view = baseView;
     this.done = new Promise((resolve) => (this.resolveDone = resolve));
   }
 
-  /** Validates options, hosts or reaches the store, and starts this node's ranks. */
+  private get clientName(): string {
+    return launcherName(this.id);
+  }
+
+  /**
+   * Validates options, hosts or reaches the store, and starts this node's ranks (static
+   * rendezvous) or joins the first round (elastic: the ranks start once it closes).
+   */
   static async start(options: LaunchOptions): Promise<Launcher> {
     const o = resolveOptions(options);
     const token = resolveToken(o);
-    let launcher: Launcher;
-    if (o.nodeRank === 0) {
-      // One node: listen where ranks will connect. Several: all interfaces, as the
-      // address other nodes use may not be one we can bind (NAT); the token guards it.
-      const server = await StoreServer.start({
-        host: o.nnodes === 1 ? o.masterAddr : undefined,
-        port: o.masterPort,
-        token,
-        log: (msg) => o.stderr.write(`nccl-node run: store: ${msg}\n`),
+    const id = randomUUID();
+    const store = await hostOrJoinStore(o, token, launcherName(id));
+    const launcher = new Launcher(o, token, store.port, store.view, store.server, id);
+    if (store.server !== undefined) {
+      launcher.coordinator = new Coordinator(store.server, {
+        minNodes: o.minNodes,
+        maxNodes: o.maxNodes,
+        static: !o.elastic,
+        lastCallMs: o.lastCallMs,
+        joinTimeoutMs: o.joinTimeoutMs,
+        selfId: id,
+        log: (msg) => o.stderr.write(`nccl-node run: ${msg}\n`),
+        onNodeLost: (attempt, nodeRank, member) => launcher.nodeLost(attempt, nodeRank, member),
       });
-      launcher = new Launcher(o, token, server.port, serverView(server), server);
-    } else {
-      const view = await clientView({
-        host: o.masterAddr,
-        port: o.masterPort,
-        token,
-        clientName: `nccl-node run (node ${o.nodeRank}, ${os.hostname()})`,
-        connectTimeoutMs: o.joinTimeoutMs, // node 0 may come up later than us
-      });
-      launcher = new Launcher(o, token, o.masterPort, view, undefined);
     }
-    launcher.startRanks();
+    process.on('exit', launcher.killOnExit);
+    if (o.elastic) {
+      launcher.coordinator?.open(0);
+      void launcher.rendezvous();
+    } else {
+      // The first attempt of a static job needs no round: every node knows its place.
+      const worldSize = o.nnodes * o.nprocPerNode;
+      launcher.begin({ attempt: 0, nodeRank: o.nodeRank, nnodes: o.nnodes, worldSize, rankOffset: o.nodeRank * o.nprocPerNode, members: [] });
+    }
     return launcher;
   }
 
+  /** The running attempt's world size (0 while waiting for a round). */
   get worldSize(): number {
-    return this.o.nnodes * this.o.nprocPerNode;
+    return this.gang?.worldSize ?? 0;
   }
 
   /** Pids of this node's ranks, in local-rank order. */
@@ -278,6 +191,12 @@ export class Launcher {
   /** Handles SIGINT/SIGTERM sent to the launcher: stop every rank; a second one kills at once. */
   interrupt(signal: NodeJS.Signals): void {
     this.interrupts++;
+    if (this.phase === 'rendezvous') {
+      this.lastFailure = undefined;
+      this.rendezvousAbort.abort();
+      void this.finalize({ exitCode: signalExitCode(signal), message: `launcher received ${signal} while waiting for a rendezvous round`, attempts: this.attempt });
+      return;
+    }
     if (this.phase === 'stopping') {
       if (this.interrupts > 1) for (const r of this.ranks) if (r.pid !== undefined) killGroup(r.pid, 'SIGKILL');
       return;
@@ -287,44 +206,65 @@ export class Launcher {
       reason: 'interrupted',
       signal,
       exitCode: signalExitCode(signal),
-      node: this.o.nodeRank,
+      node: this.nodeRank,
       host: this.host,
       message: `launcher received ${signal}`,
     }, true);
   }
 
-  private startRanks(): void {
+  private get nodeRank(): number {
+    return this.gang?.nodeRank ?? this.o.nodeRank;
+  }
+
+  /** Starts this node's ranks of the attempt `ticket` describes. */
+  private begin(ticket: Ticket): void {
+    this.gang = ticket;
+    this.attempt = ticket.attempt;
+    this.ranks = [];
+    this.watchers = new AbortController();
+    this.hangups = 0;
+    this.exits = 0;
+    this.settling = false;
+    this.phase = 'running';
+    // After a restart the ranks get a store scope of their own: nothing of the failed attempt is in their way.
+    const scope = ticket.attempt === 0 ? undefined : `attempt_${ticket.attempt}`;
+    this.view = scope === undefined ? this.baseView : prefixedView(this.baseView, scopeKeyPrefix(scope));
+    this.startRanks(scope === undefined ? this.token : scopedToken(this.token, scope));
+  }
+
+  private startRanks(rankToken: string): void {
     const o = this.o;
+    const gang = this.gang!;
     const args = [...nodeArgs(o.script), o.script, ...o.scriptArgs];
-    process.on('exit', this.killOnExit);
+    const output = { ...o.output, attempt: gang.attempt };
     for (let localRank = 0; localRank < o.nprocPerNode; localRank++) {
-      const rank = o.nodeRank * o.nprocPerNode + localRank;
+      const rank = gang.rankOffset + localRank;
       const env: NodeJS.ProcessEnv = {
         ...o.env,
         RANK: String(rank),
         WORLD_SIZE: String(this.worldSize),
         LOCAL_RANK: String(localRank),
         LOCAL_WORLD_SIZE: String(o.nprocPerNode),
-        GROUP_RANK: String(o.nodeRank),
-        GROUP_WORLD_SIZE: String(o.nnodes),
+        GROUP_RANK: String(gang.nodeRank),
+        GROUP_WORLD_SIZE: String(gang.nnodes),
         // One role, "default", as torchrun without --role.
         ROLE_NAME: 'default',
         ROLE_RANK: String(rank),
         ROLE_WORLD_SIZE: String(this.worldSize),
         TORCHELASTIC_RUN_ID: o.runId,
-        TORCHELASTIC_RESTART_COUNT: '0',
-        TORCHELASTIC_MAX_RESTARTS: '0',
+        TORCHELASTIC_RESTART_COUNT: String(gang.attempt),
+        TORCHELASTIC_MAX_RESTARTS: String(o.maxRestarts),
         MASTER_ADDR: o.masterAddr,
         MASTER_PORT: String(this.port),
-        NCCL_NODE_TOKEN: this.token,
+        NCCL_NODE_TOKEN: rankToken,
         NCCL_NODE_STORE_HOSTED: '1',
         NCCL_NODE_LAUNCHER: '1',
         NCCL_NODE_LAUNCHER_FD: String(GUARD_FD),
         NCCL_NODE_GRACE_MS: String(o.gracePeriodMs),
       };
-      const output = rankOutput(o.output, rank, localRank);
+      const out = rankOutput(output, rank, localRank);
       // detached: the rank leads its own process group (see process-group.ts).
-      const child = spawn(process.execPath, args, { cwd: o.cwd, env, detached: true, stdio: ['ignore', ...output.stdio, 'pipe'] });
+      const child = spawn(process.execPath, args, { cwd: o.cwd, env, detached: true, stdio: ['ignore', ...out.stdio, 'pipe'] });
       child.once('exit', (code, signal) => {
         r.exit = { code, signal };
         r.exitOrder = this.exits++;
@@ -337,7 +277,7 @@ export class Launcher {
         r.exit = { code: 127, signal: null };
         this.onExit(r);
       });
-      const drained = output.connect(child.stdout, child.stderr, o.stdout, o.stderr);
+      const drained = out.connect(child.stdout, child.stderr, o.stdout, o.stderr);
       // Our end of the guard pair just has to stay open while we live.
       const guard = child.stdio[GUARD_FD];
       // It hangs up when the rank starts to exit (see settleFailure).
@@ -358,45 +298,61 @@ export class Launcher {
     const o = this.o;
     const signal = this.watchers.signal;
     // Node 0 watches every rank, so a node that never started is noticed; others watch their own.
-    const expected = o.nodeRank === 0 ? [...Array(this.worldSize).keys()] : this.ranks.map((r) => r.rank);
+    const expected = this.nodeRank === 0 ? [...Array(this.worldSize).keys()] : this.ranks.map((r) => r.rank);
     watchJoins(this.view, expected, o.joinTimeoutMs, signal).then(
       (missing) => {
-        if (missing.length === 0 || this.phase === 'stopping' || this.phase === 'done') return;
+        if (signal.aborted || missing.length === 0 || this.phase === 'stopping' || this.phase === 'done') return;
         this.fail({
           reason: 'join-timeout',
           missing,
           exitCode: 1,
-          node: o.nodeRank,
+          node: this.nodeRank,
           host: this.host,
           message: `${listRanks(missing)} did not join within ${seconds(o.joinTimeoutMs)} (--join-timeout)`,
         }, true);
       },
-      (err: unknown) => this.onWatchError(err),
+      (err: unknown) => this.onWatchError(err, signal),
     );
     watchFailure(this.view, signal).then(
       (record) => {
-        if (this.phase === 'stopping' || this.phase === 'done') return;
+        if (signal.aborted || this.phase === 'stopping' || this.phase === 'done') return;
         this.fail(record, false);
       },
-      (err: unknown) => this.onWatchError(err),
+      (err: unknown) => this.onWatchError(err, signal),
     );
   }
 
-  private onWatchError(err: unknown): void {
-    if (this.watchers.signal.aborted || this.phase === 'stopping' || this.phase === 'done') return;
-    // Only a launcher on node > 0 can lose the store: node 0 hosts it.
+  private onWatchError(err: unknown, signal: AbortSignal): void {
+    if (signal.aborted || this.phase === 'stopping' || this.phase === 'done') return;
+    // Only a launcher that does not host the store can lose it.
+    this.fail(this.storeLost(err), true);
+  }
+
+  private storeLost(err: unknown): FailureRecord {
     const what = isNcclNodeError(err) ? err.message : String(err);
-    this.fail({
+    return {
       reason: 'store-lost',
       exitCode: 1,
-      node: this.o.nodeRank,
+      node: this.nodeRank,
       host: this.host,
-      message: `lost the job's store at ${this.o.masterAddr}:${this.port} (${what})`,
+      message: `lost the job's store at ${this.o.masterAddr}:${this.port} (ERR_STORE: ${what})`,
+    };
+  }
+
+  /** The store's host saw a node of the running attempt vanish (its launcher's connections closed). */
+  private nodeLost(attempt: number, nodeRank: number, member: Ticket['members'][number]): void {
+    if (attempt !== this.attempt || (this.phase !== 'running' && this.phase !== 'finishing')) return;
+    this.fail({
+      reason: 'node-lost',
+      exitCode: 1,
+      node: nodeRank,
+      host: member.host,
+      message: `the launcher of node ${nodeRank} is gone (its store connection closed)`,
     }, true);
   }
 
   private onExit(r: Rank): void {
-    if (this.phase !== 'running') return;
+    if (this.phase !== 'running' || !this.ranks.includes(r)) return;
     if (r.exit?.code === 0) {
       this.track(this.rankSucceeded(r));
       return;
@@ -435,7 +391,7 @@ export class Launcher {
     if (r === undefined) return;
     const { code, signal } = r.exit ?? { code: null, signal: null };
     const pid = r.pid ?? 0;
-    const base = { rank: r.rank, node: this.o.nodeRank, host: this.host, ...(r.pid !== undefined ? { pid } : {}) };
+    const base = { rank: r.rank, node: this.nodeRank, host: this.host, ...(r.pid !== undefined ? { pid } : {}) };
     if (signal !== null) {
       this.fail({ ...base, reason: 'signal', signal, exitCode: signalExitCode(signal), message: `rank ${r.rank} (pid ${pid}) was killed by signal ${signal}` }, true);
     } else {
@@ -446,6 +402,8 @@ export class Launcher {
 
   /** Records a clean exit in the store; a rank that never joined is then not missing. */
   private async rankSucceeded(r: Rank): Promise<void> {
+    const ranks = this.ranks;
+    const signal = this.watchers.signal;
     try {
       if (!(await this.view.has(joinKey(r.rank)))) {
         const info: JoinInfo = { pid: r.pid ?? 1, host: this.host, localRank: r.localRank, exitedBeforeJoin: true };
@@ -453,10 +411,10 @@ export class Launcher {
       }
       await this.view.write(doneKey(r.rank), '0');
     } catch (err) {
-      this.onWatchError(err);
+      this.onWatchError(err, signal);
       return;
     }
-    if (this.phase === 'running' && this.ranks.every((x) => x.exit?.code === 0)) void this.finish();
+    if (this.phase === 'running' && ranks === this.ranks && ranks.every((x) => x.exit?.code === 0)) void this.finish();
   }
 
   private track(p: Promise<unknown>): void {
@@ -469,7 +427,7 @@ export class Launcher {
     this.phase = 'finishing';
     const o = this.o;
     let message = `all ${this.ranks.length} local ranks exited with code 0`;
-    if (o.nodeRank === 0 && o.nnodes > 1) {
+    if (this.server !== undefined && this.worldSize > this.ranks.length) {
       const all = [...Array(this.worldSize).keys()].map(doneKey);
       try {
         await this.view.waitAll(all, o.exitBarrierTimeoutMs, this.watchers.signal);
@@ -481,7 +439,7 @@ export class Launcher {
       }
     }
     if (this.phase !== 'finishing') return;
-    await this.complete({ exitCode: 0, message });
+    await this.complete({ exitCode: 0, message, attempts: this.attempt + 1 });
   }
 
   /** Starts stopping everything because of `record`; `local` failures are published for other nodes. */
@@ -500,9 +458,15 @@ export class Launcher {
     }
     this.terminateGroups();
     await this.reap();
-    const where = record.node !== o.nodeRank ? ` on node ${record.node} (${record.host})` : '';
+    const where = record.node !== this.nodeRank ? ` on node ${record.node} (${record.host})` : '';
     const stopped = running.length > 0 ? `stopped ${listRanks(running.map((r) => r.rank))}` : 'no other local ranks were running';
-    await this.complete({ exitCode: record.exitCode, message: `${record.message}${where}; ${stopped}`, failure: record });
+    await this.complete({
+      exitCode: record.exitCode,
+      message: `${record.message}${where}; ${stopped}`,
+      failure: record,
+      attempts: this.attempt + 1,
+      ...(record.reason === 'store-lost' ? { code: 'ERR_STORE' } : {}),
+    });
   }
 
   /** SIGTERM to every group still there: running ranks, and what exited ranks left behind. */
@@ -527,23 +491,80 @@ export class Launcher {
     await Promise.race([Promise.all(this.ranks.map((r) => r.drained)), sleep(DRAIN_WAIT_MS)]);
   }
 
+  /** The attempt ended: re-run the gang if it failed and restarts remain, else end the job. */
   private async complete(result: LaunchResult): Promise<void> {
-    if (this.phase === 'done') return;
+    if (this.phase === 'done' || this.phase === 'rendezvous') return;
     if (result.exitCode === 0) {
       // Whatever successful ranks left running goes too.
       this.terminateGroups();
       await this.reap();
     }
-    this.phase = 'done';
+    this.phase = 'rendezvous';
     this.watchers.abort();
-    // Let a failure record reach the store before it closes, briefly.
+    this.coordinator?.attemptEnded();
+    // Let a failure record reach the store, briefly.
     await Promise.race([Promise.allSettled([...this.pendingWrites]), sleep(2_000)]);
     for (const r of this.ranks) {
       r.child.stdout?.destroy();
       r.child.stderr?.destroy();
       r.child.stdio[GUARD_FD]?.destroy();
     }
-    await Promise.race([Promise.allSettled([this.view.close(), this.server?.close()]), sleep(3_000)]);
+    const restart = result.exitCode !== 0 && !FINAL_REASONS.has(result.failure?.reason ?? 'error')
+      && this.attempt < this.o.maxRestarts && this.interrupts === 0;
+    if (!restart) {
+      await this.finalize(result);
+      return;
+    }
+    this.lastFailure = result;
+    this.o.stderr.write(`nccl-node run: attempt ${this.attempt} failed: ${result.message}; restarting the gang (restart ${this.attempt + 1} of ${this.o.maxRestarts})\n`);
+    this.coordinator?.open(this.attempt + 1);
+    await this.rendezvous();
+  }
+
+  /** Waits for this launcher's place in the next round (or for the job's end), then starts its ranks. */
+  private async rendezvous(): Promise<void> {
+    this.phase = 'rendezvous';
+    const n = this.arrivals++;
+    const arrival = {
+      id: this.id,
+      clientName: this.clientName,
+      host: this.host,
+      nproc: this.o.nprocPerNode,
+      ...(this.o.elastic ? {} : { nodeRank: this.o.nodeRank }),
+    };
+    let answer: { ticket: Ticket } | { closed: Closed };
+    try {
+      answer = await joinRound(this.baseView, arrival, n, this.rendezvousAbort.signal);
+    } catch (err) {
+      if (this.rendezvousAbort.signal.aborted || this.phase !== 'rendezvous') return; // interrupted: finalize runs
+      const record = this.storeLost(err);
+      await this.finalize({ exitCode: 1, message: `${record.message} while waiting for a rendezvous round`, failure: record, code: 'ERR_STORE', attempts: this.attempt });
+      return;
+    }
+    if (this.phase !== 'rendezvous') return;
+    if ('closed' in answer) {
+      const c = answer.closed;
+      const before = this.lastFailure !== undefined ? ` (the last attempt: ${this.lastFailure.message})` : '';
+      const spare = this.gang === undefined && c.code === undefined ? 'the job ended while this node waited as a spare: ' : '';
+      await this.finalize({
+        exitCode: c.exitCode,
+        message: `${spare}${c.message}${c.code !== undefined ? before : ''}`,
+        ...(c.code !== undefined ? { code: c.code, failure: { reason: 'rendezvous', exitCode: Math.max(1, c.exitCode), node: this.nodeRank, host: this.host, message: c.message } } : {}),
+        attempts: this.gang === undefined ? 0 : this.attempt + 1,
+      });
+      return;
+    }
+    this.begin(answer.ticket);
+  }
+
+  /** Ends the job for this launcher: tells waiting launchers (on the store's host), closes the store, resolves `done`. */
+  private async finalize(result: LaunchResult): Promise<void> {
+    if (this.phase === 'done') return;
+    this.phase = 'done';
+    this.rendezvousAbort.abort();
+    this.coordinator?.close({ exitCode: result.exitCode, message: result.message, ...(result.code !== undefined ? { code: result.code } : {}) });
+    this.coordinator?.stop();
+    await Promise.race([Promise.allSettled([this.baseView.close(), this.server?.close()]), sleep(3_000)]);
     process.off('exit', this.killOnExit);
     this.resolveDone(result);
   }

@@ -7,6 +7,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import net from 'node:net';
 
 import { NcclNodeError } from '../errors.js';
+import { claimedScope, scopeKeyPrefix } from './scope.js';
 import {
   DEFAULT_TIMEOUT_MS,
   FrameParser,
@@ -114,6 +115,8 @@ interface Waiter {
 class Connection {
   authenticated = false;
   clientName = '';
+  /** Prefix of every key this connection touches: '' for the job token, a scope's for a scoped token. */
+  scope = '';
   /** Set once the socket is being shut down; later frames are ignored. */
   done = false;
   readonly parser = new FrameParser(MAX_PREAUTH_BODY_BYTES);
@@ -159,12 +162,14 @@ export class StoreServer {
   private readonly conns = new Set<Connection>();
   private readonly listeners = new Set<SetListener>();
   private readonly tokenDigest: Buffer;
+  private readonly token: string;
   private readonly log: (msg: string) => void;
   private readonly refusals: RefusalLog;
   private closing: Promise<void> | undefined;
   private address!: net.AddressInfo;
 
   private constructor(private readonly server: net.Server, token: string, log?: (msg: string) => void, refusalLogPeriodMs = 10_000) {
+    this.token = token;
     this.tokenDigest = digest(Buffer.from(token, 'utf8'));
     this.log = log ?? ((msg) => console.error(`nccl-node store: ${msg}`));
     this.refusals = new RefusalLog(this.log, refusalLogPeriodMs);
@@ -186,7 +191,7 @@ export class StoreServer {
     const store = new StoreServer(server, token, log, refusalLogPeriodMs);
     await new Promise<void>((resolve, reject) => {
       const onError = (err: Error): void =>
-        reject(new NcclNodeError('ERR_STORE', `store could not listen on ${host ?? '*'}:${port}: ${err.message}`, { host, port }));
+        reject(new NcclNodeError('ERR_STORE', `store could not listen on ${host ?? '*'}:${port}: ${err.message}`, { host, port, errno: (err as NodeJS.ErrnoException).code }));
       server.once('error', onError);
       server.listen({ host, port }, () => {
         server.off('error', onError);
@@ -229,6 +234,12 @@ export class StoreServer {
   onSet(listener: SetListener): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
+  }
+
+  /** Whether a client that authenticated under this name still has a connection open (a launcher's liveness). */
+  hasClient(clientName: string): boolean {
+    for (const c of this.conns) if (c.authenticated && !c.done && c.clientName === clientName) return true;
+    return false;
   }
 
   /** Stops listening, answers every parked GET/WAIT with CLOSING and closes all connections. */
@@ -326,21 +337,36 @@ export class StoreServer {
       return;
     }
     conn.clientName = req.clientName;
-    // Digests make the lengths equal, which timingSafeEqual requires.
-    if (!timingSafeEqual(digest(req.token), this.tokenDigest)) {
+    const scope = this.scopeOf(req.token);
+    if (scope === undefined) {
       this.refuse(conn, 'wrong token');
       return;
     }
+    conn.scope = scope;
     conn.authenticated = true;
     conn.parser.maxBody = MAX_BODY_BYTES;
     conn.reserve()(encodeReply(Status.Ok));
   }
 
-  private execute(conn: Connection, req: Request, reply: Reply): void {
+  /**
+   * The key prefix `token` grants: '' for the job token, a scope's prefix for a token
+   * scoped from it (scope.ts), undefined for anything else. Digests make the lengths
+   * equal, which timingSafeEqual requires.
+   */
+  private scopeOf(raw: Uint8Array): string | undefined {
+    const sent = digest(raw);
+    if (timingSafeEqual(sent, this.tokenDigest)) return '';
+    const claim = claimedScope(this.token, Buffer.from(raw).toString('utf8'));
+    if (claim === undefined) return undefined;
+    return timingSafeEqual(sent, digest(Buffer.from(claim.expected, 'utf8'))) ? scopeKeyPrefix(claim.name) : undefined;
+  }
+
+  private execute(conn: Connection, unscoped: Request, reply: Reply): void {
+    const req = conn.scope === '' ? unscoped : withScope(unscoped, conn.scope);
     switch (req.op) {
       case Op.Auth:
         // A repeated AUTH is re-checked, never a way around the first one.
-        if (!timingSafeEqual(digest(req.token), this.tokenDigest)) {
+        if (this.scopeOf(req.token) !== conn.scope) {
           reply(encodeReply(Status.Unauthorized));
           this.log(`refused connection from ${conn.peer}${nameOf(conn)}: wrong token on repeated AUTH`);
           conn.shutdown();
@@ -360,11 +386,11 @@ export class StoreServer {
         const old = this.data.get(req.key);
         const text = old === undefined ? '0' : old.toString('utf8');
         if (!/^-?\d+$/.test(text)) {
-          return reply(badRequest(`ADD on key ${JSON.stringify(req.key)}: its value is not a decimal integer`));
+          return reply(badRequest(`ADD on key ${JSON.stringify(unscopedKey(req.key, conn))}: its value is not a decimal integer`));
         }
         const next = BigInt(text) + req.delta;
         if (!inI64Range(next)) {
-          return reply(badRequest(`ADD on key ${JSON.stringify(req.key)}: result ${next} overflows int64`));
+          return reply(badRequest(`ADD on key ${JSON.stringify(unscopedKey(req.key, conn))}: result ${next} overflows int64`));
         }
         this.store(req.key, Buffer.from(next.toString(), 'utf8'));
         return reply(encodeReply(Status.Ok, (w) => w.i64(next)));
@@ -415,7 +441,7 @@ export class StoreServer {
       ready,
       timer: setTimeout(() => {
         this.dropWaiter(waiter);
-        const missing = keys.filter((k) => !this.data.has(k));
+        const missing = keys.filter((k) => !this.data.has(k)).map((k) => k.slice(conn.scope.length));
         const msg = `timed out after ${ms} ms waiting for key(s) ${describeKeys(missing)}`;
         reply(encodeReply(Status.Timeout, (w) => w.bytes(msg)));
       }, Math.min(ms, MAX_TIMER_MS)),
@@ -436,6 +462,17 @@ export class StoreServer {
       if (set?.delete(w) && set.size === 0) this.waitersByKey.delete(k);
     }
   }
+}
+
+/** The request with every key moved under `scope`. */
+function unscopedKey(key: string, conn: Connection): string {
+  return key.slice(conn.scope.length);
+}
+
+function withScope(req: Request, scope: string): Request {
+  if ('key' in req) return { ...req, key: scope + req.key };
+  if ('keys' in req) return { ...req, keys: req.keys.map((k) => scope + k) };
+  return req;
 }
 
 /** The peer's address without its port, for per-address counts. */

@@ -14,8 +14,12 @@ const USAGE_EXIT_CODE = 2;
 
 interface RunFlags {
   nprocPerNode: number | 'auto' | 'gpu' | 'cpu';
-  nnodes: number;
-  nodeRank: number;
+  nnodes: Nodes;
+  nodeRank?: number;
+  maxRestarts: number;
+  rdzvBackend: 'static' | 'c10d';
+  rdzvEndpoint?: { host: string; port: number };
+  rdzvLastCall: number;
   masterAddr: string;
   masterPort?: number;
   standalone?: boolean;
@@ -30,7 +34,38 @@ interface RunFlags {
 }
 
 /** torchrun's flags that also have an underscore spelling (--nproc_per_node); ours accept both. */
-const UNDERSCORE_FLAGS = ['nproc-per-node', 'node-rank', 'master-addr', 'master-port', 'log-dir', 'local-ranks-filter', 'rdzv-id'];
+const UNDERSCORE_FLAGS = ['nproc-per-node', 'node-rank', 'master-addr', 'master-port', 'log-dir', 'local-ranks-filter', 'rdzv-id',
+  'max-restarts', 'rdzv-backend', 'rdzv-endpoint', 'rdzv-last-call'];
+
+/** --nnodes: N, or MIN:MAX for an elastic job. */
+interface Nodes {
+  min: number;
+  max: number;
+  elastic: boolean;
+}
+
+function nodesArg(value: string): Nodes {
+  const m = /^\s*(\d+)\s*(?::\s*(\d+)\s*)?$/.exec(value);
+  const min = m ? Number(m[1]) : NaN;
+  const max = m?.[2] !== undefined ? Number(m[2]) : min;
+  if (!Number.isSafeInteger(min) || !Number.isSafeInteger(max) || min < 1 || max < min) {
+    throw new InvalidArgumentError('expected N or MIN:MAX with 1 <= MIN <= MAX, e.g. 2 or 1:4');
+  }
+  return { min, max, elastic: m?.[2] !== undefined };
+}
+
+function endpointArg(value: string): { host: string; port: number } {
+  const m = /^\s*(\[[^\]]+\]|[^:\s]+)(?::(\d+))?\s*$/.exec(value);
+  const port = m?.[2] !== undefined ? Number(m[2]) : DEFAULT_MASTER_PORT;
+  if (m === null || port < 1 || port > 65535) throw new InvalidArgumentError('expected HOST or HOST:PORT, e.g. 10.0.0.1:29400');
+  return { host: m[1]!.replace(/^\[|\]$/g, ''), port };
+}
+
+function backendArg(value: string): 'static' | 'c10d' {
+  const v = value.trim();
+  if (v !== 'static' && v !== 'c10d') throw new InvalidArgumentError('expected static or c10d (the store this launcher hosts stands in for both)');
+  return v;
+}
 
 /**
  * Rewrites the underscore spellings among the launcher's own arguments (those before
@@ -110,6 +145,16 @@ Gang semantics: every rank must call init() within --join-timeout (a rank that e
 before joining is fine). When a rank fails, every rank on every node is stopped (SIGTERM,
 SIGKILL after --grace-period) and the launcher exits with the failing rank's exit code
 (128 + signal number for a signal); its last line on stderr says which rank failed and how.
+With --max-restarts N the whole gang is re-run instead, up to N times, after a new
+rendezvous; TORCHELASTIC_RESTART_COUNT says which attempt runs (0, 1, ...), log files go
+to attempt_<k>/, and the exit code after the last failed attempt names its first failure.
+
+Elastic: --nnodes MIN:MAX (or --rdzv-backend c10d) with the same --rdzv-endpoint (or
+--master-addr/--master-port) and no --node-rank on every node. The first launcher on the
+endpoint's machine hosts the store. A round closes when MAX nodes came, or when MIN came
+and --rdzv-last-call passed; node ranks follow the join order. Later nodes wait as spares
+and join the next round after a failure (a lost node's launcher counts as one); fewer
+than MIN within --join-timeout ends the job with ERR_TIMEOUT.
 
 Example: nccl-node run --nproc-per-node 4 train.ts --epochs 3`;
 
@@ -119,8 +164,12 @@ export function registerRunCommand(program: Command): void {
     .command('run')
     .description('start this node\'s ranks of a job as one gang')
     .requiredOption('--nproc-per-node <n>', 'ranks to start on this node: a number, gpu, cpu or auto', nproc)
-    .option('--nnodes <n>', 'number of nodes in the job', integer(1), 1)
-    .option('--node-rank <k>', 'this node\'s index, 0 .. nnodes-1', integer(0), 0)
+    .addOption(new Option('--nnodes <n>', 'number of nodes: N, or MIN:MAX for an elastic job').argParser(nodesArg).default({ min: 1, max: 1, elastic: false }, '1'))
+    .option('--node-rank <k>', 'this node\'s index, 0 .. nnodes-1 (static rendezvous only; default 0)', integer(0))
+    .option('--max-restarts <n>', 're-run the whole gang up to n times after a failure', integer(0), 0)
+    .option('--rdzv-backend <name>', 'static (node ranks given) or c10d (node ranks in join order; implied by --nnodes MIN:MAX)', backendArg, 'static')
+    .option('--rdzv-endpoint <host:port>', 'where the launchers meet: the same as --master-addr/--master-port', endpointArg)
+    .option('--rdzv-last-call <seconds>', 'elastic: once MIN nodes came, wait this long for more before closing a round', secondsArg(0), 30)
     .option('--master-addr <host>', 'address of node 0, where the store runs', DEFAULT_MASTER_ADDR)
     .option('--master-port <port>', `store port on node 0; 0 picks a free one (one node only); default: free on one node, ${DEFAULT_MASTER_PORT} on several`, integer(0, 65535))
     .option('--standalone', 'one node, store on a free local port (as torchrun --standalone)')
@@ -154,11 +203,19 @@ export function registerRunCommand(program: Command): void {
 async function run(script: string, scriptArgs: string[], flags: RunFlags): Promise<never> {
   // A closed stdout (`| head`) must not kill the launcher and orphan the ranks.
   process.stdout.on('error', () => {});
-  if (flags.nodeRank >= flags.nnodes) {
-    return usageError(`--node-rank ${flags.nodeRank} must be below --nnodes ${flags.nnodes}`);
+  const elastic = flags.nnodes.elastic || flags.rdzvBackend === 'c10d';
+  const nnodesText = flags.nnodes.elastic ? `${flags.nnodes.min}:${flags.nnodes.max}` : String(flags.nnodes.min);
+  if (elastic && flags.nodeRank !== undefined) {
+    return usageError(`--node-rank does not go with --nnodes ${nnodesText}${flags.nnodes.elastic ? '' : ' --rdzv-backend c10d'}: node ranks follow the order in which nodes join`);
+  }
+  if (!elastic && (flags.nodeRank ?? 0) >= flags.nnodes.min) {
+    return usageError(`--node-rank ${flags.nodeRank} must be below --nnodes ${nnodesText}`);
+  }
+  if (flags.rdzvEndpoint !== undefined && flags.masterPort !== undefined) {
+    return usageError('--rdzv-endpoint and --master-port name the same thing; give one');
   }
   if (flags.standalone) {
-    if (flags.nnodes !== 1) return usageError(`--standalone runs one node, but --nnodes is ${flags.nnodes}`);
+    if (flags.nnodes.max !== 1 || elastic) return usageError(`--standalone runs one node, but --nnodes is ${nnodesText}`);
     if (flags.masterPort !== undefined && flags.masterPort !== 0) return usageError('--standalone picks a free port; leave out --master-port');
   }
   if ((flags.redirects !== undefined || flags.tee !== undefined) && flags.logDir === undefined) {
@@ -170,10 +227,13 @@ async function run(script: string, scriptArgs: string[], flags: RunFlags): Promi
       script,
       scriptArgs,
       nprocPerNode: resolveNproc(flags.nprocPerNode),
-      nnodes: flags.nnodes,
-      nodeRank: flags.nodeRank,
-      masterAddr: flags.masterAddr,
-      ...(flags.standalone ? { masterPort: 0 } : flags.masterPort !== undefined ? { masterPort: flags.masterPort } : {}),
+      ...(elastic ? { minNodes: flags.nnodes.min, maxNodes: flags.nnodes.max } : { nnodes: flags.nnodes.min, nodeRank: flags.nodeRank ?? 0 }),
+      maxRestarts: flags.maxRestarts,
+      lastCallMs: flags.rdzvLastCall * 1000,
+      masterAddr: flags.rdzvEndpoint?.host ?? flags.masterAddr,
+      ...(flags.standalone ? { masterPort: 0 }
+        : flags.rdzvEndpoint !== undefined ? { masterPort: flags.rdzvEndpoint.port }
+          : flags.masterPort !== undefined ? { masterPort: flags.masterPort } : {}),
       ...(flags.rdzvId !== undefined ? { runId: flags.rdzvId } : {}),
       ...(flags.logDir !== undefined ? { logDir: flags.logDir } : {}),
       ...(flags.redirects !== undefined ? { redirects: parseStdMask(flags.redirects, '--redirects') } : {}),
@@ -190,7 +250,8 @@ async function run(script: string, scriptArgs: string[], flags: RunFlags): Promi
   }
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => launcher.interrupt(sig));
   const result = await launcher.done;
-  if (result.exitCode !== 0) process.stderr.write(`nccl-node run: ${result.message}\n`);
+  if (result.code !== undefined) process.stderr.write(`nccl-node run: error [${result.code}]: ${result.message}\n`);
+  else if (result.exitCode !== 0) process.stderr.write(`nccl-node run: ${result.message}\n`);
   process.exit(result.exitCode);
 }
 

@@ -1,0 +1,181 @@
+/**
+ * The launcher's options: what `nccl-node run` and library callers pass, checked and
+ * completed with torchrun's defaults.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, statSync } from 'node:fs';
+import path from 'node:path';
+import type { Writable } from 'node:stream';
+
+import { NcclNodeError } from '../errors.js';
+import { DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT } from './env.js';
+import type { OutputPolicy, StdMask } from './output.js';
+
+export const SCRIPT_EXTENSIONS = ['.js', '.mjs', '.cjs', '.ts', '.mts', '.cts'];
+
+export interface LaunchOptions {
+  /** Path of a .js/.mjs/.cjs/.ts/.mts/.cts file, relative to `cwd`. */
+  script: string;
+  scriptArgs?: string[];
+  nprocPerNode: number;
+  /** A fixed number of nodes (static rendezvous); leave out with minNodes/maxNodes. */
+  nnodes?: number;
+  /** Static rendezvous only: this node's rank. */
+  nodeRank?: number;
+  /**
+   * Elastic rendezvous (torchrun's --nnodes MIN:MAX): the gang is the nodes that
+   * came to the round, node ranks in join order. Several nodes' launchers find each
+   * other through the store on masterAddr:masterPort, hosted by the first to bind it.
+   */
+  minNodes?: number;
+  maxNodes?: number;
+  /** Elastic: once minNodes are there, wait this long for more before closing the round (torch's last_call_timeout). Default 30 s. */
+  lastCallMs?: number;
+  /** Re-run the whole gang up to this many times after a failure (torchrun's --max-restarts). Default 0. */
+  maxRestarts?: number;
+  masterAddr?: string;
+  /** 0 picks a free port (single node only). Default: 0 on one node (as torchrun --standalone), 29500 on several. */
+  masterPort?: number;
+  /** TORCHELASTIC_RUN_ID of the ranks, and the log directory's name. Default: a random UUID on one node, "none" on several (as torchrun). */
+  runId?: string;
+  joinTimeoutMs?: number;
+  /** Between SIGTERM and SIGKILL when stopping ranks. */
+  gracePeriodMs?: number;
+  /** Prefix each output line with "[rank] " (default false, as torchrun). */
+  prefix?: boolean;
+  /** Where --redirects/--tee write each rank's output: <logDir>/<runId>_<random>/attempt_0/<local rank>/. */
+  logDir?: string;
+  /** torchrun's --redirects: per local rank, 0 none, 1 stdout, 2 stderr, 3 both go to the log files only. */
+  redirects?: (localRank: number) => StdMask;
+  /** torchrun's --tee: the same, to the log files and the console. */
+  tee?: (localRank: number) => StdMask;
+  /** Only these local ranks' output reaches the console (torchrun's --local-ranks-filter). */
+  localRanksFilter?: Set<number>;
+  /** How long node 0 keeps the store up for other nodes' ranks after its own finished. */
+  exitBarrierTimeoutMs?: number;
+  /** Base environment of the ranks; NCCL_NODE_TOKEN is read from it. Default process.env. */
+  env?: NodeJS.ProcessEnv;
+  cwd?: string;
+  /** Where prefixed rank output and launcher notes go. Default process.stdout / process.stderr. */
+  stdout?: Writable;
+  stderr?: Writable;
+}
+
+
+export interface Resolved {
+  script: string;
+  scriptArgs: string[];
+  nprocPerNode: number;
+  /** Static: the node count; elastic: maxNodes (used only for defaults). */
+  nnodes: number;
+  nodeRank: number;
+  elastic: boolean;
+  minNodes: number;
+  maxNodes: number;
+  lastCallMs: number;
+  maxRestarts: number;
+  masterAddr: string;
+  masterPort: number;
+  runId: string;
+  joinTimeoutMs: number;
+  gracePeriodMs: number;
+  prefix: boolean;
+  output: OutputPolicy;
+  exitBarrierTimeoutMs: number;
+  env: NodeJS.ProcessEnv;
+  cwd: string;
+  stdout: Writable;
+  stderr: Writable;
+}
+
+
+function invalid(message: string, details: Record<string, unknown> = {}): NcclNodeError {
+  return new NcclNodeError('ERR_INVALID_ARGUMENT', message, details);
+}
+
+function checkInt(name: string, v: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  if (!Number.isInteger(v) || v < min || v > max) {
+    throw invalid(`${name} must be an integer in [${min}, ${max}], got ${v}`, { option: name, received: v });
+  }
+  return v;
+}
+
+function checkMs(name: string, v: number, min: number): number {
+  if (!Number.isFinite(v) || v < min) throw invalid(`${name} must be at least ${min} ms, got ${v}`, { option: name, received: v });
+  return v;
+}
+
+export function resolveOptions(o: LaunchOptions): Resolved {
+  const cwd = o.cwd ?? process.cwd();
+  const elastic = o.minNodes !== undefined || o.maxNodes !== undefined;
+  if (elastic && (o.nnodes !== undefined || o.nodeRank !== undefined)) {
+    throw invalid('minNodes/maxNodes (elastic) and nnodes/nodeRank (static) exclude each other: elastic node ranks follow the join order');
+  }
+  const minNodes = checkInt('minNodes', o.minNodes ?? o.maxNodes ?? o.nnodes ?? 1, 1);
+  const maxNodes = checkInt('maxNodes', o.maxNodes ?? minNodes, minNodes);
+  const nnodes = elastic ? maxNodes : checkInt('nnodes', o.nnodes ?? 1, 1);
+  const nodeRank = elastic ? 0 : checkInt('nodeRank', o.nodeRank ?? 0, 0, nnodes - 1);
+  // Elastic launchers find each other at a fixed address, even if one node is all that comes.
+  const several = nnodes > 1 || elastic;
+  const masterAddr = o.masterAddr ?? DEFAULT_MASTER_ADDR;
+  if (masterAddr.trim() === '') throw invalid('masterAddr must not be empty');
+  const masterPort = checkInt('masterPort', o.masterPort ?? (several ? DEFAULT_MASTER_PORT : 0), 0, 65535);
+  if (masterPort === 0 && several) {
+    throw invalid('masterPort 0 (pick a free port) only works with a single node: other nodes could not know the port');
+  }
+  const script = path.resolve(cwd, o.script);
+  const ext = path.extname(script);
+  if (!SCRIPT_EXTENSIONS.includes(ext)) {
+    throw invalid(`script must end in ${SCRIPT_EXTENSIONS.join(', ')}, got ${JSON.stringify(o.script)}`, { script: o.script });
+  }
+  if (!existsSync(script) || !statSync(script).isFile()) throw invalid(`script not found: ${script}`, { script });
+  const runId = o.runId ?? (several ? 'none' : randomUUID());
+  if (!/^[\w.-]+$/.test(runId)) throw invalid(`runId must be letters, digits, "_", "." or "-", got ${JSON.stringify(runId)}`, { runId });
+  const prefix = o.prefix ?? false;
+  const redirects = o.redirects ?? ((): StdMask => 0);
+  const tee = o.tee ?? ((): StdMask => 0);
+  let runLogDir: string | undefined;
+  if (o.logDir !== undefined) {
+    const base = path.resolve(cwd, o.logDir);
+    mkdirSync(base, { recursive: true });
+    runLogDir = mkdtempSync(path.join(base, `${runId}_`));
+  }
+  return {
+    script,
+    scriptArgs: o.scriptArgs ?? [],
+    nprocPerNode: checkInt('nprocPerNode', o.nprocPerNode, 1, 4096),
+    nnodes,
+    nodeRank,
+    elastic,
+    minNodes: elastic ? minNodes : nnodes,
+    maxNodes: elastic ? maxNodes : nnodes,
+    lastCallMs: checkMs('lastCallMs', o.lastCallMs ?? 30_000, 0),
+    maxRestarts: checkInt('maxRestarts', o.maxRestarts ?? 0, 0, 1_000_000),
+    masterAddr,
+    masterPort,
+    runId,
+    joinTimeoutMs: checkMs('joinTimeoutMs', o.joinTimeoutMs ?? 600_000, 1),
+    gracePeriodMs: checkMs('gracePeriodMs', o.gracePeriodMs ?? 5_000, 0),
+    prefix,
+    output: { prefix, redirects, tee, ...(o.localRanksFilter ? { consoleRanks: o.localRanksFilter } : {}), ...(runLogDir ? { runLogDir } : {}), attempt: 0 },
+    exitBarrierTimeoutMs: checkMs('exitBarrierTimeoutMs', o.exitBarrierTimeoutMs ?? 300_000, 0),
+    env: o.env ?? process.env,
+    cwd,
+    stdout: o.stdout ?? process.stdout,
+    stderr: o.stderr ?? process.stderr,
+  };
+}
+
+/** Node 0 makes the token for a one-node job; several nodes must be given the same one. */
+export function resolveToken(o: Resolved): string {
+  const given = o.env['NCCL_NODE_TOKEN'];
+  if (given !== undefined && given !== '') return given;
+  if (o.nnodes === 1 && !o.elastic) return randomBytes(32).toString('hex');
+  const nodes = o.elastic ? `${o.minNodes}:${o.maxNodes}` : String(o.nnodes);
+  throw invalid(
+    `NCCL_NODE_TOKEN is not set: with --nnodes ${nodes} every node's launcher needs the same secret token. ` +
+      'Generate one (e.g. `openssl rand -hex 32`) and export it as NCCL_NODE_TOKEN on every node.',
+    { variable: 'NCCL_NODE_TOKEN' },
+  );
+}
+
