@@ -4,10 +4,13 @@
  * same load (same seed: same arrival times, same prompts in the same order).
  *
  * inference gates: end-to-end latency p95 and p99 within the SLO, enough completed
- * samples, exact-match accuracy. canary gates: the candidate's latencies are not
- * worse than the baseline's (one-sided Mann-Whitney) and its accuracy is not worse
- * (one-sided two-proportion test), both at alpha = 0.05; the verdict is "promote"
- * when both hold, else "roll back".
+ * samples, exact-match accuracy. canary gates: the candidate's time to first token
+ * is not worse than the baseline's (one-sided Mann-Whitney) and its accuracy is not
+ * worse (one-sided two-proportion test), both at alpha = 0.05; the verdict is
+ * "promote" when both hold, else "roll back". The canary ranks time to first token,
+ * not end-to-end latency: on the same prompts that is the same work for both models,
+ * while end-to-end latency grows with the answer's length, which the two models
+ * choose differently (a model that answers loses to one that stops at once).
  */
 import { NcclNodeError } from '../errors.js';
 import type { TinyLMConfig } from '../models/tiny-lm/tiny-lm.js';
@@ -97,14 +100,14 @@ export async function inferenceStage(o: InferenceOptions): Promise<[StageResult,
   const canaryResult: StageResult = {
     stage: 'canary', seconds: (t2 - t1) / 1000,
     gates: [
-      gate({ stage: 'canary', name: 'latency not worse than baseline (Mann-Whitney p)', measured: c.latencyP, threshold: ALPHA, kind: 'min', unit: 'p-value',
-        note: `e2e p50 ${fmt(s.e2eMs?.p50.estimate)} vs ${fmt(base.summary.e2eMs?.p50.estimate)} ms` }),
+      gate({ stage: 'canary', name: 'time to first token not worse than baseline (Mann-Whitney p)', measured: c.latencyP, threshold: ALPHA, kind: 'min', unit: 'p-value',
+        note: `TTFT p50 ${fmt(s.ttftMs?.p50.estimate)} vs ${fmt(base.summary.ttftMs?.p50.estimate)} ms (e2e p50 ${fmt(s.e2eMs?.p50.estimate)} vs ${fmt(base.summary.e2eMs?.p50.estimate)} ms)` }),
       gate({ stage: 'canary', name: 'accuracy not worse than baseline (two-proportion p)', measured: c.accuracyP, threshold: ALPHA, kind: 'min', unit: 'p-value',
         note: `${s.correct}/${s.requests} vs ${base.summary.correct}/${base.summary.requests}` }),
     ],
     metrics: {
       verdict: c.pass ? 'promote' : 'roll back', reasons: c.reasons, latencyP: c.latencyP, accuracyP: c.accuracyP, alpha: ALPHA,
-      candidate: { checkpoint: o.candidate, accuracy: s.accuracy, e2eMs: s.e2eMs, completed: s.completed },
+      candidate: { checkpoint: o.candidate, accuracy: s.accuracy, ttftMs: s.ttftMs, e2eMs: s.e2eMs, completed: s.completed },
       baseline: { checkpoint: o.baseline, ...base.summary },
     },
     plots: [],
@@ -113,10 +116,11 @@ export async function inferenceStage(o: InferenceOptions): Promise<[StageResult,
 }
 
 const latencies = (x: Served) => x.records.filter((r) => r.e2eMs !== null && !r.error).map((r) => r.e2eMs!);
+const firstToken = (x: Served) => x.records.filter((r) => r.ttftMs !== null && !r.error).map((r) => r.ttftMs!);
 
 /** stats.canary(), except that a side without a completed request cannot be ranked: a candidate with none fails, a baseline with none does not hold it back. */
 function compare(cand: Served, base: Served): ReturnType<typeof canary> {
-  const [lc, lb] = [latencies(cand), latencies(base)];
+  const [lc, lb] = [firstToken(cand), firstToken(base)];
   const sides = {
     candidate: { latencies: lc.length ? lc : [0], correct: cand.summary.correct, total: cand.summary.requests },
     baseline: { latencies: lb.length ? lb : [0], correct: base.summary.correct, total: base.summary.requests },
