@@ -69,8 +69,9 @@ export const pocSchema = z.strictObject({
     rate: pos().default(20),
     requests: posInt().default(200),
     minSamples: posInt().default(100),
-    p95Ms: pos().default(500),
-    p99Ms: pos().default(1000),
+    /** The seeds' serving SLOs: p95 <= 200 ms, p99 <= 500 ms end to end. */
+    p95Ms: pos().default(200),
+    p99Ms: pos().default(500),
     maxTokens: posInt().default(4),
     /** Exact-match accuracy of the served candidate on the held-out problems. */
     minAccuracy: frac().default(0.05),
