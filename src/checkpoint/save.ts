@@ -113,16 +113,17 @@ export class Checkpointer {
 
   /**
    * Sets Daly's interval from the first save's cost. Every rank must save at the same
-   * steps, so the costs are the maximum over ranks: one all-reduce on the caller's
+   * steps, so the costs are the maximum over ranks: one exchange on the caller's
    * communicator, in step with the caller on every rank (unlike the checkpoint's own,
-   * whose background commit traffic interleaves differently on each rank).
+   * whose background commit traffic interleaves differently on each rank). An object
+   * exchange, not an all-reduce of a host array: an NCCL communicator takes device
+   * memory only, and the object path stages through it.
    */
   async recordSaveCost(cost: SaveCost): Promise<SaveCost & { every: number; mtbfHours: number }> {
     if (!this.#policy.needsCost) this.#policy.recordCost(cost); // throws: no cost is wanted now
-    const t = new Float64Array([cost.stallSeconds, cost.stepSeconds]);
     const comm = this.#o.comm;
-    if (comm && comm.size > 1) await comm.allReduce(t, { op: 'max' });
-    const max = { stallSeconds: t[0]!, stepSeconds: t[1]! };
+    const all = comm && comm.size > 1 ? await comm.allGatherObject([cost.stallSeconds, cost.stepSeconds]) : [[cost.stallSeconds, cost.stepSeconds]];
+    const max = { stallSeconds: Math.max(...all.map((c) => c[0]!)), stepSeconds: Math.max(...all.map((c) => c[1]!)) };
     return { ...max, every: this.#policy.recordCost(max), mtbfHours: this.#policy.mtbfHours };
   }
 

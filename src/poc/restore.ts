@@ -56,10 +56,10 @@ async function timedRead(comm: Communicator, dir: string): Promise<{ bytes: numb
   return { bytes, seconds: slowest };
 }
 
+/** A scalar reduced over the ranks, through an object exchange: it works on Gloo and on NCCL (whose collectives take device memory only). */
 async function sum(comm: Communicator, v: number, op: 'sum' | 'max'): Promise<number> {
-  const b = new Float64Array([v]);
-  if (comm.size > 1) await comm.allReduce(b, { op });
-  return b[0]!;
+  const all = await comm.allGatherObject(v);
+  return op === 'sum' ? all.reduce((a, b) => a + b, 0) : Math.max(...all);
 }
 
 export async function restoreStage(comm: Communicator, cfg: PocConfig, out: string, log: (l: string) => void): Promise<StageResult> {

@@ -8,8 +8,8 @@ import { init } from '../../src/comm/init.js';
 import { Checkpointer } from '../../src/checkpoint/index.js';
 import { readPayload, report } from '../helpers/ranks.js';
 
-const p = readPayload<{ dir: string; steps: number; mtbfHours: number; costs: { stallSeconds: number; stepSeconds: number }[] }>();
-const comm = await init({ backend: 'gloo', timeoutMs: 60_000 });
+const p = readPayload<{ dir: string; steps: number; mtbfHours: number; costs: { stallSeconds: number; stepSeconds: number }[]; backend?: 'gloo' | 'nccl' }>();
+const comm = await init({ backend: p.backend ?? 'gloo', timeoutMs: 60_000 });
 const ck = await Checkpointer.create(p.dir, { comm, keep: 0, policy: { mtbfHours: p.mtbfHours } });
 const saved: number[] = [];
 let interval: unknown = null;

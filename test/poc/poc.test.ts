@@ -142,24 +142,24 @@ describe('nccl-node poc budget and launch context', () => {
 });
 
 describe('nccl-node poc on the stand-in NCCL', () => {
-  it('connectivity and pretraining on the device runtime pass; the loss sequence matches the Gloo run of the same schedule', async () => {
+  it('the whole playbook runs on the device runtime with every gate valued; the loss sequence matches the Gloo run of the same schedule', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'nccl-node-poc-nccl-'));
     const gloo = mkdtempSync(join(tmpdir(), 'nccl-node-poc-gloo-'));
     const cfg = tinyConfig(dir);
-    const r = await poc(['--out', dir, '--small', '--config', cfg, '--backend', 'nccl', '--stages', 'connectivity,pretrain'], standinEnv());
-    expect(r.code, r.err).toBe(0);
+    const r = await poc(['--out', dir, '--small', '--config', cfg, '--backend', 'nccl'], standinEnv());
     const rep = readReport(dir);
-    const ran = rep.gates.filter((g) => g.stage === 'connectivity' || g.stage === 'pretrain');
-    expect(ran.length).toBe(5);
-    expect(ran.every((g) => g.verdict === 'pass')).toBe(true);
+    expect(rep.gates.filter((g) => g.verdict === 'skipped').map((g) => `${g.stage}: ${g.name}`)).toEqual([]);
+    // Connectivity, pretraining and checkpoint/restore must pass here; the finetune and serving gates depend on the tiny schedule's learning.
+    const core = rep.gates.filter((g) => ['connectivity', 'pretrain', 'checkpoint'].includes(g.stage));
+    expect(core.filter((g) => g.verdict !== 'pass').map((g) => `${g.stage}: ${g.name} ${g.note ?? ''}`), r.err).toEqual([]);
+    expect(core.some((g) => g.stage === 'checkpoint' && /bit-exact/.test(g.name))).toBe(true);
     const conn = rep.metrics.stages.connectivity as { backend: string; ranks: { backendVersion: string; devices: number }[] };
     expect(conn.backend).toBe('nccl');
     expect(conn.ranks.every((x) => /^nccl /i.test(x.backendVersion) || /2\.\d+\.\d+/.test(x.backendVersion))).toBe(true);
-    expect(rep.gates.filter((g) => g.stage === 'checkpoint').map((g) => g.note)).toEqual(['not selected (--stages)']);
     // The same schedule on Gloo (pretrain only): the device runtime computes the same global losses.
     const g = await poc(['--out', gloo, '--small', '--config', cfg, '--backend', 'gloo', '--stages', 'pretrain']);
     expect(g.code, g.err).toBe(0);
     const lossesOf = (d: string) => (readReport(d).metrics.stages.pretrain as { losses: number[] }).losses;
     expect(lossesOf(dir)).toEqual(lossesOf(gloo));
-  }, 90_000);
+  }, 240_000);
 });
