@@ -2,6 +2,6 @@
 export { TinyLM, Param, DEFAULT_CONFIG, TEST_CONFIG, type TinyLMConfig } from './tiny-lm/tiny-lm.js';
 export { DeviceTinyLM } from './tiny-lm/device-tiny-lm.js';
 export { globalBatch, rowsOf } from './tiny-lm/synthetic-corpus.js';
-export { GPT, GPT_TEST_CONFIG, type GPTConfig } from './gpt/gpt.js';
+export { GPT, GPT_TEST_CONFIG, unitsForwardBackward, type GPTConfig, type GPTUnits } from './gpt/gpt.js';
 export { TensorParallelGPT, TPParam, sliceOf, placeSlice, type TensorShard as TPShard } from './gpt/tensor-parallel.js';
-export { GPTPipelineStage, stageBlocks, type GPTUnits } from './gpt/gpt-pipeline-stage.js';
+export { GPTPipelineStage, stageBlocks } from './gpt/gpt-pipeline-stage.js';

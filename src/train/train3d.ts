@@ -17,8 +17,8 @@
 import { Checkpointer, flatShard, load, type TensorShard } from '../checkpoint/index.js';
 import type { Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
-import { GPT, type GPTConfig } from '../models/gpt/gpt.js';
-import { GPTPipelineStage, type GPTUnits } from '../models/gpt/gpt-pipeline-stage.js';
+import { GPT, type GPTConfig, type GPTUnits } from '../models/gpt/gpt.js';
+import { GPTPipelineStage } from '../models/gpt/gpt-pipeline-stage.js';
 import { placeSlice, sliceOf, TensorParallelGPT, TPParam } from '../models/gpt/tensor-parallel.js';
 import type { Param } from '../models/tiny-lm/tiny-lm.js';
 import { createOptimizer, DeviceMesh, type OptimizerOptions } from '../runtime/index.js';

@@ -8,20 +8,7 @@
  */
 import type { PipelineStageModule } from '../../runtime/pipeline.js';
 import type { Param } from '../tiny-lm/tiny-lm.js';
-import type { GPTConfig } from './gpt.js';
-
-type Maybe<T> = T | Promise<T>;
-
-/** GPT's unit steps, as GPT and TensorParallelGPT both provide them (the latter with collectives inside). */
-export interface GPTUnits<S extends { out: Float32Array } = { out: Float32Array }> {
-  readonly cfg: GPTConfig;
-  readonly units: Param[][];
-  embedForward(tokens: Int32Array, batch: number): Maybe<Float32Array>;
-  embedBackward(tokens: Int32Array, batch: number, dx: Float32Array): void;
-  blockForward(l: number, x: Float32Array, batch: number): Maybe<S>;
-  blockBackward(l: number, saved: S, dOut: Float32Array, batch: number): Maybe<Float32Array>;
-  headForwardBackward(x: Float32Array, tokens: Int32Array, batch: number, gradScale: number): Maybe<{ loss: number; dx: Float32Array }>;
-}
+import type { GPTUnits } from './gpt.js';
 
 /** Blocks [first, end) of stage s: the L blocks split as evenly as possible, earlier stages taking the extra. */
 export function stageBlocks(layers: number, stages: number, stage: number): [number, number] {

@@ -36,6 +36,64 @@ export interface BlockSaved { n1: NormSaved; a: Float32Array; qkv: Float32Array;
 /** Token n's input (shift 0) or target (shift 1) in rows of seqLen+1 tokens. */
 export const tokenAt = (tokens: Int32Array, T: number, n: number, shift: number): number => tokens[Math.floor(n / T) * (T + 1) + (n % T) + shift]!;
 
+type Maybe<T> = T | Promise<T>;
+
+/** GPT's unit steps, as GPT and TensorParallelGPT both provide them (the latter with collectives inside). */
+export interface GPTUnits<S extends { out: Float32Array } = { out: Float32Array }> {
+  readonly cfg: GPTConfig;
+  readonly units: Param[][];
+  embedForward(tokens: Int32Array, batch: number): Maybe<Float32Array>;
+  embedBackward(tokens: Int32Array, batch: number, dx: Float32Array): void;
+  blockForward(l: number, x: Float32Array, batch: number): Maybe<S>;
+  blockBackward(l: number, saved: S, dOut: Float32Array, batch: number): Maybe<Float32Array>;
+  headForwardBackward(x: Float32Array, tokens: Int32Array, batch: number, gradScale: number): Maybe<{ loss: number; dx: Float32Array }>;
+}
+
+/**
+ * One forward and backward through a model's unit steps, calling the runtime's hooks
+ * at unit boundaries (units: embed, each block, head) and gradReady for a unit's
+ * parameters once its backward ran. GPT and TensorParallelGPT both train this way.
+ */
+export async function unitsForwardBackward<S extends { out: Float32Array }>(
+  m: GPTUnits<S>, tokens: Int32Array, batch: number, opts: { gradScale: number; hooks?: ModelHooks },
+): Promise<number> {
+  const L = m.cfg.layers;
+  const hk = opts.hooks ?? {};
+  const ready = (u: number): void => {
+    if (hk.gradReady) for (const p of m.units[u]!) hk.gradReady(p);
+  };
+  await hk.beforeForward?.(0);
+  let x = await m.embedForward(tokens, batch);
+  hk.afterForward?.(0);
+  const saved: S[] = [];
+  for (let l = 0; l < L; l++) {
+    await hk.beforeForward?.(l + 1);
+    const s = await m.blockForward(l, x, batch);
+    saved.push(s);
+    x = s.out;
+    hk.afterForward?.(l + 1);
+  }
+  // The head's forward runs inside its backward (the loss and its gradient come together).
+  await hk.beforeForward?.(L + 1);
+  hk.afterForward?.(L + 1);
+  await hk.beforeBackward?.(L + 1);
+  const head = await m.headForwardBackward(x, tokens, batch, opts.gradScale);
+  ready(L + 1);
+  hk.afterBackward?.(L + 1);
+  let dx = head.dx;
+  for (let l = L - 1; l >= 0; l--) {
+    await hk.beforeBackward?.(l + 1);
+    dx = await m.blockBackward(l, saved[l]!, dx, batch);
+    ready(l + 1);
+    hk.afterBackward?.(l + 1);
+  }
+  await hk.beforeBackward?.(0);
+  m.embedBackward(tokens, batch, dx);
+  ready(0);
+  hk.afterBackward?.(0);
+  return head.loss / (batch * m.cfg.seqLen);
+}
+
 export class GPT {
   readonly params: Param[] = [];
   readonly units: Param[][] = [];
@@ -94,39 +152,8 @@ export class GPT {
    * param.grad; returns the mean token loss. Composed of the unit steps below, which
    * the pipeline runs stage by stage.
    */
-  async forwardBackward(tokens: Int32Array, batch: number, opts: { gradScale: number; hooks?: ModelHooks }): Promise<number> {
-    const L = this.cfg.layers;
-    const hk = opts.hooks ?? {};
-    await hk.beforeForward?.(0);
-    let x = this.embedForward(tokens, batch);
-    hk.afterForward?.(0);
-    const saved: BlockSaved[] = [];
-    for (let l = 0; l < L; l++) {
-      await hk.beforeForward?.(l + 1);
-      const s = this.blockForward(l, x, batch);
-      saved.push(s);
-      x = s.out;
-      hk.afterForward?.(l + 1);
-    }
-    await hk.beforeForward?.(L + 1);
-    hk.afterForward?.(L + 1);
-    await hk.beforeBackward?.(L + 1);
-    const { loss, dx: dHead } = this.headForwardBackward(x, tokens, batch, opts.gradScale);
-    this.#ready(hk, this.wOut, this.lnfB, this.lnfG);
-    hk.afterBackward?.(L + 1);
-    let dx = dHead;
-    for (let l = L - 1; l >= 0; l--) {
-      await hk.beforeBackward?.(l + 1);
-      dx = this.blockBackward(l, saved[l]!, dx, batch);
-      const b = this.blocks[l]!;
-      this.#ready(hk, b.fc2B, b.fc2W, b.fc1B, b.fc1W, b.ln2b, b.ln2g, b.projB, b.projW, b.qkvB, b.qkvW, b.ln1b, b.ln1g);
-      hk.afterBackward?.(l + 1);
-    }
-    await hk.beforeBackward?.(0);
-    this.embedBackward(tokens, batch, dx);
-    this.#ready(hk, this.wpe, this.wte);
-    hk.afterBackward?.(0);
-    return loss / (batch * this.cfg.seqLen);
+  forwardBackward(tokens: Int32Array, batch: number, opts: { gradScale: number; hooks?: ModelHooks }): Promise<number> {
+    return unitsForwardBackward(this, tokens, batch, opts);
   }
 
   /** x = wte[tok] + wpe[t] for the inputs of `batch` rows of seqLen+1 tokens. */
@@ -232,9 +259,5 @@ export class GPT {
     const dx = new Float32Array(N * D);
     layerNormBackward(dlf, nf, this.lnfG.data, dx, this.lnfG.grad, this.lnfB.grad, N, D);
     return { loss, dx };
-  }
-
-  #ready(hk: ModelHooks, ...ps: Param[]): void {
-    if (hk.gradReady) for (const p of ps) hk.gradReady(p);
   }
 }

@@ -23,7 +23,7 @@ import type { ModelHooks } from '../../runtime/index.js';
 import { linear, linearBackward } from '../tiny-lm/kernels.js';
 import { Param } from '../tiny-lm/tiny-lm.js';
 import { attention, attentionBackward, gelu, geluBackward, layerNorm, layerNormBackward } from './layers.js';
-import { GPT, tokenAt, type BlockSaved, type GPTBlock, type GPTConfig } from './gpt.js';
+import { GPT, tokenAt, unitsForwardBackward, type BlockSaved, type GPTBlock, type GPTConfig } from './gpt.js';
 
 /** Where a local tensor sits in the global one: `parts` equal slices along `dim` (per `groups` blocks of that dim). */
 export interface TensorShard {
@@ -127,38 +127,8 @@ export class TensorParallelGPT {
   }
 
   /** Same contract as GPT.forwardBackward; every rank of the TP group calls it with the same tokens. */
-  async forwardBackward(tokens: Int32Array, batch: number, opts: { gradScale: number; hooks?: ModelHooks }): Promise<number> {
-    const L = this.cfg.layers;
-    const hk = opts.hooks ?? {};
-    await hk.beforeForward?.(0);
-    let x = await this.embedForward(tokens, batch);
-    hk.afterForward?.(0);
-    const saved: TPBlockSaved[] = [];
-    for (let l = 0; l < L; l++) {
-      await hk.beforeForward?.(l + 1);
-      const s = await this.blockForward(l, x, batch);
-      saved.push(s);
-      x = s.out;
-      hk.afterForward?.(l + 1);
-    }
-    await hk.beforeForward?.(L + 1);
-    hk.afterForward?.(L + 1);
-    await hk.beforeBackward?.(L + 1);
-    const head = await this.headForwardBackward(x, tokens, batch, opts.gradScale);
-    ready(hk, ...this.units[L + 1]!);
-    hk.afterBackward?.(L + 1);
-    let dx = head.dx;
-    for (let l = L - 1; l >= 0; l--) {
-      await hk.beforeBackward?.(l + 1);
-      dx = await this.blockBackward(l, saved[l]!, dx, batch);
-      ready(hk, ...this.units[l + 1]!);
-      hk.afterBackward?.(l + 1);
-    }
-    await hk.beforeBackward?.(0);
-    this.embedBackward(tokens, batch, dx);
-    ready(hk, ...this.units[0]!);
-    hk.afterBackward?.(0);
-    return head.loss / (batch * this.cfg.seqLen);
+  forwardBackward(tokens: Int32Array, batch: number, opts: { gradScale: number; hooks?: ModelHooks }): Promise<number> {
+    return unitsForwardBackward(this, tokens, batch, opts);
   }
 
   /** Vocab-parallel lookup (one all-reduce) plus the replicated positions. */
@@ -281,8 +251,4 @@ export class TensorParallelGPT {
 
 function colSum(dy: Float32Array, db: Float32Array, n: number, D: number): void {
   for (let r = 0; r < n; r++) for (let d = 0; d < D; d++) db[d] = db[d]! + dy[r * D + d]!;
-}
-
-function ready(hk: ModelHooks, ...ps: Param[]): void {
-  if (hk.gradReady) for (const p of ps) hk.gradReady(p);
 }
