@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 
 import { torchVenv, type TorchVenv } from './torch-venv.js';
+import { freePort } from '../helpers/ranks.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const BIN = path.join(ROOT, 'bin/nccl-node.js');
@@ -90,14 +91,6 @@ async function waitFor(what: string, ok: () => boolean, timeoutMs = 20_000): Pro
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 50));
   }
-}
-
-async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const { port } = srv.address() as net.AddressInfo;
-  await new Promise((r) => srv.close(r));
-  return port;
 }
 
 /** Until something listens on the port: the first launcher hosts the store there. */

@@ -7,13 +7,13 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 
 import { torchVenv, type TorchVenv } from './torch-venv.js';
+import { freePort } from '../helpers/ranks.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const BIN = path.join(ROOT, 'bin/nccl-node.js');
@@ -77,14 +77,6 @@ function exec(file: string, args: string[], env: NodeJS.ProcessEnv): Promise<Don
       resolve({ code, err, reports: lines.map((l) => JSON.parse(l) as Report), logs });
     });
   });
-}
-
-async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const { port } = srv.address() as net.AddressInfo;
-  await new Promise((r) => srv.close(r));
-  return port;
 }
 
 /** Per rank, in the order the attempts ran: what the rank saw. */

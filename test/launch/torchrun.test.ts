@@ -7,13 +7,13 @@
 import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
 
 import { TcpStoreClient } from '../../src/rendezvous/tcpstore.js';
+import { freePort } from '../helpers/ranks.js';
 import { torchVenv, type TorchVenv } from './torch-venv.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -68,14 +68,6 @@ function exec(file: string, args: string[], env: NodeJS.ProcessEnv = {}, timeout
 /** torchrun [flags] node <job.mts> <args>: the job runs as torchrun's workers. */
 function torchrunNode(flags: string[], args: string[]): Promise<Done> {
   return exec(venv.torchrun, ['--no-python', ...flags, 'node', '--import', TSX, JOB, ...args]);
-}
-
-async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const { port } = srv.address() as net.AddressInfo;
-  await new Promise((r) => srv.close(r));
-  return port;
 }
 
 function expectAllReduced(run: Done, size: number): string[] {
