@@ -7,6 +7,13 @@
  *            parameters with 1/dp of the optimizer state, then all-gathers them
  *   zero 2   reduce-scatter the gradients instead: each replica only ever holds
  *            the reduced gradient of its own 1/dp (ZeRO-2's saving)
+ *   zero 3   the parameters too: between steps a replica holds only its 1/dp of
+ *            them (the model's Param arrays are empty); gather() all-gathers
+ *            them before the step and reduce() releases them with the gradients.
+ *            One gather per step, not per micro-batch: under a pipeline the
+ *            micro-batches would otherwise each gather the stage again
+ *            (TorchTitan's FSDP with PP keeps parameters unsharded after forward
+ *            for the same reason).
  *
  * The flat layout is this rank's parameters (its stage, its TP shard) end to end,
  * padded to a multiple of dp. Checkpoints still see per-parameter state: the
@@ -16,7 +23,9 @@ import type { Communicator } from '../comm/communicator.js';
 import type { Param } from '../models/tiny-lm/tiny-lm.js';
 import type { Optimizer } from '../runtime/index.js';
 
-export type ZeroStage = 0 | 1 | 2;
+export type ZeroStage = 0 | 1 | 2 | 3;
+
+const RELEASED = new Float32Array(0);
 
 export class DataParallelOptimizer {
   readonly #n: number;
@@ -27,6 +36,43 @@ export class DataParallelOptimizer {
     readonly counted: (p: Param) => boolean) {
     this.#n = params.reduce((a, p) => a + p.size, 0);
     this.#shard = Math.ceil(this.#n / dp.size);
+    if (zero === 3) {
+      this.#paramShard = this.#flat((p) => p.data).slice(dp.rank * this.#shard, (dp.rank + 1) * this.#shard);
+      this.reshard();
+    }
+  }
+
+  /** ZeRO-3: this replica's 1/dp of the flat parameters, the only copy kept between steps. */
+  #paramShard: Float32Array | null = null;
+
+  /** Parameter elements this rank holds now (ZeRO-3 between steps: its shard only). */
+  get residentParamElements(): number {
+    return this.#paramShard && this.params.every((p) => p.data.length === 0) ? this.#paramShard.length : this.#n;
+  }
+
+  /**
+   * ZeRO-3: collective over dp, before the step's forward: the full parameters of
+   * this rank's stage back into the model, with zeroed gradients. Other stages: only zeroes the gradients.
+   */
+  async gather(): Promise<void> {
+    if (!this.#paramShard) {
+      for (const p of this.params) p.grad.fill(0);
+      return;
+    }
+    const flat = new Float32Array(this.#shard * this.dp.size);
+    if (this.dp.size > 1) await this.dp.allGather(this.#paramShard, flat);
+    else flat.set(this.#paramShard);
+    let o = 0;
+    for (const p of this.params) {
+      p.data = flat.subarray(o, o + p.size);
+      p.grad = new Float32Array(p.size);
+      o += p.size;
+    }
+  }
+
+  /** ZeRO-3: drops the gathered parameters and gradients (the shard stays); otherwise nothing. */
+  reshard(): void {
+    if (this.#paramShard) for (const p of this.params) (p.data = RELEASED), (p.grad = RELEASED);
   }
 
   /** This replica's part of the flat layout: [lo, hi). */
@@ -42,7 +88,7 @@ export class DataParallelOptimizer {
   async reduce(): Promise<number> {
     const { dp, params } = this;
     const flat = this.#flat((p) => p.grad);
-    if (this.zero === 2 && dp.size > 1) {
+    if (this.zero >= 2 && dp.size > 1) {
       this.#gradShard = new Float32Array(this.#shard);
       await dp.reduceScatter(flat, this.#gradShard, { op: 'sum' });
     } else {
@@ -53,6 +99,7 @@ export class DataParallelOptimizer {
         return params.reduce((a, p) => a + (this.counted(p) ? sumSq(p.grad) : 0), 0);
       }
     }
+    if (this.zero === 3) this.reshard();
     // Sharded: each replica squares its own slice, the slices add up over dp.
     const [lo, hi] = this.#range;
     const sq = new Float64Array([this.#overlaps(lo, hi).reduce((a, [p, from, to]) => a + (this.counted(p) ? sumSq(this.#gradShard!.subarray(from - lo, to - lo)) : 0), 0)]);
@@ -72,6 +119,7 @@ export class DataParallelOptimizer {
     }
     const g = this.#gradShard!;
     if (scale !== 1) for (let i = 0; i < g.length; i++) g[i] = g[i]! * scale;
+    if (this.#paramShard) return optimizer.step([{ key: 'flat', param: this.#paramShard, grad: g }]);
     const flat = this.#flat((p) => p.data);
     const mine = flat.slice(this.dp.rank * this.#shard, (this.dp.rank + 1) * this.#shard);
     optimizer.step([{ key: 'flat', param: mine, grad: g }]);
@@ -113,6 +161,18 @@ export class DataParallelOptimizer {
       mine[`flat.${what}`] = flat.slice(this.dp.rank * this.#shard, (this.dp.rank + 1) * this.#shard);
     }
     this.optimizer.loadState({ step, tensors: mine });
+  }
+
+  /** Sets the parameters (this rank's full TP shard of its stage, per Param) wherever this stage keeps them. */
+  loadParams(data: ReadonlyMap<Param, Float32Array>): void {
+    if (!this.#paramShard) {
+      for (const p of this.params) p.data.set(data.get(p)!);
+      return;
+    }
+    const flat = new Float32Array(this.#shard * this.dp.size);
+    let o = 0;
+    for (const p of this.params) (flat.set(data.get(p)!, o), (o += p.size));
+    this.#paramShard.set(flat.subarray(this.dp.rank * this.#shard, (this.dp.rank + 1) * this.#shard));
   }
 
   /** Parameters overlapping flat [lo, hi), with the overlap's flat range. */

@@ -37,7 +37,10 @@ export interface Train3DConfig {
   /** Model chunks per pipeline rank for 'interleaved-1f1b' (default 1). */
   chunks?: number;
   optimizer: OptimizerOptions;
-  /** ZeRO on the dp axis (dp-optimizer.ts): 0 replicates the optimizer, 1 shards its state, 2 also the reduced gradients. */
+  /**
+   * ZeRO on the dp axis (dp-optimizer.ts): 0 replicates the optimizer, 1 shards its state, 2 also the reduced
+   * gradients, 3 also the parameters between steps (FSDP).
+   */
   zero?: ZeroStage;
   clipNorm?: number;
   /** The global batch of step s: globalBatch rows of seqLen+1 tokens, the same on every rank. */
@@ -59,6 +62,8 @@ export interface Train3DResult {
   mesh: DeviceMesh;
   /** This rank's parameters (its stage, its TP shard); TPParam.shard says where each sits. */
   params: Param[];
+  /** Parameter elements this rank held between steps (ZeRO-3: its 1/dp shard; otherwise all of params). */
+  residentParamElements: number;
 }
 
 export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<Train3DResult> {
@@ -86,7 +91,7 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
     const rows = cfg.batch(step).subarray(dpRank * rowsPerReplica * (T + 1), (dpRank + 1) * rowsPerReplica * (T + 1));
     const micro = Array.from({ length: cfg.micro }, (_, m) => rows.subarray(m * microRows * (T + 1), (m + 1) * microRows * (T + 1)));
     const stage = new GPTPipelineStage(model, pipe.stage, pipe.stages, micro, microRows, 1 / (cfg.globalBatch * T), chunks);
-    for (const p of params) p.grad.fill(0);
+    await optimizer.gather(); // zeroes the gradients (ZeRO-3: after gathering the parameters)
     await pipe.run(schedule(cfg.schedule, pipe.stages, pipe.stage, cfg.micro, chunks), stage);
 
     // Data parallel: gradients reduced over the replicas (all-reduce, or reduce-scatter under ZeRO-2).
@@ -104,13 +109,17 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
     losses.push(loss[0]! / (cfg.globalBatch * T));
     cfg.log?.(`step ${step} loss ${losses.at(-1)!.toFixed(4)} grad_norm ${norm.toFixed(4)}`);
     if (ck && cfg.ckpt!.at!.includes(step + 1)) {
+      await optimizer.gather();
       const tensors = await globalPieces(mesh, params, optimizer);
+      optimizer.reshard();
       await (await ck.save({ tensors, train: { step: step + 1 }, metadata: { config: { model: cfg.model, mesh: cfg.mesh } } })).committed;
     }
   }
   await ck?.close();
   await pipe.destroy();
-  return { start, losses, gradNorms, mesh, params };
+  const residentParamElements = optimizer.residentParamElements;
+  await optimizer.gather(); // the returned params hold their values, whatever the stage
+  return { start, losses, gradNorms, mesh, params, residentParamElements };
 }
 
 /**
@@ -164,10 +173,8 @@ async function load3d(from: string, params: Param[], optimizer: DataParallelOpti
     return shard ? sliceOf(full.get(name)!, shard.shape, shard.dim, shard.parts, shard.index, shard.groups) : full.get(name)!;
   };
   const tensors: Record<string, Float32Array> = {};
-  for (const p of params) {
-    p.data.set(local(p, p.name));
-    for (const name of statesOf(p)) tensors[name] = local(p, name);
-  }
+  optimizer.loadParams(new Map(params.map((p) => [p, local(p, p.name)])));
+  for (const p of params) for (const name of statesOf(p)) tensors[name] = local(p, name);
   optimizer.loadState(r.step, tensors);
   return r.step;
 }

@@ -30,7 +30,7 @@ function place(full: Float32Array, local: Float32Array, s: NonNullable<Shard>): 
 const r = mulberry32(8);
 const batches = Array.from({ length: STEPS }, () => Array.from({ length: BATCH * (CFG.seqLen + 1) }, () => Math.floor(r() * CFG.vocab)));
 
-interface Out { losses: number[]; norms: number[]; params: Array<{ name: string; size: number; shard: Shard }> }
+interface Out { losses: number[]; norms: number[]; resident: number; params: Array<{ name: string; size: number; shard: Shard }> }
 
 /** Full tensors reassembled from every rank's final parameters. */
 function assemble(ranks: Array<{ result?: Out; arrays: Float32Array | null }>, like: Map<string, Float32Array>): Map<string, Float32Array> {
@@ -74,7 +74,7 @@ async function reference(): Promise<{ losses: number[]; norms: number[]; data: M
 }
 
 describe('train3d: data x tensor x pipeline parallel', { timeout: 120_000 }, () => {
-  for (const [dp, tp, pp, zero] of [[2, 2, 1, 0], [1, 2, 2, 0], [2, 1, 2, 0], [1, 1, 4, 0], [4, 1, 1, 0], [2, 1, 2, 2], [2, 2, 1, 1], [4, 1, 1, 2]] as const) {
+  for (const [dp, tp, pp, zero] of [[2, 2, 1, 0], [1, 2, 2, 0], [2, 1, 2, 0], [1, 1, 4, 0], [4, 1, 1, 0], [2, 1, 2, 2], [2, 2, 1, 1], [4, 1, 1, 2], [2, 2, 1, 3], [2, 1, 2, 3], [4, 1, 1, 3]] as const) {
     it(`(dp, tp, pp) = (${dp}, ${tp}, ${pp})${zero ? ` with ZeRO-${zero} on dp` : ''} equals one process`, async () => {
       const ref = await reference();
       const ranks = await runRanks<Out>('test/models/train3d-worker.ts', 4, {
@@ -82,6 +82,9 @@ describe('train3d: data x tensor x pipeline parallel', { timeout: 120_000 }, () 
       });
       expect(ranks.every((x) => x.code === 0), describeRanks(ranks)).toBe(true);
       for (const x of ranks) {
+        // Between steps ZeRO-3 keeps 1/dp of this rank's parameters (padded to a multiple of dp); the others keep all.
+        const n = x.result!.params.reduce((a, p) => a + p.size, 0);
+        expect(x.result!.resident).toBe(zero === 3 ? Math.ceil(n / dp) : n);
         for (let s = 0; s < STEPS; s++) {
           expect(x.result!.losses[s]).toBeCloseTo(ref.losses[s]!, 5);
           expect(x.result!.norms[s]! / ref.norms[s]!).toBeCloseTo(1, 4);
@@ -96,7 +99,31 @@ describe('train3d: data x tensor x pipeline parallel', { timeout: 120_000 }, () 
     });
   }
 
-  it('a checkpoint saved at (2, 2, 1) under ZeRO-2 holds the exact global tensors and resumes at (2, 1, 2), (1, 2, 2) with ZeRO-1, and (1, 1, 4)', async () => {
+  it('a checkpoint saved under ZeRO-3 at (4, 1, 1) holds the gathered parameters exactly and resumes at (1, 1, 4)', async () => {
+    const ref = await reference();
+    const dir = mkdtempSync(join(tmpdir(), 'nccl-node-3d-'));
+    try {
+      const common = { model: CFG, globalBatch: BATCH, micro: MICRO, schedule: '1f1b', optimizer: { kind: 'adamw', lr: LR, weightDecay: WD }, clipNorm: CLIP, batches };
+      const first = await runRanks<Out>('test/models/train3d-worker.ts', 4, { payload: { ...common, mesh: { dp: 4, tp: 1, pp: 1 }, zero: 3, steps: 2, ckpt: { dir, at: [2] } } });
+      expect(first.every((x) => x.code === 0), describeRanks(first)).toBe(true);
+      const saved = assemble(first as never, ref.data);
+      const targets = Object.fromEntries([...saved].map(([k, v]) => [k, { data: new Float32Array(v.length), offset: 0 }]));
+      expect((await load(dir, targets)).step).toBe(2);
+      for (const [k, v] of saved) expect(Buffer.from(targets[k]!.data.buffer).equals(Buffer.from(v.buffer)), k).toBe(true);
+      const resumed = await runRanks<Out>('test/models/train3d-worker.ts', 4, { payload: { ...common, mesh: { dp: 1, tp: 1, pp: 4 }, zero: 0, steps: STEPS, ckpt: { from: dir } } });
+      expect(resumed.every((x) => x.code === 0), describeRanks(resumed)).toBe(true);
+      for (const x of resumed) expect(x.result!.losses[0]).toBeCloseTo(ref.losses[2]!, 5);
+      const got = assemble(resumed as never, ref.data);
+      for (const [name, want] of ref.data) {
+        const g = got.get(name)!;
+        for (let i = 0; i < want.length; i++) expect(Math.abs(g[i]! - want[i]!), `${name}[${i}]`).toBeLessThanOrEqual(2e-5 * Math.max(1, Math.abs(want[i]!)));
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a checkpoint saved at (2, 2, 1) under ZeRO-2 holds the exact global tensors and resumes at (2, 1, 2) with ZeRO-3, (1, 2, 2) with ZeRO-1, and (1, 1, 4)', async () => {
     const ref = await reference();
     const dir = mkdtempSync(join(tmpdir(), 'nccl-node-3d-'));
     try {
@@ -109,7 +136,7 @@ describe('train3d: data x tensor x pipeline parallel', { timeout: 120_000 }, () 
       const r = await load(dir, targets);
       expect(r.step).toBe(2);
       for (const [k, v] of saved) expect(Buffer.from(targets[k]!.data.buffer).equals(Buffer.from(v.buffer)), k).toBe(true);
-      for (const [mesh, zero] of [[{ dp: 2, tp: 1, pp: 2 }, 0], [{ dp: 1, tp: 2, pp: 2 }, 1], [{ dp: 1, tp: 1, pp: 4 }, 0]] as const) {
+      for (const [mesh, zero] of [[{ dp: 2, tp: 1, pp: 2 }, 3], [{ dp: 1, tp: 2, pp: 2 }, 1], [{ dp: 1, tp: 1, pp: 4 }, 0]] as const) {
         const resumed = await runRanks<Out>('test/models/train3d-worker.ts', 4, { payload: { ...common, mesh, zero, steps: STEPS, ckpt: { from: dir } } });
         expect(resumed.every((x) => x.code === 0), describeRanks(resumed)).toBe(true);
         for (const x of resumed) expect(x.result!.losses[0]).toBeCloseTo(ref.losses[2]!, 5);
