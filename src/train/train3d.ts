@@ -43,6 +43,8 @@ export interface Train3DConfig {
    */
   zero?: ZeroStage;
   clipNorm?: number;
+  /** Megatron-style sequence parallelism inside the tp group (TensorParallelGPT's option). */
+  sequenceParallel?: boolean;
   /** The global batch of step s: globalBatch rows of seqLen+1 tokens, the same on every rank. */
   batch(step: number): Int32Array;
   /**
@@ -74,13 +76,16 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
   if (!Number.isInteger(microRows)) {
     throw new NcclNodeError('ERR_INVALID_ARGUMENT', `train3d: globalBatch ${cfg.globalBatch} must divide by dp ${dp} x micro ${cfg.micro}`);
   }
-  const model: GPTUnits<{ out: Float32Array }> = tp > 1 ? new TensorParallelGPT(cfg.model, mesh.get('tp')) : new GPT(cfg.model);
+  if (cfg.sequenceParallel && (microRows * T) % tp !== 0) {
+    throw new NcclNodeError('ERR_INVALID_ARGUMENT', `train3d: sequence parallelism splits a micro-batch's ${microRows * T} token rows over tp ${tp}: they must divide`);
+  }
+  const model: GPTUnits<{ out: Float32Array }> = tp > 1 ? new TensorParallelGPT(cfg.model, mesh.get('tp'), cfg.sequenceParallel) : new GPT(cfg.model);
   const chunks = cfg.chunks ?? 1;
   const pipe = await Pipeline.create(mesh.get('pp'), { chunks });
   const { dp: dpRank, tp: tpRank } = mesh.coords;
   const losses: number[] = [], gradNorms: number[] = [];
   // This rank's parameters are its stage's, whatever the step: a stage built only to list them.
-  const params: Param[] = new GPTPipelineStage(model, pipe.stage, pipe.stages, [], 1, 1, chunks).params;
+  const params: Param[] = new GPTPipelineStage(model, pipe.stage, pipe.stages, [], microRows, 1, chunks).params;
   const counted = (p: Param): boolean => isSharded(p) || tpRank === 0; // the global norm counts each element once
   const optimizer = new DataParallelOptimizer(mesh.get('dp'), createOptimizer(cfg.optimizer), cfg.zero ?? 0, params, counted);
   let start = 0;
@@ -93,6 +98,7 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
     const stage = new GPTPipelineStage(model, pipe.stage, pipe.stages, micro, microRows, 1 / (cfg.globalBatch * T), chunks);
     await optimizer.gather(); // zeroes the gradients (ZeRO-3: after gathering the parameters)
     await pipe.run(schedule(cfg.schedule, pipe.stages, pipe.stage, cfg.micro, chunks), stage);
+    if (model instanceof TensorParallelGPT) await model.finishGrads(params); // sequence parallel: norms' gradients over tp
 
     // Data parallel: gradients reduced over the replicas (all-reduce, or reduce-scatter under ZeRO-2).
     // The global norm: its squares summed over dp there, then over tp and pp here.

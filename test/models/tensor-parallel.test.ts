@@ -3,7 +3,8 @@
  * group of 2 and 4 ranks (Gloo) trains SGD steps on the same batches as the full
  * GPT in one process; every step's loss, the last gradients and the final
  * parameters, reassembled from the ranks' shards by the test's own code, match
- * the single-process run to float32 rounding.
+ * the single-process run to float32 rounding. The same with sequence parallelism,
+ * where the replicated parameters' gradients must also agree on every rank.
  */
 import { describe, expect, it } from 'vitest';
 import { GPT, type GPTConfig } from '../../src/models/gpt/gpt.js';
@@ -11,7 +12,7 @@ import { mulberry32 } from '../../src/util/prng.js';
 import { describeRanks, runRanks } from '../helpers/ranks.js';
 
 const CFG: GPTConfig = { vocab: 16, dim: 16, heads: 4, layers: 2, seqLen: 6, hidden: 32, seed: 5 };
-const BATCH = 3, STEPS = 3, LR = 0.5;
+const BATCH = 4, STEPS = 3, LR = 0.5; // 24 token rows: sequence parallelism splits them over 2 or 4 ranks
 
 interface Placed { name: string; size: number; shard: { shape: number[]; dim: number; parts: number; index: number; groups: number } | null }
 
@@ -48,10 +49,10 @@ describe('tensor-parallel GPT', { timeout: 120_000 }, () => {
     return { losses, grads: new Map(m.params.map((p) => [p.name, p.grad])), data: new Map(m.params.map((p) => [p.name, p.data])) };
   }
 
-  for (const tp of [2, 4]) {
-    it(`TP ${tp} equals one process (loss, gradients, parameters after ${STEPS} SGD steps)`, async () => {
+  for (const [tp, sp] of [[2, false], [4, false], [2, true], [4, true]] as const) {
+    it(`TP ${tp}${sp ? ' with sequence parallelism' : ''} equals one process (loss, gradients, parameters after ${STEPS} SGD steps)`, async () => {
       const ref = await reference();
-      const ranks = await runRanks<{ losses: number[]; params: Placed[] }>('test/models/tp-worker.ts', tp, { payload: { cfg: CFG, batches, batch: BATCH, lr: LR } });
+      const ranks = await runRanks<{ losses: number[]; params: Placed[] }>('test/models/tp-worker.ts', tp, { payload: { cfg: CFG, batches, batch: BATCH, lr: LR, sp } });
       expect(ranks.every((x) => x.code === 0), describeRanks(ranks)).toBe(true);
       const grads = new Map([...ref.grads].map(([k, v]) => [k, new Float32Array(v.length).fill(NaN)]));
       const data = new Map([...ref.data].map(([k, v]) => [k, new Float32Array(v.length).fill(NaN)]));
@@ -67,6 +68,10 @@ describe('tensor-parallel GPT', { timeout: 120_000 }, () => {
           } else if (x.rank === 0) {
             grads.get(p.name)!.set(g);
             data.get(p.name)!.set(d);
+          } else {
+            // Replicated: every rank holds the same gradient (under sequence parallelism only after finishGrads).
+            const want = ref.grads.get(p.name)!, scale = Math.max(...want.map(Math.abs));
+            for (let i = 0; i < g.length; i++) expect(Math.abs(g[i]! - want[i]!), `${p.name}[${i}] grad on rank ${x.rank}`).toBeLessThanOrEqual(1e-4 * scale + 1e-7);
           }
         }
       }

@@ -8,9 +8,9 @@ import { TensorParallelGPT } from '../../src/models/gpt/tensor-parallel.js';
 import type { GPTConfig } from '../../src/models/gpt/gpt.js';
 import { readPayload, writeResult } from '../helpers/ranks.js';
 
-const { cfg, batches, batch, lr } = readPayload<{ cfg: GPTConfig; batches: number[][]; batch: number; lr: number }>();
+const { cfg, batches, batch, lr, sp } = readPayload<{ cfg: GPTConfig; batches: number[][]; batch: number; lr: number; sp?: boolean }>();
 const comm = await init({ backend: 'gloo' });
-const model = new TensorParallelGPT(cfg, comm);
+const model = new TensorParallelGPT(cfg, comm, sp);
 const losses: number[] = [];
 for (const b of batches) {
   for (const p of model.params) p.grad.fill(0);

@@ -40,7 +40,7 @@ export class GPTPipelineStage<S extends { out: Float32Array }> implements Pipeli
     const virtual = stages * chunks;
     if (virtual > L) throw new RangeError(`a ${L}-layer GPT cannot fill ${virtual} pipeline stages`);
     this.#blocks = Array.from({ length: chunks }, (_, c) => stageBlocks(L, virtual, c * stages + stage));
-    this.boundarySize = batch * T * D;
+    this.boundarySize = (model.activationRows?.(batch) ?? batch * T) * D;
     this.params = [
       ...(this.#first(0) ? model.units[0]! : []),
       ...this.#blocks.flatMap(([a, b]) => model.units.slice(a + 1, b + 1).flat()),
@@ -82,7 +82,7 @@ export class GPTPipelineStage<S extends { out: Float32Array }> implements Pipeli
     const [a, b] = this.#blocks[chunk]!;
     for (let l = b - 1; l >= a; l--) dx = await this.model.blockBackward(l, saved[l - a]!, dx, this.batch);
     if (!this.#first(chunk)) return dx;
-    this.model.embedBackward(this.micro[m]!, this.batch, dx);
+    await this.model.embedBackward(this.micro[m]!, this.batch, dx);
     return null;
   }
 

@@ -43,7 +43,9 @@ export interface GPTUnits<S extends { out: Float32Array } = { out: Float32Array 
   readonly cfg: GPTConfig;
   readonly units: Param[][];
   embedForward(tokens: Int32Array, batch: number): Maybe<Float32Array>;
-  embedBackward(tokens: Int32Array, batch: number, dx: Float32Array): void;
+  embedBackward(tokens: Int32Array, batch: number, dx: Float32Array): Maybe<void>;
+  /** Rows of the activations between units for `batch` sequences (batch x seqLen unless they are split, as sequence parallelism does). */
+  activationRows?(batch: number): number;
   blockForward(l: number, x: Float32Array, batch: number): Maybe<S>;
   blockBackward(l: number, saved: S, dOut: Float32Array, batch: number): Maybe<Float32Array>;
   headForwardBackward(x: Float32Array, tokens: Int32Array, batch: number, gradScale: number): Maybe<{ loss: number; dx: Float32Array }>;
@@ -88,7 +90,7 @@ export async function unitsForwardBackward<S extends { out: Float32Array }>(
     hk.afterBackward?.(l + 1);
   }
   await hk.beforeBackward?.(0);
-  m.embedBackward(tokens, batch, dx);
+  await m.embedBackward(tokens, batch, dx);
   ready(0);
   hk.afterBackward?.(0);
   return head.loss / (batch * m.cfg.seqLen);

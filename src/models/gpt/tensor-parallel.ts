@@ -17,6 +17,7 @@
  * (all-reduce), a row-parallel layer's is already complete. Per block that is two
  * all-reduces forward and two backward, as Megatron-LM. Built from the full GPT of
  * the same config and seed, so it is the same model as one process trains.
+ * Optionally sequence parallel (see the constructor).
  */
 import type { Communicator } from '../../comm/communicator.js';
 import type { ModelHooks } from '../../runtime/index.js';
@@ -85,7 +86,13 @@ export class TensorParallelGPT {
   readonly #P: number;
   readonly #r: number;
 
-  constructor(readonly cfg: GPTConfig, readonly tp: Communicator) {
+  /**
+   * sequenceParallel: between the tensor-parallel layers each rank keeps 1/P of the
+   * token rows (Megatron-LM's sequence parallelism): layer norms, residuals and the
+   * activations a pipeline sends shrink by P; each all-reduce becomes a
+   * reduce-scatter plus an all-gather (the same bytes).
+   */
+  constructor(readonly cfg: GPTConfig, readonly tp: Communicator, readonly sequenceParallel = false) {
     const P = (this.#P = tp.size), r = (this.#r = tp.rank);
     const { vocab: V, heads, hidden: H } = cfg;
     for (const [what, n] of [['vocab', V], ['heads', heads], ['hidden', H]] as const) {
@@ -126,62 +133,126 @@ export class TensorParallelGPT {
     if (this.#P > 1) await this.tp.allReduce(x, { op: 'sum' });
   }
 
-  /** Same contract as GPT.forwardBackward; every rank of the TP group calls it with the same tokens. */
-  forwardBackward(tokens: Int32Array, batch: number, opts: { gradScale: number; hooks?: ModelHooks }): Promise<number> {
-    return unitsForwardBackward(this, tokens, batch, opts);
+  /**
+   * Completes a partial sum over the group (a row-parallel output, a column-parallel
+   * input gradient): all-reduced, or under sequence parallelism reduce-scattered so
+   * each rank keeps its own rows.
+   */
+  async #reduceRows(partial: Float32Array): Promise<Float32Array> {
+    if (!this.sequenceParallel || this.#P === 1) {
+      await this.#sum(partial);
+      return partial;
+    }
+    const local = new Float32Array(partial.length / this.#P);
+    await this.tp.reduceScatter(partial, local, { op: 'sum' });
+    return local;
   }
 
-  /** Vocab-parallel lookup (one all-reduce) plus the replicated positions. */
+  /** Every rank's rows, in rank order (sequence parallelism); the array itself otherwise. */
+  async #allRows(local: Float32Array): Promise<Float32Array> {
+    if (!this.sequenceParallel || this.#P === 1) return local;
+    const full = new Float32Array(local.length * this.#P);
+    await this.tp.allGather(local, full);
+    return full;
+  }
+
+  /** Rows of the activations between blocks: all batch x seqLen, or this rank's 1/P of them under sequence parallelism. */
+  activationRows(batch: number): number {
+    const N = batch * this.cfg.seqLen;
+    if (!this.sequenceParallel) return N;
+    if (N % this.#P !== 0) throw new RangeError(`sequence parallel: ${N} token rows must divide by the group size ${this.#P}`);
+    return N / this.#P;
+  }
+
+  /**
+   * Sequence parallelism leaves the replicated parameters' gradients (norms,
+   * positions, row-parallel biases) summed over this rank's rows only: one
+   * all-reduce completes them. Call after the backward passes of a step (collective
+   * over the tp group; `params`: this rank's, e.g. one pipeline stage's). A no-op otherwise.
+   */
+  async finishGrads(params: readonly Param[] = this.params): Promise<void> {
+    if (!this.sequenceParallel || this.#P === 1) return;
+    const replicated = params.filter((p) => p instanceof TPParam && p.shard === null);
+    const flat = new Float32Array(replicated.reduce((a, p) => a + p.size, 0));
+    let o = 0;
+    for (const p of replicated) (flat.set(p.grad, o), (o += p.size));
+    await this.#sum(flat);
+    o = 0;
+    for (const p of replicated) (p.grad.set(flat.subarray(o, o + p.size)), (o += p.size));
+  }
+
+  /** Same contract as GPT.forwardBackward; every rank of the TP group calls it with the same tokens. */
+  async forwardBackward(tokens: Int32Array, batch: number, opts: { gradScale: number; hooks?: ModelHooks }): Promise<number> {
+    const loss = await unitsForwardBackward(this, tokens, batch, opts);
+    await this.finishGrads();
+    return loss;
+  }
+
+  /** Vocab-parallel lookup (one all-reduce, or reduce-scatter to this rank's rows) plus the replicated positions. */
   async embedForward(tokens: Int32Array, batch: number): Promise<Float32Array> {
     const { dim: D, seqLen: T } = this.cfg;
     const N = batch * T, Vl = this.cfg.vocab / this.#P, v0 = this.#r * Vl;
-    const x = new Float32Array(N * D);
+    const partial = new Float32Array(N * D);
     for (let n = 0; n < N; n++) {
       const t = tokenAt(tokens, T, n, 0) - v0;
       if (t < 0 || t >= Vl) continue;
-      for (let d = 0; d < D; d++) x[n * D + d] = this.#wte.data[t * D + d]!;
+      for (let d = 0; d < D; d++) partial[n * D + d] = this.#wte.data[t * D + d]!;
     }
-    await this.#sum(x);
-    for (let n = 0; n < N; n++) for (let d = 0; d < D; d++) x[n * D + d] = x[n * D + d]! + this.#wpe.data[(n % T) * D + d]!;
+    const x = await this.#reduceRows(partial);
+    const rows = this.activationRows(batch), first = this.sequenceParallel ? this.#r * rows : 0;
+    for (let i = 0; i < rows; i++) {
+      const po = ((first + i) % T) * D;
+      for (let d = 0; d < D; d++) x[i * D + d] = x[i * D + d]! + this.#wpe.data[po + d]!;
+    }
     return x;
   }
 
-  embedBackward(tokens: Int32Array, batch: number, dx: Float32Array): void {
+  async embedBackward(tokens: Int32Array, batch: number, dx: Float32Array): Promise<void> {
     const { dim: D, seqLen: T } = this.cfg;
     const Vl = this.cfg.vocab / this.#P, v0 = this.#r * Vl;
+    const rows = this.activationRows(batch), first = this.sequenceParallel ? this.#r * rows : 0;
+    for (let i = 0; i < rows; i++) {
+      const po = ((first + i) % T) * D;
+      for (let d = 0; d < D; d++) this.#wpe.grad[po + d] = this.#wpe.grad[po + d]! + dx[i * D + d]!;
+    }
+    const all = await this.#allRows(dx);
     for (let n = 0; n < batch * T; n++) {
-      const t = tokenAt(tokens, T, n, 0) - v0, po = (n % T) * D;
-      for (let d = 0; d < D; d++) {
-        this.#wpe.grad[po + d] = this.#wpe.grad[po + d]! + dx[n * D + d]!;
-        if (t >= 0 && t < Vl) this.#wte.grad[t * D + d] = this.#wte.grad[t * D + d]! + dx[n * D + d]!;
-      }
+      const t = tokenAt(tokens, T, n, 0) - v0;
+      if (t < 0 || t >= Vl) continue;
+      for (let d = 0; d < D; d++) this.#wte.grad[t * D + d] = this.#wte.grad[t * D + d]! + all[n * D + d]!;
     }
   }
 
-  /** Block l: two all-reduces (after the row-parallel proj and fc2). */
+  /**
+   * Block l: two all-reduces (after the row-parallel proj and fc2). Under sequence
+   * parallelism x holds this rank's rows: the norms run on them, an all-gather
+   * feeds each column-parallel layer and a reduce-scatter replaces each all-reduce.
+   */
   async blockForward(l: number, x: Float32Array, batch: number): Promise<TPBlockSaved> {
     const { dim: D, hidden: H, seqLen: T, heads } = this.cfg;
-    const P = this.#P, Dl = D / P, Hl = H / P, N = batch * T;
+    const P = this.#P, Dl = D / P, Hl = H / P, N = batch * T, rows = this.activationRows(batch);
     const b = this.#blocks[l]!;
-    const a = new Float32Array(N * D);
-    const n1 = layerNorm(x, b.ln1g.data, b.ln1b.data, a, N, D);
+    const aRows = new Float32Array(rows * D);
+    const n1 = layerNorm(x, b.ln1g.data, b.ln1b.data, aRows, rows, D);
+    const a = await this.#allRows(aRows);
     const qkv = new Float32Array(N * 3 * Dl);
     linear(a, b.qkvW.data, b.qkvB.data, qkv, N, D, 3 * Dl);
     const att = new Float32Array(N * Dl);
     const probs = attention(qkv, att, { batch, T, D: Dl, heads: heads / P });
-    const x1 = new Float32Array(N * D);
-    linear(att, b.projW.data, null, x1, N, Dl, D);
-    await this.#sum(x1);
+    const proj = new Float32Array(N * D);
+    linear(att, b.projW.data, null, proj, N, Dl, D);
+    const x1 = await this.#reduceRows(proj);
     for (let i = 0; i < x1.length; i++) x1[i] = x1[i]! + b.projB.data[i % D]! + x[i]!;
-    const c = new Float32Array(N * D);
-    const n2 = layerNorm(x1, b.ln2g.data, b.ln2b.data, c, N, D);
+    const cRows = new Float32Array(rows * D);
+    const n2 = layerNorm(x1, b.ln2g.data, b.ln2b.data, cRows, rows, D);
+    const c = await this.#allRows(cRows);
     const f = new Float32Array(N * Hl);
     linear(c, b.fc1W.data, b.fc1B.data, f, N, D, Hl);
     const m = new Float32Array(N * Hl);
     gelu(f, m);
-    const out = new Float32Array(N * D);
-    linear(m, b.fc2W.data, null, out, N, Hl, D);
-    await this.#sum(out);
+    const fc2 = new Float32Array(N * D);
+    linear(m, b.fc2W.data, null, fc2, N, Hl, D);
+    const out = await this.#reduceRows(fc2);
     for (let i = 0; i < out.length; i++) out[i] = out[i]! + b.fc2B.data[i % D]! + x1[i]!;
     return { n1, a, qkv, probs, att, n2, c, f, m, out };
   }
@@ -189,35 +260,36 @@ export class TensorParallelGPT {
   /** Block l's backward: two all-reduces (the column-parallel layers' input gradients). dOut is consumed. */
   async blockBackward(l: number, s: TPBlockSaved, dOut: Float32Array, batch: number): Promise<Float32Array> {
     const { dim: D, hidden: H, seqLen: T, heads } = this.cfg;
-    const P = this.#P, Dl = D / P, Hl = H / P, N = batch * T;
+    const P = this.#P, Dl = D / P, Hl = H / P, N = batch * T, rows = this.activationRows(batch);
     const b = this.#blocks[l]!;
-    colSum(dOut, b.fc2B.grad, N, D);
+    colSum(dOut, b.fc2B.grad, rows, D);
     const dm = new Float32Array(N * Hl);
-    linearBackward(s.m, b.fc2W.data, dOut, dm, b.fc2W.grad, null, N, Hl, D);
+    linearBackward(s.m, b.fc2W.data, await this.#allRows(dOut), dm, b.fc2W.grad, null, N, Hl, D);
     geluBackward(s.f, dm);
-    const dc = new Float32Array(N * D);
-    linearBackward(s.c, b.fc1W.data, dm, dc, b.fc1W.grad, b.fc1B.grad, N, D, Hl);
-    await this.#sum(dc);
+    const dcAll = new Float32Array(N * D);
+    linearBackward(s.c, b.fc1W.data, dm, dcAll, b.fc1W.grad, b.fc1B.grad, N, D, Hl);
+    const dc = await this.#reduceRows(dcAll);
     const dx1 = dOut;
-    layerNormBackward(dc, s.n2, b.ln2g.data, dx1, b.ln2g.grad, b.ln2b.grad, N, D);
-    colSum(dx1, b.projB.grad, N, D);
+    layerNormBackward(dc, s.n2, b.ln2g.data, dx1, b.ln2g.grad, b.ln2b.grad, rows, D);
+    colSum(dx1, b.projB.grad, rows, D);
     const datt = new Float32Array(N * Dl);
-    linearBackward(s.att, b.projW.data, dx1, datt, b.projW.grad, null, N, Dl, D);
+    linearBackward(s.att, b.projW.data, await this.#allRows(dx1), datt, b.projW.grad, null, N, Dl, D);
     const dqkv = new Float32Array(N * 3 * Dl);
     attentionBackward(s.qkv, s.probs, datt, dqkv, { batch, T, D: Dl, heads: heads / P });
-    const da = new Float32Array(N * D);
-    linearBackward(s.a, b.qkvW.data, dqkv, da, b.qkvW.grad, b.qkvB.grad, N, D, 3 * Dl);
-    await this.#sum(da);
-    layerNormBackward(da, s.n1, b.ln1g.data, dx1, b.ln1g.grad, b.ln1b.grad, N, D);
+    const daAll = new Float32Array(N * D);
+    linearBackward(s.a, b.qkvW.data, dqkv, daAll, b.qkvW.grad, b.qkvB.grad, N, D, 3 * Dl);
+    const da = await this.#reduceRows(daAll);
+    layerNormBackward(da, s.n1, b.ln1g.data, dx1, b.ln1g.grad, b.ln1b.grad, rows, D);
     return dx1;
   }
 
   /** Final norm, vocab-parallel head and cross-entropy (three per-row all-reduces), and their backward. */
   async headForwardBackward(x: Float32Array, tokens: Int32Array, batch: number, gradScale: number): Promise<{ loss: number; dx: Float32Array }> {
     const { dim: D, vocab: V, seqLen: T } = this.cfg;
-    const P = this.#P, Vl = V / P, v0 = this.#r * Vl, N = batch * T;
-    const lf = new Float32Array(N * D);
-    const nf = layerNorm(x, this.#lnfG.data, this.#lnfB.data, lf, N, D);
+    const P = this.#P, Vl = V / P, v0 = this.#r * Vl, N = batch * T, rows = this.activationRows(batch);
+    const lfRows = new Float32Array(rows * D);
+    const nf = layerNorm(x, this.#lnfG.data, this.#lnfB.data, lfRows, rows, D);
+    const lf = await this.#allRows(lfRows);
     const logits = new Float32Array(N * Vl);
     linear(lf, this.#wOut.data, null, logits, N, D, Vl);
     const max = new Float32Array(N).fill(-Infinity);
@@ -240,11 +312,11 @@ export class TensorParallelGPT {
       const t = tokenAt(tokens, T, n, 1) - v0;
       if (t >= 0 && t < Vl) logits[n * Vl + t] = logits[n * Vl + t]! - gradScale;
     }
-    const dlf = new Float32Array(N * D);
-    linearBackward(lf, this.#wOut.data, logits, dlf, this.#wOut.grad, null, N, D, Vl);
-    await this.#sum(dlf);
-    const dx = new Float32Array(N * D);
-    layerNormBackward(dlf, nf, this.#lnfG.data, dx, this.#lnfG.grad, this.#lnfB.grad, N, D);
+    const dlfAll = new Float32Array(N * D);
+    linearBackward(lf, this.#wOut.data, logits, dlfAll, this.#wOut.grad, null, N, D, Vl);
+    const dlf = await this.#reduceRows(dlfAll);
+    const dx = new Float32Array(rows * D);
+    layerNormBackward(dlf, nf, this.#lnfG.data, dx, this.#lnfG.grad, this.#lnfB.grad, rows, D);
     return { loss, dx };
   }
 }
