@@ -45,6 +45,8 @@ export interface Train3DConfig {
   clipNorm?: number;
   /** Megatron-style sequence parallelism inside the tp group (TensorParallelGPT's option). */
   sequenceParallel?: boolean;
+  /** Activation recomputation: keep each block's input only and run its forward again in the backward. */
+  recompute?: boolean;
   /** The global batch of step s: globalBatch rows of seqLen+1 tokens, the same on every rank. */
   batch(step: number): Int32Array;
   /**
@@ -95,7 +97,7 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
   for (let step = start; step < cfg.steps; step++) {
     const rows = cfg.batch(step).subarray(dpRank * rowsPerReplica * (T + 1), (dpRank + 1) * rowsPerReplica * (T + 1));
     const micro = Array.from({ length: cfg.micro }, (_, m) => rows.subarray(m * microRows * (T + 1), (m + 1) * microRows * (T + 1)));
-    const stage = new GPTPipelineStage(model, pipe.stage, pipe.stages, micro, microRows, 1 / (cfg.globalBatch * T), chunks);
+    const stage = new GPTPipelineStage(model, pipe.stage, pipe.stages, micro, microRows, 1 / (cfg.globalBatch * T), chunks, cfg.recompute);
     await optimizer.gather(); // zeroes the gradients (ZeRO-3: after gathering the parameters)
     await pipe.run(schedule(cfg.schedule, pipe.stages, pipe.stage, cfg.micro, chunks), stage);
     if (model instanceof TensorParallelGPT) await model.finishGrads(params); // sequence parallel: norms' gradients over tp

@@ -105,4 +105,23 @@ describe('pipeline-parallel GPT', { timeout: 120_000 }, () => {
       for (let s = 0; s < STEPS; s++) expect(last[s]).toBeCloseTo(ref.losses[s]!, 5);
     });
   }
+
+  it('activation recomputation: bit-identical to storing activations, holding only each block\'s input', async () => {
+    type Out = { losses: number[]; held: number; heldElements: number; params: Array<{ name: string; size: number }> };
+    const P = 2;
+    const run = (recompute: boolean) => runRanks<Out>('test/models/pp-worker.ts', P, {
+      payload: { cfg: CFG, tokens, batch: BATCH, micro: MICRO, steps: STEPS, lr: LR, name: '1f1b', recompute },
+    });
+    const stored = await run(false), recomputed = await run(true);
+    expect([...stored, ...recomputed].every((x) => x.code === 0), describeRanks([...stored, ...recomputed])).toBe(true);
+    const blockInput = (BATCH / MICRO) * CFG.seqLen * CFG.dim, blocksPerStage = CFG.layers / P;
+    for (let rank = 0; rank < P; rank++) {
+      const a = stored[rank]!, b = recomputed[rank]!;
+      expect(Buffer.from(b.arrays!.buffer).equals(Buffer.from(a.arrays!.buffer)), `rank ${rank}: gradients and parameters`).toBe(true);
+      expect(b.result!.losses).toEqual(a.result!.losses);
+      // 1F1B holds P - s micro-batches on stage s; with recomputation each is only its blocks' inputs.
+      expect(b.result!.heldElements).toBe((P - rank) * blocksPerStage * blockInput);
+      expect(a.result!.heldElements).toBeGreaterThan(5 * b.result!.heldElements);
+    }
+  });
 });

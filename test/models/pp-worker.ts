@@ -10,8 +10,8 @@ import { GPTPipelineStage } from '../../src/models/gpt/gpt-pipeline-stage.js';
 import { Pipeline, schedule, type ScheduleName } from '../../src/runtime/pipeline.js';
 import { readPayload, writeResult } from '../helpers/ranks.js';
 
-const { cfg, tokens, batch, micro, steps, lr, name, chunks = 1 } = readPayload<{
-  cfg: GPTConfig; tokens: number[]; batch: number; micro: number; steps: number; lr: number; name: ScheduleName; chunks?: number;
+const { cfg, tokens, batch, micro, steps, lr, name, chunks = 1, recompute = false } = readPayload<{
+  cfg: GPTConfig; tokens: number[]; batch: number; micro: number; steps: number; lr: number; name: ScheduleName; chunks?: number; recompute?: boolean;
 }>();
 const comm = await init({ backend: 'gloo' });
 const pipe = await Pipeline.create(comm, { chunks });
@@ -20,16 +20,17 @@ const rows = batch / micro, width = cfg.seqLen + 1;
 const all = Int32Array.from(tokens);
 const microBatches = Array.from({ length: micro }, (_, m) => all.subarray(m * rows * width, (m + 1) * rows * width));
 const losses: number[] = [];
-let held = 0;
+let held = 0, heldElements = 0;
 let params: GPTPipelineStage<{ out: Float32Array }>['params'] = [];
 for (let step = 0; step < steps; step++) {
-  const stage = new GPTPipelineStage(model, pipe.stage, pipe.stages, microBatches, rows, 1 / (batch * cfg.seqLen), chunks);
+  const stage = new GPTPipelineStage(model, pipe.stage, pipe.stages, microBatches, rows, 1 / (batch * cfg.seqLen), chunks, recompute);
   params = stage.params;
   for (const p of params) p.grad.fill(0);
   const forward = stage.forward.bind(stage);
   stage.forward = async (m, input, chunk) => {
     const out = await forward(m, input, chunk);
     held = Math.max(held, stage.inFlight);
+    heldElements = Math.max(heldElements, stage.savedElements);
     return out;
   };
   await pipe.run(schedule(name, pipe.stages, pipe.stage, micro, chunks), stage);
@@ -40,6 +41,6 @@ const parts = params.flatMap((p) => [p.grad, p.data]);
 const out = new Float32Array(parts.reduce((a, x) => a + x.length, 0));
 let o = 0;
 for (const x of parts) (out.set(x, o), (o += x.length));
-writeResult({ losses, held, params: params.map((p) => ({ name: p.name, size: p.size })) }, out);
+writeResult({ losses, held, heldElements, params: params.map((p) => ({ name: p.name, size: p.size })) }, out);
 await pipe.destroy();
 await comm.destroy();

@@ -4,7 +4,10 @@
  * them per micro-batch as the runtime's schedule asks (src/runtime/pipeline.ts).
  * The last stage computes the loss and its gradient in the forward, so its
  * backward starts from there; each micro-batch's saved activations are dropped
- * as soon as its backward ran.
+ * as soon as its backward ran. With `recompute`, a micro-batch keeps only each
+ * block's input and the backward runs the block's forward again first (activation
+ * recomputation: memory for compute; a tensor-parallel block repeats its forward
+ * collectives, on every tp rank alike).
  */
 import type { PipelineStageModule } from '../../runtime/pipeline.js';
 import type { Param } from '../tiny-lm/tiny-lm.js';
@@ -25,7 +28,7 @@ export class GPTPipelineStage<S extends { out: Float32Array }> implements Pipeli
   readonly losses: number[] = [];
   /** Blocks [first, end) of each chunk. */
   readonly #blocks: Array<[number, number]>;
-  readonly #saved = new Map<string, S[]>();
+  readonly #saved = new Map<string, Array<S | Float32Array>>();
   readonly #dHead = new Map<number, Float32Array>();
 
   /**
@@ -35,7 +38,8 @@ export class GPTPipelineStage<S extends { out: Float32Array }> implements Pipeli
    * c·stages + stage for c < v, the blocks split over stages·v of them.
    */
   constructor(readonly model: GPTUnits<S>, readonly stage: number, readonly stages: number,
-    readonly micro: readonly Int32Array[], readonly batch: number, readonly gradScale: number, readonly chunks = 1) {
+    readonly micro: readonly Int32Array[], readonly batch: number, readonly gradScale: number, readonly chunks = 1,
+    readonly recompute = false) {
     const { layers: L, seqLen: T, dim: D } = model.cfg;
     const virtual = stages * chunks;
     if (virtual > L) throw new RangeError(`a ${L}-layer GPT cannot fill ${virtual} pipeline stages`);
@@ -59,11 +63,11 @@ export class GPTPipelineStage<S extends { out: Float32Array }> implements Pipeli
   async forward(m: number, input: Float32Array | null, chunk = 0): Promise<Float32Array | null> {
     const tokens = this.micro[m]!;
     let x = this.#first(chunk) ? await this.model.embedForward(tokens, this.batch) : input!;
-    const saved: S[] = [];
+    const saved: Array<S | Float32Array> = [];
     const [a, b] = this.#blocks[chunk]!;
     for (let l = a; l < b; l++) {
       const s = await this.model.blockForward(l, x, this.batch);
-      saved.push(s);
+      saved.push(this.recompute ? x : s);
       x = s.out;
     }
     this.#saved.set(`${m}/${chunk}`, saved);
@@ -80,7 +84,11 @@ export class GPTPipelineStage<S extends { out: Float32Array }> implements Pipeli
     const saved = this.#saved.get(`${m}/${chunk}`)!;
     this.#saved.delete(`${m}/${chunk}`);
     const [a, b] = this.#blocks[chunk]!;
-    for (let l = b - 1; l >= a; l--) dx = await this.model.blockBackward(l, saved[l - a]!, dx, this.batch);
+    for (let l = b - 1; l >= a; l--) {
+      const kept = saved[l - a]!;
+      const s = kept instanceof Float32Array ? await this.model.blockForward(l, kept, this.batch) : kept;
+      dx = await this.model.blockBackward(l, s, dx, this.batch);
+    }
     if (!this.#first(chunk)) return dx;
     await this.model.embedBackward(this.micro[m]!, this.batch, dx);
     return null;
@@ -90,4 +98,20 @@ export class GPTPipelineStage<S extends { out: Float32Array }> implements Pipeli
   get inFlight(): number {
     return this.#saved.size;
   }
+
+  /** Float32 elements of the activations held now for backward passes. */
+  get savedElements(): number {
+    let n = 0;
+    for (const list of this.#saved.values()) {
+      for (const s of list) n += floats(s);
+    }
+    return n;
+  }
+}
+
+/** Float32 elements in an array or in an object's arrays (nested objects too: the norms' statistics). */
+function floats(x: unknown): number {
+  if (x instanceof Float32Array) return x.length;
+  if (x === null || typeof x !== 'object' || ArrayBuffer.isView(x)) return 0;
+  return Object.values(x).reduce((a: number, v) => a + floats(v), 0);
 }
