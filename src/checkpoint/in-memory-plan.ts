@@ -1,0 +1,97 @@
+/**
+ * Pure decisions of in-memory checkpoints, computed identically on every rank from
+ * the same all-gathered facts: where each rank's replica goes, and which step (and
+ * from where) a restore takes. No rank ever decides alone, so no two ranks restore
+ * different steps.
+ */
+
+/** Where a rank runs: its node (GROUP_RANK) and its local rank there. */
+export interface Placement {
+  node: number;
+  localRank: number;
+}
+
+/**
+ * holder[r]: the rank that keeps r's replica. With several nodes it is the rank with
+ * r's local rank on the next node (nodes ordered by id, wrapping), so losing a whole
+ * node never loses both copies; a next node with fewer ranks takes local rank modulo
+ * its size. On one node: rank r + 1 (wrapping). A world of one has no holder (-1).
+ */
+export function holders(places: readonly Placement[]): number[] {
+  const world = places.length;
+  if (world === 1) return [-1];
+  const nodes = [...new Set(places.map((p) => p.node))].sort((a, b) => a - b);
+  if (nodes.length === 1) return places.map((_, r) => (r + 1) % world);
+  const onNode = new Map(nodes.map((n) => [n, [] as number[]]));
+  places.forEach((p, r) => onNode.get(p.node)!.push(r));
+  for (const ranks of onNode.values()) ranks.sort((a, b) => places[a]!.localRank - places[b]!.localRank);
+  return places.map((p) => {
+    const next = onNode.get(nodes[(nodes.indexOf(p.node) + 1) % nodes.length]!)!;
+    return next.find((r) => places[r]!.localRank === p.localRank) ?? next[p.localRank % next.length]!;
+  });
+}
+
+/** One snapshot copy a rank holds, as it reports it to the others. */
+export interface HeldEntry {
+  owner: number;
+  world: number;
+  step: number;
+  bytes: number;
+  /** Its digest checked out just now. */
+  ok: boolean;
+  error?: string;
+}
+
+/** What one rank brings to a restore. */
+export interface Inventory {
+  rank: number;
+  place: Placement;
+  own: HeldEntry | null;
+  replicas: HeldEntry[];
+  /** Rank 0 only: the newest committed durable checkpoint, if a root was given. */
+  durable?: { dir: string; step: number } | null;
+}
+
+export type Source = 'memory' | 'peer' | 'disk';
+
+export interface RestorePlan {
+  /** 'memory': every rank restores `step` from its own copy or a peer's; 'disk': all load `durable`; 'none': nothing to restore. */
+  kind: 'memory' | 'disk' | 'none';
+  step: number;
+  /** Per rank: -1 = its own copy, else the rank that sends it the replica (memory plans). */
+  from: number[];
+  durable: { dir: string; step: number } | null;
+  /** Copies that failed their digest (not used), and why. */
+  rejected: { holder: number; owner: number; step: number; error: string }[];
+}
+
+/**
+ * The newest step every rank can restore from memory (its own copy, else a replica
+ * a peer holds), all from the same step; a newer durable checkpoint wins over it,
+ * and with no such step the durable one is the answer.
+ */
+export function planRestore(inv: readonly Inventory[]): RestorePlan {
+  const world = inv.length;
+  const rejected: RestorePlan['rejected'] = [];
+  const usable = (holder: number, e: HeldEntry | null): e is HeldEntry => {
+    if (!e) return false;
+    if (!e.ok) rejected.push({ holder, owner: e.owner, step: e.step, error: e.error ?? 'digest mismatch' });
+    return e.ok && e.world === world && e.owner >= 0 && e.owner < world;
+  };
+  // copies[r]: step -> who can supply rank r's state at that step (-1: r itself).
+  const copies = Array.from({ length: world }, () => new Map<number, number>());
+  for (const i of inv) {
+    if (usable(i.rank, i.own) && i.own.owner === i.rank) copies[i.rank]!.set(i.own.step, -1);
+    for (const e of i.replicas) {
+      if (usable(i.rank, e) && e.owner !== i.rank && !copies[e.owner]!.has(e.step)) copies[e.owner]!.set(e.step, i.rank);
+    }
+  }
+  const steps = [...copies[0]!.keys()].filter((s) => copies.every((c) => c.has(s)));
+  const step = steps.length ? Math.max(...steps) : -1;
+  const durable = inv[0]?.durable ?? null;
+  if (step >= 0 && !(durable && durable.step > step)) {
+    return { kind: 'memory', step, from: copies.map((c) => c.get(step)!), durable, rejected };
+  }
+  if (durable) return { kind: 'disk', step: durable.step, from: [], durable, rejected };
+  return { kind: 'none', step: -1, from: [], durable: null, rejected };
+}
