@@ -12,7 +12,7 @@ import { latest } from './layout.js';
 import { load, type LoadResult } from './load.js';
 import { readManifest } from './manifest.js';
 import { checkFrame, covers, fillFrame, fillTargets, planFrame, readFrame, type FrameMeta } from './in-memory-frame.js';
-import { holders, planRestore, type HeldEntry, type Inventory, type Placement, type RestorePlan, type Source } from './in-memory-plan.js';
+import { gatherSmall, holders, planRestore, sizeOf, type HeldEntry, type Inventory, type Placement, type RestorePlan, type Source } from './in-memory-plan.js';
 import type { loadTraining } from './runtime.js';
 import type { CheckpointState, RunMetadata, TrainState } from './state.js';
 
@@ -280,40 +280,10 @@ export class InMemoryCheckpoint {
   }
 }
 
-/** Size of `owner`'s frame of `step`, from whichever rank reported a sound copy of it. */
-function sizeOf(inv: Inventory[], owner: number, step: number): number {
-  for (const i of inv) {
-    for (const e of [i.own, ...i.replicas]) if (e && e.ok && e.owner === owner && e.step === step) return e.bytes;
-  }
-  throw new NcclNodeError('ERR_INVALID_ARGUMENT', `in-memory restore: no rank holds rank ${owner}'s snapshot of step ${step}`);
-}
-
 function optimizerStepOf(train: Record<string, unknown>, what: string): number {
   const s = train.optimizerStep;
   if (typeof s !== 'number') throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${what}: train state has no optimizerStep (not made with trainingState())`);
   return s;
-}
-
-/** Slot of gatherSmall(): values that encode to more fall back to allGatherObject's two rounds. */
-const SMALL = 2048;
-
-/**
- * allGatherObject in one round instead of two: every rank's JSON in a fixed slot.
- * A rank whose value does not fit says so in its slot, and then all ranks take the
- * two-round path, so they stay in step.
- */
-async function gatherSmall<T>(comm: Communicator, value: T, timeoutMs: number | undefined): Promise<T[]> {
-  if (comm.size === 1) return [structuredClone(value)];
-  const bytes = new TextEncoder().encode(JSON.stringify(value));
-  const slot = new Uint8Array(SMALL);
-  const fits = bytes.length <= SMALL - 4;
-  new DataView(slot.buffer).setUint32(0, fits ? bytes.length : 0xffffffff, true);
-  if (fits) slot.set(bytes, 4);
-  const all = new Uint8Array(SMALL * comm.size);
-  await comm.allGather(slot, all, { timeoutMs });
-  const lens = Array.from({ length: comm.size }, (_, r) => new DataView(all.buffer, r * SMALL, 4).getUint32(0, true));
-  if (lens.some((n) => n === 0xffffffff)) return comm.allGatherObject(value, { timeoutMs });
-  return lens.map((n, r) => JSON.parse(new TextDecoder().decode(all.subarray(r * SMALL + 4, r * SMALL + 4 + n))) as T);
 }
 
 /** A held copy as its holder reports it, digest checked now. */

@@ -16,7 +16,7 @@ import { freePort, runRanks } from '../helpers/ranks.js';
 const root = mkdtempSync(join(tmpdir(), 'ckpt-inmem-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-type Report = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Report = Record<string, any>;
 
 interface Scenario {
   world: number;
@@ -81,27 +81,27 @@ describe('in-memory checkpoints', () => {
     expect(planRestore([inv(null, [], 0), inv(null, [], 1)]).kind).toBe('none');
   });
 
-  it('rank 1 replaced by a fresh process restores from its replica on the next node, bit for bit; training goes on as if uninterrupted', async () => {
-    const by = await scenario('peer', { world: 4, localWorldSize: 2, parallel: 'fsdp', lose: [1], durableAt: [4], model: MID });
+  /** Every rank restored step 4 (rank 1 from `holder[1]`), bit for bit, held two copies again, and trained on like the reference. */
+  function expectPeerRestore(by: Map<string, Report[]>, holder: number[]): void {
+    const world = holder.length;
     const reference = one(by, 'reference', 0).losses as number[];
-    // Replicas: 0 -> 2, 1 -> 3, 2 -> 0, 3 -> 1; each rank holds its own snapshot plus its source's.
-    const source = [2, 3, 0, 1];
-    for (let r = 0; r < 4; r++) {
+    for (let r = 0; r < world; r++) {
       const snap = one(by, 'snapshot', r, (x) => x.step === 4);
-      expect(snap.holder).toBe([2, 3, 0, 1][r]);
+      expect(snap.holder).toBe(holder[r]);
       expect(snap.held.own).toBeGreaterThan(snap.dataBytes); // tensor bytes + meta + digest
-      expect(snap.held.replicas).toBe(one(by, 'snapshot', source[r]!, (x) => x.step === 4).held.own);
+      // Each rank holds its own snapshot plus the one of the rank it is the holder of.
+      expect(snap.held.replicas).toBe(one(by, 'snapshot', holder.indexOf(r), (x) => x.step === 4).held.own);
       expect(snap.held.total).toBe(snap.held.own + snap.held.replicas);
 
       const restore = one(by, 'restore', r);
       expect(restore.replacement).toBe(r === 1);
       expect(restore.step).toBe(4);
-      expect(restore.sources).toEqual(['memory', 'peer', 'memory', 'memory']);
+      expect(restore.sources).toEqual(holder.map((_, q) => (q === 1 ? 'peer' : 'memory')));
       expect(restore.source).toBe(r === 1 ? 'peer' : 'memory');
       expect(restore.rejected).toEqual([]);
       expect(restore.restored).toBe(snap.hash); // parameters and optimizer state as saved
       expect(restore.disk.hash).toBe(snap.hash); // and as the durable checkpoint of the same step holds them
-      // The replacement got its replica of rank 3 back: every rank holds two copies again.
+      // The replacement got back the replica it kept: every rank holds two copies again.
       expect(restore.held).toMatchObject({ step: 4, own: snap.held.own, replicas: snap.held.replicas });
       const second = one(by, 'second', r);
       expect(second.start).toBe(4);
@@ -109,8 +109,18 @@ describe('in-memory checkpoints', () => {
     }
     const peer = one(by, 'restore', 1);
     const f = (ms: number) => `${ms.toFixed(1)} ms`;
-    console.log(`restore of the same step-4 state (${peer.held.own} bytes a rank, 4 ranks), first / warm: ` +
+    console.log(`restore of the same step-4 state (${peer.held.own} bytes a rank, ${world} ranks), first / warm: ` +
       `peer memory ${f(peer.ms)} / ${f(peer.disk.peerWarmMs)}, durable checkpoint ${f(peer.disk.ms)} / ${f(peer.disk.diskWarmMs)}`);
+  }
+
+  it('FSDP, 2 nodes: rank 1 replaced by a fresh process restores from its replica on the next node, bit for bit; training goes on as if uninterrupted', async () => {
+    const by = await scenario('peer', { world: 4, localWorldSize: 2, parallel: 'fsdp', lose: [1], durableAt: [4], model: MID });
+    expectPeerRestore(by, [2, 3, 0, 1]);
+  }, 60_000);
+
+  it('DDP, 1 node: the replica is on the next rank; restored DDP replicas gather every rank\'s pieces', async () => {
+    const by = await scenario('peer-ddp', { world: 2, localWorldSize: 2, parallel: 'ddp', lose: [1], durableAt: [4] });
+    expectPeerRestore(by, [1, 0]);
   }, 60_000);
 
   it('losing a rank and its replica holder falls back to the durable checkpoint of an earlier step', async () => {
