@@ -15,7 +15,8 @@
  * it) every N steps, N from Daly's formula given the measured save stall
  * and --mtbf-hours (or --ckpt-every N), and at the end; --resume continues from
  * the newest committed checkpoint. The data of step s depends only on s, so a
- * resumed run is bit-identical to an uninterrupted one.
+ * resumed run is bit-identical to an uninterrupted one. `inMemory` adds in-memory
+ * snapshots with peer replicas (docs/checkpoint.md, "In-memory checkpoints").
  */
 import type { Communicator } from '../comm/communicator.js';
 import { Checkpointer, latest, load, loadTraining, trainingState, type InMemoryCheckpoint, type RestoreResult, type SaveHandle } from '../checkpoint/index.js';
