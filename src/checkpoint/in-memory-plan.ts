@@ -1,11 +1,13 @@
 /**
- * Pure decisions of in-memory checkpoints, computed identically on every rank from
- * the same all-gathered facts: where each rank's replica goes, and which step (and
- * from where) a restore takes. No rank ever decides alone, so no two ranks restore
- * different steps.
+ * Decisions of in-memory checkpoints, computed identically on every rank from the
+ * same all-gathered facts (pure functions), and the small exchange that gathers
+ * them: where each rank's replica goes, which step (and from where) a restore takes,
+ * and whether some rank failed. No rank ever decides alone, so no two ranks restore
+ * different steps, and a rank that fails takes the others down with it instead of
+ * leaving them waiting.
  */
 import type { Communicator } from '../comm/communicator.js';
-import { NcclNodeError } from '../errors.js';
+import { NcclNodeError, type ErrorCode } from '../errors.js';
 
 /** Where a rank runs: its node (GROUP_RANK) and its local rank there. */
 export interface Placement {
@@ -126,4 +128,19 @@ export async function gatherSmall<T>(comm: Communicator, value: T, timeoutMs: nu
   const lens = Array.from({ length: comm.size }, (_, r) => new DataView(all.buffer, r * SMALL, 4).getUint32(0, true));
   if (lens.some((n) => n === 0xffffffff)) return comm.allGatherObject(value, { timeoutMs });
   return lens.map((n, r) => JSON.parse(new TextDecoder().decode(all.subarray(r * SMALL + 4, r * SMALL + 4 + n))) as T);
+}
+
+export interface Failure {
+  code: ErrorCode;
+  message: string;
+}
+
+export function failureOf(err: unknown): Failure {
+  return { code: err instanceof NcclNodeError ? err.code : 'ERR_INVALID_ARGUMENT', message: (err as Error).message };
+}
+
+/** Every rank throws the first failing rank's error (its code, its message). */
+export function throwIfFailed(facts: { failure?: Failure }[], what: string): void {
+  const bad = facts.findIndex((f) => f.failure);
+  if (bad >= 0) throw new NcclNodeError(facts[bad]!.failure!.code, `${what}: rank ${bad} failed: ${facts[bad]!.failure!.message}`, { rank: bad });
 }

@@ -11,8 +11,8 @@ import { NcclNodeError } from '../errors.js';
 import { latest } from './layout.js';
 import { load, type LoadResult } from './load.js';
 import { readManifest } from './manifest.js';
-import { checkFrame, covers, fillFrame, fillTargets, planFrame, readFrame, type FrameMeta } from './in-memory-frame.js';
-import { gatherSmall, holders, planRestore, sizeOf, type HeldEntry, type Inventory, type Placement, type RestorePlan, type Source } from './in-memory-plan.js';
+import { checkFrame, covers, fillFrame, fillTargets, planFrame, readFrame, type FrameMeta, type FramePlan } from './in-memory-frame.js';
+import { failureOf, gatherSmall, holders, planRestore, sizeOf, throwIfFailed, type Failure, type HeldEntry, type Inventory, type Placement, type RestorePlan, type Source } from './in-memory-plan.js';
 import type { loadTraining } from './runtime.js';
 import type { CheckpointState, RunMetadata, TrainState } from './state.js';
 
@@ -117,8 +117,18 @@ export class InMemoryCheckpoint {
   async snapshot(comm: Communicator, state: CheckpointState): Promise<SnapshotResult> {
     const t0 = performance.now();
     this.#gloo(comm, 'snapshot');
-    const plan = planFrame(state, comm.rank, comm.size);
-    const facts = await gatherSmall(comm, { step: plan.meta.step, bytes: plan.totalBytes, place: this.#place(comm) }, this.#o.timeoutMs);
+    // A rank that cannot take part says why in the exchange, so the others fail with it instead of waiting.
+    let plan: FramePlan | null = null;
+    let fact: { step: number; bytes: number; place: Placement; failure?: Failure };
+    try {
+      plan = planFrame(state, comm.rank, comm.size);
+      fact = { step: plan.meta.step, bytes: plan.totalBytes, place: this.#place(comm) };
+    } catch (err) {
+      fact = { step: -1, bytes: 0, place: { node: 0, localRank: 0 }, failure: failureOf(err) };
+    }
+    const facts = await gatherSmall(comm, fact, this.#o.timeoutMs);
+    throwIfFailed(facts, 'in-memory snapshot');
+    if (!plan) throw new Error('unreachable: this rank failed and said so');
     const steps = [...new Set(facts.map((f) => f.step))];
     if (steps.length > 1) {
       throw new NcclNodeError('ERR_INVALID_ARGUMENT', `in-memory snapshot: ranks called it at different steps (${facts.map((f, r) => `rank ${r}: ${f.step}`).join(', ')})`);
@@ -162,16 +172,22 @@ export class InMemoryCheckpoint {
     const t0 = performance.now();
     this.#gloo(comm, 'restore');
     const timeoutMs = this.#o.timeoutMs;
-    let durable: Inventory['durable'];
-    if (comm.rank === 0 && options.durable) {
-      const dir = await latest(options.durable);
-      durable = dir ? { dir, step: (await readManifest(dir)).step } : null;
+    let mine: Inventory & { failure?: Failure };
+    try {
+      let durable: Inventory['durable'] = null;
+      if (comm.rank === 0 && options.durable) {
+        const dir = await latest(options.durable);
+        durable = dir ? { dir, step: (await readManifest(dir)).step } : null;
+      }
+      mine = {
+        rank: comm.rank, place: this.#place(comm), own: entry(this.#own), replicas: [...this.#replicas.values()].map(entry).filter((e): e is HeldEntry => e !== null),
+        ...(comm.rank === 0 ? { durable } : {}),
+      };
+    } catch (err) {
+      mine = { rank: comm.rank, place: { node: 0, localRank: 0 }, own: null, replicas: [], failure: failureOf(err) };
     }
-    const mine: Inventory = {
-      rank: comm.rank, place: this.#place(comm), own: entry(this.#own), replicas: [...this.#replicas.values()].map(entry).filter((e): e is HeldEntry => e !== null),
-      ...(comm.rank === 0 ? { durable: durable ?? null } : {}),
-    };
     const inv = await gatherSmall(comm, mine, timeoutMs);
+    throwIfFailed(inv, 'in-memory restore');
     const plan = planRestore(inv);
     if (plan.kind === 'none') throw this.#nothing(plan.rejected, options.durable);
     let received: Copy | null = null;

@@ -91,7 +91,15 @@ if (!replacement) {
     const skipStore = new InMemoryCheckpoint({ budgetBytes: tight, overBudget: 'skip' });
     const skipped = await skipStore.snapshot(comm, state);
     const fits = await new InMemoryCheckpoint({ budgetBytes: tight + 1 }).snapshot(comm, state);
-    report({ phase: 'budget', rank: comm.rank, need, needs, tight, refused, skipped: { taken: skipped.taken, held: skipped.held.total }, fits: { taken: fits.taken, held: fits.held } });
+    // A rank that cannot take part (a bad step on rank 1 only) fails the snapshot on every rank, naming itself.
+    let failed = '';
+    try {
+      await new InMemoryCheckpoint().snapshot(comm, trainingState(first.dp, { step: comm.rank === 1 ? -3 : p.failAt }));
+    } catch (err) {
+      if (!isNcclNodeError(err, 'ERR_INVALID_ARGUMENT')) throw err;
+      failed = err.message;
+    }
+    report({ phase: 'budget', rank: comm.rank, failed, need, needs, tight, refused, skipped: { taken: skipped.taken, held: skipped.held.total }, fits: { taken: fits.taken, held: fits.held } });
   }
 
   if (p.corrupt && comm.rank === p.corrupt.holder) {

@@ -135,7 +135,7 @@ describe('in-memory checkpoints', () => {
     }
   }, 60_000);
 
-  it('a damaged replica fails its digest and is not used; the budget refuses a snapshot one byte too large', async () => {
+  it('a damaged replica fails its digest and is not used; the budget refuses a snapshot one byte too large; a rank that cannot snapshot fails it on all', async () => {
     const by = await scenario('corrupt', { world: 2, localWorldSize: 2, parallel: 'ddp', lose: [1], durableAt: [2], corrupt: { holder: 0, owner: 1 }, budget: true });
     const reference = one(by, 'reference', 0).losses as number[];
     for (let r = 0; r < 2; r++) {
@@ -153,6 +153,7 @@ describe('in-memory checkpoints', () => {
       expect(b.refused.thisRankBytes).toBe(b.need);
       expect(b.refused.message).toMatch(/over budget/);
       expect(b.skipped).toEqual({ taken: false, held: 0 });
+      expect(b.failed).toMatch(/^in-memory snapshot: rank 1 failed: .*train\.step must be a non-negative integer, received -3/);
       expect(b.fits).toMatchObject({ taken: true, held: { total: b.need, budgetBytes: max } });
     }
   }, 60_000);
