@@ -68,7 +68,7 @@ export interface InMemoryConfig {
   store: InMemoryCheckpoint;
   /** Snapshot (a collective) after every `every` completed steps. */
   every: number;
-  /** Start from store.restore(): own memory, else a peer's replica, else ckpt.dir's newest checkpoint. */
+  /** Start from store.restore(): own memory, else a peer's replica, else ckpt.dir's newest checkpoint (instead of ckpt.resume/from). */
   restore?: boolean;
   /** After the restore, before the first step. */
   onRestore?: (r: RestoreResult, dp: DataParallel | DeviceDataParallel) => Promise<void> | void;
