@@ -1,4 +1,4 @@
-/** Sharded asynchronous checkpoints: save, load (resharding), latest, tools, interval and save policy. */
+/** Sharded asynchronous checkpoints: save, load (resharding), latest, tools, interval and save policy; in-memory snapshots with peer replicas. */
 export { Checkpointer, save, type CheckpointerOptions, type SaveHandle, type CommitInfo } from './save.js';
 export { load, type LoadTarget, type LoadOptions, type LoadResult } from './load.js';
 export { latest, listCheckpoints, prune, stepDirName, shardFileName } from './layout.js';
@@ -10,3 +10,5 @@ export { SavePolicy, type SavePolicyOptions, type SaveCost } from './save-policy
 export { trainingState, loadTraining } from './runtime.js';
 export { gdsStatus } from './io.js';
 export type { DeviceStaging, DeviceStagingOptions } from './staging.js';
+export { InMemoryCheckpoint, type InMemoryOptions, type HeldBytes, type SnapshotResult, type RestoreResult, type Restorable } from './in-memory.js';
+export { holders, planRestore, type Placement, type Inventory, type RestorePlan, type Source } from './in-memory-plan.js';

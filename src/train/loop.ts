@@ -15,10 +15,11 @@
  * it) every N steps, N from Daly's formula given the measured save stall
  * and --mtbf-hours (or --ckpt-every N), and at the end; --resume continues from
  * the newest committed checkpoint. The data of step s depends only on s, so a
- * resumed run is bit-identical to an uninterrupted one.
+ * resumed run is bit-identical to an uninterrupted one. `inMemory` adds in-memory
+ * snapshots with peer replicas (docs/checkpoint.md, "In-memory checkpoints").
  */
 import type { Communicator } from '../comm/communicator.js';
-import { Checkpointer, latest, load, loadTraining, trainingState, type SaveHandle } from '../checkpoint/index.js';
+import { Checkpointer, latest, load, loadTraining, trainingState, type InMemoryCheckpoint, type RestoreResult, type SaveHandle } from '../checkpoint/index.js';
 import {
   createOptimizer,
   DeviceDistributedDataParallel,
@@ -63,6 +64,16 @@ export interface CheckpointConfig {
   onSave?: (s: { step: number; handle: SaveHandle; params: () => Promise<Float32Array[]> }) => Promise<void> | void;
 }
 
+export interface InMemoryConfig {
+  store: InMemoryCheckpoint;
+  /** Snapshot (a collective) after every `every` completed steps. */
+  every: number;
+  /** Start from store.restore(): own memory, else a peer's replica, else ckpt.dir's newest checkpoint (instead of ckpt.resume/from). */
+  restore?: boolean;
+  /** After the restore, before the first step. */
+  onRestore?: (r: RestoreResult, dp: DataParallel | DeviceDataParallel) => Promise<void> | void;
+}
+
 /** Where each step's tokens come from (a DataLoader over a prepared corpus, a task set, ...). */
 export interface TrainData {
   /**
@@ -94,6 +105,8 @@ export interface TrainConfig {
   /** Where parameters, gradients and optimizer state live: host arrays (Gloo) or the GPU (NCCL). */
   device?: 'cpu' | 'cuda';
   ckpt?: CheckpointConfig;
+  /** In-memory snapshots with peer replicas (off by default). */
+  inMemory?: InMemoryConfig;
   log?: (line: string) => void;
   /** Called before each step's finish(); what it returns is called after step() (e.g. to trace copies). */
   traceStep?: () => () => void;
@@ -153,11 +166,18 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
   const policy = cfg.ckpt && { at: cfg.ckpt.at, every: cfg.ckpt.every || undefined, mtbfHours: cfg.ckpt.mtbfHours };
   const ck = cfg.ckpt && cfg.ckpt.at?.length !== 0 ? await Checkpointer.create(cfg.ckpt.dir, { comm, keep: cfg.ckpt.keep ?? 3, policy }) : null;
   let first = 0;
-  const restored = (r: Awaited<ReturnType<typeof loadTraining>>): number => {
+  const restored = (r: { step: number; train: Record<string, unknown> }): number => {
     if (r.train.data !== undefined) cfg.data?.load?.(r.train.data);
     return r.step;
   };
-  if (cfg.ckpt?.from) first = restored(await loadTraining(cfg.ckpt.from, dp));
+  const mem = cfg.inMemory;
+  if (mem && !(Number.isInteger(mem.every) && mem.every > 0)) throw new Error(`inMemory.every must be a positive integer, received ${mem.every}`);
+  if (mem?.restore) {
+    const r = await mem.store.restore(comm, dp, { durable: cfg.ckpt?.dir });
+    first = restored(r);
+    cfg.log?.(`restored step ${first} (${r.source}; ranks: ${r.sources.join(' ')}) in ${(r.seconds * 1000).toFixed(1)} ms`);
+    await mem.onRestore?.(r, dp);
+  } else if (cfg.ckpt?.from) first = restored(await loadTraining(cfg.ckpt.from, dp));
   else if (cfg.ckpt?.resume) {
     // Rank 0 resolves the checkpoint and every rank loads that one, so all ranks agree.
     const found = comm.rank === 0 ? (await latest(cfg.ckpt.dir)) ?? '' : '';
@@ -205,11 +225,12 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
 
     sm?.phase('checkpoint');
     const done = step + 1; // steps completed: what train.step records
+    const stateAt = () => trainingState(dp, { step: done, dataSeed: cfg.dataSeed, ...(cfg.data?.state ? { data: cfg.data.state() } : {}) }, { config: { model: cfg.model, parallel: { ...cfg.parallel, replicate: undefined } }, codeVersion: 'nccl-node/train' });
     if (ck?.shouldSave(done, { last: done === cfg.steps })) {
       // Overlapped: the copy runs beside the next forward/backward (awaited before dp.step()).
       const t1 = performance.now();
       const overlap = cfg.ckpt!.overlap ?? true;
-      lastSave = await ck.save(trainingState(dp, { step: done, dataSeed: cfg.dataSeed, ...(cfg.data?.state ? { data: cfg.data.state() } : {}) }, { config: { model: cfg.model, parallel: { ...cfg.parallel, replicate: undefined } }, codeVersion: 'nccl-node/train' }), { async: true, overlap });
+      lastSave = await ck.save(stateAt(), { async: true, overlap });
       lastSave.committed.catch((err: Error) => cfg.log?.(`checkpoint step ${done} failed: ${err.message}`));
       sm?.checkpoint(lastSave);
       await cfg.ckpt!.onSave?.({ step: done, handle: lastSave, params: fullParams });
@@ -219,6 +240,10 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
         const c = await ck.recordSaveCost({ stallSeconds: (performance.now() - t1) / 1000, stepSeconds: stepMs.at(-1)! / 1000 });
         cfg.log?.(`checkpoint every ${c.every} steps (save stall ${(c.stallSeconds * 1000).toFixed(1)} ms, step ${(c.stepSeconds * 1000).toFixed(0)} ms, MTBF ${c.mtbfHours} h)`);
       }
+    }
+    if (mem && done % mem.every === 0) {
+      const r = await mem.store.snapshot(comm, stateAt());
+      cfg.log?.(r.taken ? `in-memory snapshot step ${done}: ${r.held.total} bytes held, ${(r.seconds * 1000).toFixed(1)} ms` : `in-memory snapshot step ${done} skipped: ${r.reason}`);
     }
     sm?.end({ step, loss: global, gradNorm: norm, tokens: rowsPerRank * T, memory: dp.memory() });
   }
