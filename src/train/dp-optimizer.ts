@@ -6,7 +6,8 @@
  *   zero 1   all-reduce the gradients; each replica steps 1/dp of the flat
  *            parameters with 1/dp of the optimizer state, then all-gathers them
  *   zero 2   reduce-scatter the gradients instead: each replica only ever holds
- *            the reduced gradient of its own 1/dp (ZeRO-2's saving)
+ *            the reduced gradient of its own 1/dp (ZeRO-2's saving); the model's
+ *            full gradients live from gather() to reduce() only
  *   zero 3   the parameters too: between steps a replica holds only its 1/dp of
  *            them (the model's Param arrays are empty); gather() all-gathers
  *            them before the step and reduce() releases them with the gradients.
@@ -38,7 +39,7 @@ export class DataParallelOptimizer {
     this.#shard = Math.ceil(this.#n / dp.size);
     if (zero === 3) {
       this.#paramShard = this.#flat((p) => p.data).slice(dp.rank * this.#shard, (dp.rank + 1) * this.#shard);
-      this.reshard();
+      for (const p of params) p.data = RELEASED;
     }
   }
 
@@ -50,29 +51,41 @@ export class DataParallelOptimizer {
     return this.#paramShard && this.params.every((p) => p.data.length === 0) ? this.#paramShard.length : this.#n;
   }
 
+  /** Float32 elements allocated now for parameters, gradients (the model's and the reduced shard) and optimizer state. */
+  heldElements(): { params: number; grads: number; optimizer: number } {
+    const sum = (xs: Iterable<Float32Array>) => [...xs].reduce((a, x) => a + x.length, 0);
+    const slots = this.zero === 0 ? this.params.map((p) => ({ key: p.name, size: p.size })) : [{ key: 'flat', size: this.#shard }];
+    const model = sum(this.params.map((p) => p.data));
+    return {
+      params: model + (this.#paramShard?.length ?? 0),
+      grads: sum(this.params.map((p) => p.grad)) + (this.#gradShard?.length ?? 0),
+      optimizer: sum(Object.values(this.optimizer.state(slots).tensors)),
+    };
+  }
+
   /**
-   * ZeRO-3: collective over dp, before the step's forward: the full parameters of
-   * this rank's stage back into the model, with zeroed gradients. Other stages: only zeroes the gradients.
+   * Before the step's forward: zeroed gradients (ZeRO-2/3 allocate them again, they
+   * were dropped after the last reduce) and, under ZeRO-3, the full parameters of
+   * this rank's stage all-gathered back into the model (collective over dp).
    */
   async gather(): Promise<void> {
-    if (!this.#paramShard) {
-      for (const p of this.params) p.grad.fill(0);
-      return;
+    if (this.#paramShard) {
+      const flat = new Float32Array(this.#shard * this.dp.size);
+      if (this.dp.size > 1) await this.dp.allGather(this.#paramShard, flat);
+      else flat.set(this.#paramShard);
+      let o = 0;
+      for (const p of this.params) (p.data = flat.subarray(o, o + p.size)), (o += p.size);
     }
-    const flat = new Float32Array(this.#shard * this.dp.size);
-    if (this.dp.size > 1) await this.dp.allGather(this.#paramShard, flat);
-    else flat.set(this.#paramShard);
-    let o = 0;
     for (const p of this.params) {
-      p.data = flat.subarray(o, o + p.size);
-      p.grad = new Float32Array(p.size);
-      o += p.size;
+      if (p.grad.length === p.size) p.grad.fill(0);
+      else p.grad = new Float32Array(p.size);
     }
   }
 
-  /** ZeRO-3: drops the gathered parameters and gradients (the shard stays); otherwise nothing. */
+  /** Drops what this stage keeps only during a step: ZeRO-2/3 the model's gradients, ZeRO-3 the gathered parameters too. */
   reshard(): void {
-    if (this.#paramShard) for (const p of this.params) (p.data = RELEASED), (p.grad = RELEASED);
+    if (this.zero >= 2) for (const p of this.params) p.grad = RELEASED;
+    if (this.#paramShard) for (const p of this.params) p.data = RELEASED;
   }
 
   /** This replica's part of the flat layout: [lo, hi). */
@@ -99,7 +112,7 @@ export class DataParallelOptimizer {
         return params.reduce((a, p) => a + (this.counted(p) ? sumSq(p.grad) : 0), 0);
       }
     }
-    if (this.zero === 3) this.reshard();
+    if (this.zero >= 2) this.reshard();
     // Sharded: each replica squares its own slice, the slices add up over dp.
     const [lo, hi] = this.#range;
     const sq = new Float64Array([this.#overlaps(lo, hi).reduce((a, [p, from, to]) => a + (this.counted(p) ? sumSq(this.#gradShard!.subarray(from - lo, to - lo)) : 0), 0)]);
@@ -112,12 +125,13 @@ export class DataParallelOptimizer {
   /** Scales the reduced gradients by `scale` (clipping) and steps. */
   async step(scale: number): Promise<void> {
     const { params, optimizer } = this;
+    const g = this.#gradShard!;
+    this.#gradShard = null; // the reduced gradient (or the flat copy it is part of) is not kept past the step
     if (this.zero === 0) {
       if (scale !== 1) for (const p of params) for (let i = 0; i < p.size; i++) p.grad[i] = p.grad[i]! * scale;
       optimizer.step(params.map((p) => ({ key: p.name, param: p.data, grad: p.grad })));
       return;
     }
-    const g = this.#gradShard!;
     if (scale !== 1) for (let i = 0; i < g.length; i++) g[i] = g[i]! * scale;
     if (this.#paramShard) return optimizer.step([{ key: 'flat', param: this.#paramShard, grad: g }]);
     const flat = this.#flat((p) => p.data);

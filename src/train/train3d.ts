@@ -68,6 +68,11 @@ export interface Train3DResult {
   params: Param[];
   /** Parameter elements this rank held between steps (ZeRO-3: its 1/dp shard; otherwise all of params). */
   residentParamElements: number;
+  /**
+   * Float32 elements this rank held after its last step (parameters, gradients,
+   * optimizer state) and the most activation elements its stage held at once in any step.
+   */
+  memory: { params: number; grads: number; optimizer: number; activationsPeak: number };
 }
 
 export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<Train3DResult> {
@@ -86,6 +91,7 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
   const pipe = await Pipeline.create(mesh.get('pp'), { chunks });
   const { dp: dpRank, tp: tpRank } = mesh.coords;
   const losses: number[] = [], gradNorms: number[] = [];
+  let activationsPeak = 0;
   // This rank's parameters are its stage's, whatever the step: a stage built only to list them.
   const params: Param[] = new GPTPipelineStage(model, pipe.stage, pipe.stages, [], microRows, 1, chunks).params;
   const counted = (p: Param): boolean => isSharded(p) || tpRank === 0; // the global norm counts each element once
@@ -101,6 +107,7 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
     await optimizer.gather(); // zeroes the gradients (ZeRO-3: after gathering the parameters)
     await pipe.run(schedule(cfg.schedule, pipe.stages, pipe.stage, cfg.micro, chunks), stage);
     if (model instanceof TensorParallelGPT) await model.finishGrads(params); // sequence parallel: norms' gradients over tp
+    activationsPeak = Math.max(activationsPeak, stage.peakSavedElements);
 
     // Data parallel: gradients reduced over the replicas (all-reduce, or reduce-scatter under ZeRO-2).
     // The global norm: its squares summed over dp there, then over tp and pp here.
@@ -126,8 +133,9 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
   await ck?.close();
   await pipe.destroy();
   const residentParamElements = optimizer.residentParamElements;
+  const memory = { ...optimizer.heldElements(), activationsPeak };
   await optimizer.gather(); // the returned params hold their values, whatever the stage
-  return { start, losses, gradNorms, mesh, params, residentParamElements };
+  return { start, losses, gradNorms, mesh, params, residentParamElements, memory };
 }
 
 /**

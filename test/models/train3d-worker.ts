@@ -11,7 +11,7 @@ const out = new Float32Array(r.params.reduce((a, p) => a + p.size, 0));
 let o = 0;
 for (const p of r.params) (out.set(p.data, o), (o += p.size));
 writeResult({
-  losses: r.losses, norms: r.gradNorms, coords: r.mesh.coords, resident: r.residentParamElements,
+  losses: r.losses, norms: r.gradNorms, coords: r.mesh.coords, resident: r.residentParamElements, memory: r.memory,
   params: r.params.map((p) => ({ name: p.name, size: p.size, shard: p instanceof TPParam ? p.shard : null })),
 }, out);
 await comm.destroy();

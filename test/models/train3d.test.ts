@@ -30,7 +30,7 @@ function place(full: Float32Array, local: Float32Array, s: NonNullable<Shard>): 
 const r = mulberry32(8);
 const batches = Array.from({ length: STEPS }, () => Array.from({ length: BATCH * (CFG.seqLen + 1) }, () => Math.floor(r() * CFG.vocab)));
 
-interface Out { losses: number[]; norms: number[]; resident: number; params: Array<{ name: string; size: number; shard: Shard }> }
+interface Out { losses: number[]; norms: number[]; resident: number; memory: { params: number; grads: number; optimizer: number; activationsPeak: number }; params: Array<{ name: string; size: number; shard: Shard }> }
 
 /** Full tensors reassembled from every rank's final parameters. */
 function assemble(ranks: Array<{ result?: Out; arrays: Float32Array | null }>, like: Map<string, Float32Array>): Map<string, Float32Array> {
@@ -84,9 +84,13 @@ describe('train3d: data x tensor x pipeline parallel', { timeout: 120_000 }, () 
       });
       expect(ranks.every((x) => x.code === 0), describeRanks(ranks)).toBe(true);
       for (const x of ranks) {
-        // Between steps ZeRO-3 keeps 1/dp of this rank's parameters (padded to a multiple of dp); the others keep all.
-        const n = x.result!.params.reduce((a, p) => a + p.size, 0);
-        expect(x.result!.resident).toBe(zero === 3 ? Math.ceil(n / dp) : n);
+        // Held between steps, against ZeRO's accounting of this rank's n parameter elements (shards padded to a
+        // multiple of dp): parameters n (ZeRO-3: n/dp), gradients n (ZeRO-2/3: none, dropped after the reduce),
+        // AdamW's two moments 2n (ZeRO-1/2/3: 2n/dp).
+        const n = x.result!.params.reduce((a, p) => a + p.size, 0), shard = Math.ceil(n / dp);
+        expect(x.result!.resident).toBe(zero === 3 ? shard : n);
+        expect(x.result!.memory).toMatchObject({ params: zero === 3 ? shard : n, grads: zero >= 2 ? 0 : n, optimizer: zero ? 2 * shard : 2 * n });
+        expect(x.result!.memory.activationsPeak).toBeGreaterThan(0);
         for (let s = 0; s < STEPS; s++) {
           expect(x.result!.losses[s]).toBeCloseTo(ref.losses[s]!, 5);
           expect(x.result!.norms[s]! / ref.norms[s]!).toBeCloseTo(1, 4);

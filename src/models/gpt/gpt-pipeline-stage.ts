@@ -71,6 +71,7 @@ export class GPTPipelineStage<S extends { out: Float32Array }> implements Pipeli
       x = s.out;
     }
     this.#saved.set(`${m}/${chunk}`, saved);
+    this.peakSavedElements = Math.max(this.peakSavedElements, this.savedElements);
     if (!this.#last(chunk)) return x;
     const { loss, dx } = await this.model.headForwardBackward(x, tokens, this.batch, this.gradScale);
     this.losses[m] = loss;
@@ -98,6 +99,9 @@ export class GPTPipelineStage<S extends { out: Float32Array }> implements Pipeli
   get inFlight(): number {
     return this.#saved.size;
   }
+
+  /** The most savedElements held at once so far. */
+  peakSavedElements = 0;
 
   /** Float32 elements of the activations held now for backward passes. */
   get savedElements(): number {
