@@ -13,6 +13,14 @@
  * Interleaved 1F1B gives each rank v model chunks (virtual stages c·P + s), so a
  * micro-batch crosses the ring v times and the bubble shrinks about v-fold.
  *
+ * ZB-H1 (zero bubble, Qi et al. 2023) splits each backward into B, the input
+ * gradient the previous stage waits for, and W, the weight gradients nobody waits
+ * for. It keeps 1F1B's order of F and B (so the same traffic) and delays stage s's
+ * W passes by s micro-batches: every stage then holds P micro-batches, as 1F1B's
+ * first stage does, the B passes travel upstream without W in their way, and the
+ * delayed W passes fill the tail of the step where 1F1B leaves stage s idle. With
+ * F, B and W of equal cost its bubble is a third of 1F1B's.
+ *
  * Sends are rendezvous (they finish when the peer's recv runs) and a
  * communicator runs its operations in order, so each direction of each
  * neighbour link has a communicator of its own, and sends are not awaited until
@@ -24,13 +32,14 @@ import type { Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
 
 export interface Action {
-  kind: 'F' | 'B';
+  /** F: forward, B: backward (input gradient too, and weight gradients unless a W follows), W: weight gradients. */
+  kind: 'F' | 'B' | 'W';
   micro: number;
   /** Which of the rank's model chunks (interleaved schedules; 0 otherwise). */
   chunk: number;
 }
 
-export type ScheduleName = 'gpipe' | '1f1b' | 'interleaved-1f1b';
+export type ScheduleName = 'gpipe' | '1f1b' | 'interleaved-1f1b' | 'zb-h1';
 
 /**
  * Stage `stage` of `stages`' actions for `micro` micro-batches. The interleaved
@@ -50,7 +59,20 @@ export function schedule(name: ScheduleName, stages: number, stage: number, micr
     for (let m = micro - warmup; m < micro; m++) out.push(B(m));
     return out;
   }
-  if (name !== 'interleaved-1f1b') throw new NcclNodeError('ERR_INVALID_ARGUMENT', `pipeline schedule must be gpipe, 1f1b or interleaved-1f1b, received ${JSON.stringify(name)}`);
+  if (name === 'zb-h1') {
+    const W = (m: number): Action => ({ kind: 'W', micro: m, chunk: 0 });
+    const warmup = Math.min(stages - stage - 1, micro), delay = stage, pending: number[] = [];
+    const out = range(warmup).map((m) => F(m));
+    // Steady phase: W passes wait until `delay` are pending; cool-down: one W after each B.
+    const afterB = (m: number, coolDown: boolean) => {
+      pending.push(m);
+      if (pending.length > delay || coolDown) out.push(W(pending.shift()!));
+    };
+    for (let m = 0; m < micro - warmup; m++) (out.push(F(m + warmup), B(m)), afterB(m, false));
+    for (let m = micro - warmup; m < micro; m++) (out.push(B(m)), afterB(m, true));
+    return [...out, ...pending.map(W)];
+  }
+  if (name !== 'interleaved-1f1b') throw new NcclNodeError('ERR_INVALID_ARGUMENT', `pipeline schedule must be gpipe, 1f1b, interleaved-1f1b or zb-h1, received ${JSON.stringify(name)}`);
   if (micro % stages !== 0 || chunks < 1) {
     throw new NcclNodeError('ERR_INVALID_ARGUMENT', `interleaved-1f1b needs micro-batches divisible by the ${stages} stages and chunks >= 1, received ${micro} micro-batches, ${chunks} chunks`);
   }
@@ -75,8 +97,13 @@ export interface PipelineStageModule {
   readonly chunks?: number;
   /** Forward of micro-batch m through chunk c; input is null on the first virtual stage. Returns what goes downstream (null on the last). */
   forward(m: number, input: Float32Array | null, chunk: number): Float32Array | null | Promise<Float32Array | null>;
-  /** Backward of micro-batch m through chunk c; dOut is null on the last virtual stage. Returns the input gradient (null on the first). */
-  backward(m: number, dOut: Float32Array | null, chunk: number): Float32Array | null | Promise<Float32Array | null>;
+  /**
+   * Backward of micro-batch m through chunk c; dOut is null on the last virtual stage. Returns the input gradient
+   * (null on the first). With deferWeights, the weight gradients wait for weight(m, chunk).
+   */
+  backward(m: number, dOut: Float32Array | null, chunk: number, options?: { deferWeights?: boolean }): Float32Array | null | Promise<Float32Array | null>;
+  /** The W pass: the weight gradients backward(m, ..., {deferWeights: true}) left (schedules with W actions only). */
+  weight?(m: number, chunk: number): void | Promise<void>;
 }
 
 /** A one-direction link to a neighbour: its own communicator, and the neighbour's rank in it. */
@@ -135,6 +162,9 @@ export class Pipeline {
     const s = this.stage, P = this.stages, v = module.chunks ?? 1;
     if (v !== this.chunks) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `pipeline: the stage module has ${v} chunks, the pipeline was created for ${this.chunks}`);
     const lastVirtual = P * v - 1;
+    // A schedule with W passes splits every backward: B leaves the weight gradients to its W.
+    const split = actions.some((a) => a.kind === 'W');
+    if (split && !module.weight) throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'pipeline: a schedule with W passes (zb-h1) needs a stage module with weight()');
     const sends: Promise<unknown>[] = [];
     try {
       for (const a of actions) {
@@ -147,13 +177,15 @@ export class Pipeline {
           }
           const out = await module.forward(a.micro, input, a.chunk);
           if (virtual < lastVirtual) sends.push(Promise.resolve(this.links!.actOut.comm.send(expectSize(out, module.boundarySize, 'forward'), this.links!.actOut.peer)));
+        } else if (a.kind === 'W') {
+          await module.weight!(a.micro, a.chunk);
         } else {
           let dOut: Float32Array | null = null;
           if (virtual < lastVirtual) {
             dOut = new Float32Array(module.boundarySize);
             await this.links!.gradIn.comm.recv(dOut, this.links!.gradIn.peer);
           }
-          const dx = await module.backward(a.micro, dOut, a.chunk);
+          const dx = await module.backward(a.micro, dOut, a.chunk, { deferWeights: split });
           if (virtual > 0) sends.push(Promise.resolve(this.links!.gradOut.comm.send(expectSize(dx, module.boundarySize, 'backward'), this.links!.gradOut.peer)));
         }
       }

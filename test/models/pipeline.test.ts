@@ -34,7 +34,30 @@ describe('pipeline schedules', () => {
         }
       }
     }
-    expect(() => schedule('zigzag' as never, 2, 0, 2)).toThrow(/gpipe, 1f1b or interleaved-1f1b/);
+    expect(() => schedule('zigzag' as never, 2, 0, 2)).toThrow(/gpipe, 1f1b, interleaved-1f1b or zb-h1/);
+  });
+
+  it('ZB-H1: 1F1B\'s forwards and backwards, each W after its B, every stage holding at most P micro-batches', () => {
+    for (const P of [1, 2, 3, 4]) {
+      for (const M of [1, 2, 4, 6]) {
+        for (let s = 0; s < P; s++) {
+          const acts = schedule('zb-h1', P, s, M);
+          const fb = acts.filter((a) => a.kind !== 'W');
+          expect(fb).toEqual(schedule('1f1b', P, s, M)); // the same traffic, in the same order
+          expect(acts.filter((a) => a.kind === 'W').map((a) => a.micro)).toEqual([...Array(M).keys()]);
+          const backwardDone = new Set<number>();
+          let live = 0, most = 0; // micro-batches between their F and their W
+          for (const a of acts) {
+            if (a.kind === 'B') backwardDone.add(a.micro);
+            if (a.kind === 'W') expect(backwardDone.has(a.micro), `stage ${s}: W${a.micro} before its B`).toBe(true);
+            live += a.kind === 'F' ? 1 : a.kind === 'W' ? -1 : 0;
+            most = Math.max(most, live);
+          }
+          expect(most).toBeLessThanOrEqual(Math.max(P, 1));
+          if (M >= P) expect(most).toBe(P); // every stage as full as 1F1B's first
+        }
+      }
+    }
   });
 
   it('interleaved 1F1B: every (micro-batch, chunk) once each way, in an order every rank shares', () => {
@@ -76,7 +99,7 @@ describe('pipeline-parallel GPT', { timeout: 120_000 }, () => {
     return { losses, grads: new Map(m.params.map((p) => [p.name, p.grad])), data: new Map(m.params.map((p) => [p.name, p.data])) };
   }
 
-  for (const [name, P, chunks] of [['gpipe', 2, 1], ['1f1b', 2, 1], ['1f1b', 4, 1], ['interleaved-1f1b', 2, 2]] as const) {
+  for (const [name, P, chunks] of [['gpipe', 2, 1], ['1f1b', 2, 1], ['1f1b', 4, 1], ['interleaved-1f1b', 2, 2], ['zb-h1', 2, 1], ['zb-h1', 4, 1]] as const) {
     it(`${name} over ${P} stages${chunks > 1 ? ` x ${chunks} chunks` : ''} equals one process`, async () => {
       const ref = await reference();
       const ranks = await runRanks<{ losses: number[]; held: number; params: Array<{ name: string; size: number }> }>('test/models/pp-worker.ts', P, {
@@ -85,7 +108,7 @@ describe('pipeline-parallel GPT', { timeout: 120_000 }, () => {
       expect(ranks.every((x) => x.code === 0), describeRanks(ranks)).toBe(true);
       const seen = new Set<string>();
       for (const x of ranks) {
-        if (name !== 'interleaved-1f1b') expect(x.result!.held).toBe(name === 'gpipe' ? MICRO : Math.min(P - x.rank, MICRO));
+        if (name !== 'interleaved-1f1b') expect(x.result!.held).toBe(name === 'gpipe' ? MICRO : Math.min(P - x.rank, MICRO)); // zb-h1: until B
         else expect(x.result!.held).toBeLessThanOrEqual(Math.min((P - x.rank - 1) * 2 + (chunks - 1) * P + 1, MICRO * chunks));
         let o = 0;
         for (const p of x.result!.params) {
@@ -105,6 +128,17 @@ describe('pipeline-parallel GPT', { timeout: 120_000 }, () => {
       for (let s = 0; s < STEPS; s++) expect(last[s]).toBeCloseTo(ref.losses[s]!, 5);
     });
   }
+
+  it('ZB-H1 is bit-identical to 1F1B at 4 stages (the same sums, the weight gradients only later)', async () => {
+    type Out = { losses: number[]; params: Array<{ name: string; size: number }> };
+    const run = (name: string) => runRanks<Out>('test/models/pp-worker.ts', 4, { payload: { cfg: CFG, tokens, batch: BATCH, micro: MICRO, steps: STEPS, lr: LR, name } });
+    const plain = await run('1f1b'), split = await run('zb-h1');
+    expect([...plain, ...split].every((x) => x.code === 0), describeRanks([...plain, ...split])).toBe(true);
+    for (let rank = 0; rank < 4; rank++) {
+      expect(Buffer.from(split[rank]!.arrays!.buffer).equals(Buffer.from(plain[rank]!.arrays!.buffer)), `rank ${rank}`).toBe(true);
+    }
+    expect(split[3]!.result!.losses).toEqual(plain[3]!.result!.losses);
+  });
 
   it('activation recomputation: bit-identical to storing activations, holding only each block\'s input', async () => {
     type Out = { losses: number[]; held: number; heldElements: number; params: Array<{ name: string; size: number }> };

@@ -75,12 +75,12 @@ async function reference(): Promise<{ losses: number[]; norms: number[]; data: M
 
 describe('train3d: data x tensor x pipeline parallel', { timeout: 120_000 }, () => {
   const layouts = [[2, 2, 1, 0], [1, 2, 2, 0], [2, 1, 2, 0], [1, 1, 4, 0], [4, 1, 1, 0], [2, 1, 2, 2], [2, 2, 1, 1], [4, 1, 1, 2],
-    [2, 2, 1, 3], [2, 1, 2, 3], [4, 1, 1, 3], [2, 2, 1, 0, 'sequence parallel'], [1, 2, 2, 1, 'sequence parallel, recompute']] as const;
+    [2, 2, 1, 3], [2, 1, 2, 3], [4, 1, 1, 3], [2, 2, 1, 0, 'sequence parallel'], [1, 2, 2, 1, 'sequence parallel, recompute'], [2, 1, 2, 2, 'zb-h1'], [1, 2, 2, 0, 'zb-h1']] as const;
   for (const [dp, tp, pp, zero, extra] of layouts) {
     it(`(dp, tp, pp) = (${dp}, ${tp}, ${pp})${zero ? ` with ZeRO-${zero} on dp` : ''}${extra ? `, ${extra}` : ''} equals one process`, async () => {
       const ref = await reference();
       const ranks = await runRanks<Out>('test/models/train3d-worker.ts', 4, {
-        payload: { model: CFG, mesh: { dp, tp, pp }, zero, sequenceParallel: extra?.includes('sequence') ?? false, recompute: extra?.includes('recompute') ?? false, steps: STEPS, globalBatch: BATCH, micro: MICRO, schedule: '1f1b', optimizer: { kind: 'adamw', lr: LR, weightDecay: WD }, clipNorm: CLIP, batches },
+        payload: { model: CFG, mesh: { dp, tp, pp }, zero, sequenceParallel: extra?.includes('sequence') ?? false, recompute: extra?.includes('recompute') ?? false, steps: STEPS, globalBatch: BATCH, micro: MICRO, schedule: extra?.includes('zb-h1') ? 'zb-h1' : '1f1b', optimizer: { kind: 'adamw', lr: LR, weightDecay: WD }, clipNorm: CLIP, batches },
       });
       expect(ranks.every((x) => x.code === 0), describeRanks(ranks)).toBe(true);
       for (const x of ranks) {

@@ -11,6 +11,7 @@
  */
 import type { PipelineStageModule } from '../../runtime/pipeline.js';
 import type { Param } from '../tiny-lm/tiny-lm.js';
+import type { DeferredWeightGrads } from '../tiny-lm/kernels.js';
 import type { GPTUnits } from './gpt.js';
 
 /** Blocks [first, end) of stage s: the L blocks split as evenly as possible, earlier stages taking the extra. */
@@ -30,6 +31,8 @@ export class GPTPipelineStage<S extends { out: Float32Array }> implements Pipeli
   readonly #blocks: Array<[number, number]>;
   readonly #saved = new Map<string, Array<S | Float32Array>>();
   readonly #dHead = new Map<number, Float32Array>();
+  /** Weight gradients a split backward left for its W pass, by micro-batch/chunk. */
+  readonly #weights = new Map<string, Array<() => void>>();
 
   /**
    * micro[m] holds micro-batch m: `batch` rows of seqLen+1 tokens; gradScale
@@ -79,20 +82,31 @@ export class GPTPipelineStage<S extends { out: Float32Array }> implements Pipeli
     return null;
   }
 
-  async backward(m: number, dOut: Float32Array | null, chunk = 0): Promise<Float32Array | null> {
+  /** With `deferWeights`, the blocks' weight gradients wait for weight(m, chunk) (zero-bubble schedules' W pass). */
+  async backward(m: number, dOut: Float32Array | null, chunk = 0, options: { deferWeights?: boolean } = {}): Promise<Float32Array | null> {
     let dx = this.#last(chunk) ? this.#dHead.get(m)! : dOut!;
     if (this.#last(chunk)) this.#dHead.delete(m);
     const saved = this.#saved.get(`${m}/${chunk}`)!;
     this.#saved.delete(`${m}/${chunk}`);
     const [a, b] = this.#blocks[chunk]!;
+    const later: DeferredWeightGrads = options.deferWeights ? [] : undefined;
     for (let l = b - 1; l >= a; l--) {
       const kept = saved[l - a]!;
       const s = kept instanceof Float32Array ? await this.model.blockForward(l, kept, this.batch) : kept;
-      dx = await this.model.blockBackward(l, s, dx, this.batch);
+      dx = await this.model.blockBackward(l, s, dx, this.batch, later);
     }
+    if (later) this.#weights.set(`${m}/${chunk}`, later);
     if (!this.#first(chunk)) return dx;
     await this.model.embedBackward(this.micro[m]!, this.batch, dx);
     return null;
+  }
+
+  /** The W pass of micro-batch m's split backward through chunk c: its blocks' weight gradients. */
+  weight(m: number, chunk = 0): void {
+    const later = this.#weights.get(`${m}/${chunk}`);
+    if (!later) throw new RangeError(`no deferred weight gradients for micro-batch ${m}, chunk ${chunk}`);
+    this.#weights.delete(`${m}/${chunk}`);
+    for (const f of later) f();
   }
 
   /** (micro-batch, chunk) activations held now (for memory accounting). */

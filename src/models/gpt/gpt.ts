@@ -11,7 +11,7 @@
  * granularity, the pipeline's split points) are embed, each block, and head.
  */
 import type { ModelHooks } from '../../runtime/index.js';
-import { linear, linearBackward, rng } from '../tiny-lm/kernels.js';
+import { linear, linearBackward, linearBackwardSplit, rng, type DeferredWeightGrads } from '../tiny-lm/kernels.js';
 import { Param } from '../tiny-lm/tiny-lm.js';
 import { attention, attentionBackward, gelu, geluBackward, layerNorm, layerNormBackward, type NormSaved } from './layers.js';
 
@@ -47,7 +47,7 @@ export interface GPTUnits<S extends { out: Float32Array } = { out: Float32Array 
   /** Rows of the activations between units for `batch` sequences (batch x seqLen unless they are split, as sequence parallelism does). */
   activationRows?(batch: number): number;
   blockForward(l: number, x: Float32Array, batch: number): Maybe<S>;
-  blockBackward(l: number, saved: S, dOut: Float32Array, batch: number): Maybe<Float32Array>;
+  blockBackward(l: number, saved: S, dOut: Float32Array, batch: number, later?: DeferredWeightGrads): Maybe<Float32Array>;
   headForwardBackward(x: Float32Array, tokens: Int32Array, batch: number, gradScale: number): Maybe<{ loss: number; dx: Float32Array }>;
 }
 
@@ -208,26 +208,30 @@ export class GPT {
     return { n1, a, qkv, probs, att, n2, c, f, m, out };
   }
 
-  /** Gradients of block l's parameters accumulate; returns the gradient of its input (dOut is consumed). */
-  blockBackward(l: number, s: BlockSaved, dOut: Float32Array, batch: number): Float32Array {
+  /**
+   * Gradients of block l's parameters accumulate; returns the gradient of its input
+   * (dOut is consumed). With `later`, the linear layers' weight gradients are queued
+   * there instead (a zero-bubble schedule's W pass); the norms' stay here.
+   */
+  blockBackward(l: number, s: BlockSaved, dOut: Float32Array, batch: number, later?: DeferredWeightGrads): Float32Array {
     const { dim: D, hidden: H, seqLen: T, heads } = this.cfg;
     const N = batch * T;
     const b = this.blocks[l]!;
     // MLP: dOut is the gradient of out = x1 + fc2(gelu(fc1(ln2(x1)))).
     const dm = new Float32Array(N * H);
-    linearBackward(s.m, b.fc2W.data, dOut, dm, b.fc2W.grad, b.fc2B.grad, N, H, D);
+    linearBackwardSplit(later, s.m, b.fc2W.data, dOut, dm, b.fc2W.grad, b.fc2B.grad, N, H, D);
     geluBackward(s.f, dm);
     const dc = new Float32Array(N * D);
-    linearBackward(s.c, b.fc1W.data, dm, dc, b.fc1W.grad, b.fc1B.grad, N, D, H);
+    linearBackwardSplit(later, s.c, b.fc1W.data, dm, dc, b.fc1W.grad, b.fc1B.grad, N, D, H);
     const dx1 = dOut; // the residual path; LN2's gradient adds into it
     layerNormBackward(dc, s.n2, b.ln2g.data, dx1, b.ln2g.grad, b.ln2b.grad, N, D);
     // Attention: x1 = x + proj(attn(ln1(x))).
     const datt = new Float32Array(N * D);
-    linearBackward(s.att, b.projW.data, dx1, datt, b.projW.grad, b.projB.grad, N, D, D);
+    linearBackwardSplit(later, s.att, b.projW.data, dx1, datt, b.projW.grad, b.projB.grad, N, D, D);
     const dqkv = new Float32Array(N * 3 * D);
     attentionBackward(s.qkv, s.probs, datt, dqkv, { batch, T, D, heads });
     const da = new Float32Array(N * D);
-    linearBackward(s.a, b.qkvW.data, dqkv, da, b.qkvW.grad, b.qkvB.grad, N, D, 3 * D);
+    linearBackwardSplit(later, s.a, b.qkvW.data, dqkv, da, b.qkvW.grad, b.qkvB.grad, N, D, 3 * D);
     layerNormBackward(da, s.n1, b.ln1g.data, dx1, b.ln1g.grad, b.ln1b.grad, N, D);
     return dx1;
   }

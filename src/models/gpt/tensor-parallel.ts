@@ -21,7 +21,7 @@
  */
 import type { Communicator } from '../../comm/communicator.js';
 import type { ModelHooks } from '../../runtime/index.js';
-import { linear, linearBackward } from '../tiny-lm/kernels.js';
+import { linear, linearBackward, linearBackwardSplit, type DeferredWeightGrads } from '../tiny-lm/kernels.js';
 import { Param } from '../tiny-lm/tiny-lm.js';
 import { attention, attentionBackward, gelu, geluBackward, layerNorm, layerNormBackward } from './layers.js';
 import { GPT, tokenAt, unitsForwardBackward, type BlockSaved, type GPTBlock, type GPTConfig } from './gpt.js';
@@ -257,27 +257,27 @@ export class TensorParallelGPT {
     return { n1, a, qkv, probs, att, n2, c, f, m, out };
   }
 
-  /** Block l's backward: two all-reduces (the column-parallel layers' input gradients). dOut is consumed. */
-  async blockBackward(l: number, s: TPBlockSaved, dOut: Float32Array, batch: number): Promise<Float32Array> {
+  /** Block l's backward: two all-reduces (the column-parallel layers' input gradients). dOut is consumed; `later` as GPT's. */
+  async blockBackward(l: number, s: TPBlockSaved, dOut: Float32Array, batch: number, later?: DeferredWeightGrads): Promise<Float32Array> {
     const { dim: D, hidden: H, seqLen: T, heads } = this.cfg;
     const P = this.#P, Dl = D / P, Hl = H / P, N = batch * T, rows = this.activationRows(batch);
     const b = this.#blocks[l]!;
     colSum(dOut, b.fc2B.grad, rows, D);
     const dm = new Float32Array(N * Hl);
-    linearBackward(s.m, b.fc2W.data, await this.#allRows(dOut), dm, b.fc2W.grad, null, N, Hl, D);
+    linearBackwardSplit(later, s.m, b.fc2W.data, await this.#allRows(dOut), dm, b.fc2W.grad, null, N, Hl, D);
     geluBackward(s.f, dm);
     const dcAll = new Float32Array(N * D);
-    linearBackward(s.c, b.fc1W.data, dm, dcAll, b.fc1W.grad, b.fc1B.grad, N, D, Hl);
+    linearBackwardSplit(later, s.c, b.fc1W.data, dm, dcAll, b.fc1W.grad, b.fc1B.grad, N, D, Hl);
     const dc = await this.#reduceRows(dcAll);
     const dx1 = dOut;
     layerNormBackward(dc, s.n2, b.ln2g.data, dx1, b.ln2g.grad, b.ln2b.grad, rows, D);
     colSum(dx1, b.projB.grad, rows, D);
     const datt = new Float32Array(N * Dl);
-    linearBackward(s.att, b.projW.data, await this.#allRows(dx1), datt, b.projW.grad, null, N, Dl, D);
+    linearBackwardSplit(later, s.att, b.projW.data, await this.#allRows(dx1), datt, b.projW.grad, null, N, Dl, D);
     const dqkv = new Float32Array(N * 3 * Dl);
     attentionBackward(s.qkv, s.probs, datt, dqkv, { batch, T, D: Dl, heads: heads / P });
     const daAll = new Float32Array(N * D);
-    linearBackward(s.a, b.qkvW.data, dqkv, daAll, b.qkvW.grad, b.qkvB.grad, N, D, 3 * Dl);
+    linearBackwardSplit(later, s.a, b.qkvW.data, dqkv, daAll, b.qkvW.grad, b.qkvB.grad, N, D, 3 * Dl);
     const da = await this.#reduceRows(daAll);
     layerNormBackward(da, s.n1, b.ln1g.data, dx1, b.ln1g.grad, b.ln1b.grad, rows, D);
     return dx1;

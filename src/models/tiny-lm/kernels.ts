@@ -55,5 +55,47 @@ export function linearBackward(
   }
 }
 
+/**
+ * Weight gradients a backward leaves for later (zero-bubble pipeline schedules run
+ * them as a separate W pass, off the path the input gradients travel), or
+ * undefined to compute them at once.
+ */
+export type DeferredWeightGrads = Array<() => void> | undefined;
+
+/**
+ * linearBackward, or with `later` given: the input gradient now and the weight
+ * and bias gradients queued in `later` (on a copy of dy, which the caller may
+ * overwrite meanwhile). Both halves keep linearBackward's summation order, so the
+ * results are bit-identical either way.
+ */
+export function linearBackwardSplit(
+  later: DeferredWeightGrads, x: Float32Array, w: Float32Array, dy: Float32Array,
+  dx: Float32Array | null, dw: Float32Array, db: Float32Array | null, n: number, inDim: number, outDim: number,
+): void {
+  if (!later) return linearBackward(x, w, dy, dx, dw, db, n, inDim, outDim);
+  if (dx) {
+    for (let r = 0; r < n; r++) {
+      const yo = r * outDim, xo = r * inDim;
+      for (let i = 0; i < inDim; i++) {
+        const wo = i * outDim;
+        let acc = 0;
+        for (let o = 0; o < outDim; o++) acc += dy[yo + o]! * w[wo + o]!;
+        dx[xo + i] = acc;
+      }
+    }
+  }
+  const g = dy.slice();
+  later.push(() => {
+    for (let r = 0; r < n; r++) {
+      const yo = r * outDim, xo = r * inDim;
+      if (db) for (let o = 0; o < outDim; o++) db[o] = db[o]! + g[yo + o]!;
+      for (let i = 0; i < inDim; i++) {
+        const wo = i * outDim, xv = x[xo + i]!;
+        for (let o = 0; o < outDim; o++) dw[wo + o] = dw[wo + o]! + xv * g[yo + o]!;
+      }
+    }
+  });
+}
+
 /** Deterministic PRNG: the same seed gives the same model and data on every rank. */
 export { mulberry32 as rng } from '../../util/prng.js';
