@@ -5,7 +5,7 @@
  * warm-up steps dropped), error % = (predicted − measured) / measured.
  *
  *   node --import tsx bench/plan/calibration.ts [--models tiny-lm,gpt] [--ranks 1,2,4]
- *        [--steps 6] [--warmup 2] [--global-batch 8] [--out bench/plan/calibration.json]
+ *        [--steps 8] [--warmup 3] [--global-batch 8] [--out bench/plan/calibration.json]
  *
  * Runs every configuration one after another; on a shared machine run it alone.
  */
@@ -22,8 +22,8 @@ const { values: a } = parseArgs({
   options: {
     models: { type: 'string', default: 'tiny-lm,gpt' },
     ranks: { type: 'string', default: '1,2,4' },
-    steps: { type: 'string', default: '6' },
-    warmup: { type: 'string', default: '2' },
+    steps: { type: 'string', default: '8' },
+    warmup: { type: 'string', default: '3' },
     'global-batch': { type: 'string', default: '8' },
     'calibrate-ms': { type: 'string', default: '400' },
     out: { type: 'string', default: 'bench/plan/calibration.json' },

@@ -9,8 +9,9 @@
  * - all-reduce: `nccl-node bench`'s sweep through the addon on `ranks` local ranks
  *   started by the gang launcher, with the ring model fitted to it;
  * - disk: write + fsync of one file in a temporary directory.
- * Each timed loop keeps the best of a few rounds: on a shared machine a round that
- * lost its core to another process says nothing about the hardware.
+ * Each timed loop reports the median of five rounds: predict() estimates the median
+ * training step, which runs under whatever else shares the machine (the peak, by
+ * contrast, is measureCpuPeak's best round).
  */
 import { mkdtemp, open, readFile, rm } from 'node:fs/promises';
 import { cpus, hostname, tmpdir, totalmem, availableParallelism } from 'node:os';
@@ -44,18 +45,18 @@ export interface CalibrateOptions {
   timeoutMs?: number;
 }
 
-function bestRate(ms: number, work: number, run: () => void): number {
+function medianRate(ms: number, work: number, run: () => void): number {
   run(); // warm-up: compile the loops
-  let best = 0;
-  const rounds = 4;
+  const rates: number[] = [];
+  const rounds = 5;
   for (let r = 0; r < rounds; r++) {
     let reps = 0;
     const t0 = performance.now();
     let t = t0;
     do { run(); reps++; t = performance.now(); } while (t - t0 < ms / rounds);
-    best = Math.max(best, (reps * work) / ((t - t0) / 1000));
+    rates.push((reps * work) / ((t - t0) / 1000));
   }
-  return best;
+  return rates.sort((x, y) => x - y)[(rounds - 1) / 2]!;
 }
 
 const filled = (n: number, seed: number) => Float32Array.from({ length: n }, (_, i) => (((i * 7 + seed) % 13) - 6) * 1e-2);
@@ -65,7 +66,7 @@ export function measureMatmul(shape: { rows: number; inDim: number; outDim: numb
   const { rows: n, inDim: i, outDim: o } = shape;
   const x = filled(n * i, 1), w = filled(i * o, 2), b = filled(o, 3), y = new Float32Array(n * o);
   const dx = new Float32Array(n * i), dw = new Float32Array(i * o), db = new Float32Array(o);
-  return bestRate(ms, 6 * n * i * o, () => {
+  return medianRate(ms, 6 * n * i * o, () => {
     linear(x, w, b, y, n, i, o);
     linearBackward(x, w, y, dx, dw, db, n, i, o);
     dw.fill(0); // keeps gradients from growing without bound over many passes
@@ -79,7 +80,7 @@ export function measureAttention(s: { T: number; dim: number; heads: number; bat
   const qkv = filled(batch * s.T * 3 * s.dim, 4), att = new Float32Array(batch * s.T * s.dim);
   const datt = filled(batch * s.T * s.dim, 5), dqkv = new Float32Array(qkv.length);
   const pairs = batch * (s.T * (s.T + 1)) / 2;
-  return bestRate(ms, 12 * s.dim * pairs, () => {
+  return medianRate(ms, 12 * s.dim * pairs, () => {
     const probs = attention(qkv, att, shape);
     attentionBackward(qkv, probs, datt, dqkv, shape);
   });
@@ -88,7 +89,7 @@ export function measureAttention(s: { T: number; dim: number; heads: number; bat
 /** Float32Array.set of `bytes`: read + written bytes per second. */
 export function measureMemoryBandwidth(bytes = 32 * 2 ** 20, ms = 200): number {
   const a = new Float32Array(bytes / 4).fill(1), b = new Float32Array(bytes / 4);
-  return bestRate(ms, 2 * bytes, () => b.set(a));
+  return medianRate(ms, 2 * bytes, () => b.set(a));
 }
 
 /** Writes `bytes` to a new file in a temporary directory under `dir` and fsyncs it; bytes/s. */
