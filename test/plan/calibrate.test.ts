@@ -86,6 +86,18 @@ describe('plan --calibrate', () => {
     expect(plan.best.computeSeconds).toBeCloseTo((6 * 1e6 * tokens) / (2 * p.gpu.peakBf16Flops * p.efficiency), 9);
   });
 
+  it('simulate --hardware --checkpoint-bytes stalls bytes / the profile\'s disk bandwidth per checkpoint', () => {
+    const p = parseProfile(JSON.parse(readFileSync(file, 'utf8')));
+    const common = ['simulate', '--gpus', '1024', '--hours', '200', '--seed', '5', '--json'];
+    const a = cli([...common, '--hardware', file, '--checkpoint-bytes', '3e9']);
+    const b = cli([...common, '--checkpoint-seconds', String(3e9 / p.storageBandwidth)]);
+    expect(a.status, a.stderr).toBe(0);
+    expect(JSON.parse(a.stdout)).toEqual(JSON.parse(b.stdout));
+    // Young's default interval √(2·C·M): twice the bytes, √2 times the interval.
+    const c = cli([...common, '--hardware', file, '--checkpoint-bytes', '6e9']);
+    expect(JSON.parse(c.stdout).intervalSeconds / JSON.parse(a.stdout).intervalSeconds).toBeCloseTo(Math.SQRT2, 9);
+  });
+
   it('a broken profile is ERR_INVALID_ARGUMENT naming the field', () => {
     const bad = join(dir, 'bad.json');
     const p = JSON.parse(readFileSync(file, 'utf8'));

@@ -57,7 +57,10 @@ function planInput(f: Flags): PlanInput {
 
 /** --checkpoint-seconds, or --checkpoint-bytes over the --hardware profile's storage bandwidth. */
 function stallSeconds(f: Flags): number | undefined {
-  if (f.checkpointBytes === undefined) return num(f.checkpointSeconds);
+  if (f.checkpointBytes === undefined) {
+    if (typeof f.hardware === 'string') throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'simulate: --hardware: expected --checkpoint-bytes with it (the profile gives the stall of a checkpoint of that size)');
+    return num(f.checkpointSeconds);
+  }
   if (typeof f.hardware !== 'string' || f.checkpointSeconds !== undefined) {
     throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'simulate: --checkpoint-bytes: expected --hardware FILE with it and no --checkpoint-seconds');
   }
