@@ -28,6 +28,22 @@ export function modelFlops(cfg: Pick<TinyLMConfig, 'vocab' | 'dim' | 'hidden' | 
   return { perToken: 6 * matmulParams, matmulParams, forwardPerToken: 2 * matmulParams };
 }
 
+/**
+ * The same count for src/models/gpt: per block qkv [D, 3D], proj [D, D], fc1 [D, H] and
+ * fc2 [H, D], and the head [D, V]; plus the attention matmuls QKᵀ and A·V, which
+ * have no weights: 2·T·D per token per layer forward for each over the full T×T
+ * square (TorchTitan's 12·L·D·T for forward + backward). The causal kernels of
+ * src/models/gpt/layers.ts visit only j ≤ i, (T+1)/2 keys per query on average;
+ * `attentionPerToken` counts those, as the kernels run them.
+ */
+export function gptModelFlops(cfg: { vocab: number; dim: number; hidden: number; layers: number; seqLen: number }): ModelFlops & { attentionPerToken: number } {
+  const { vocab: V, dim: D, hidden: H, layers: L, seqLen: T } = cfg;
+  const matmulParams = L * (3 * D * D + D * D + 2 * D * H) + D * V;
+  // Forward: QKᵀ and A·V, D multiply-adds per visited key each (2·2·D FLOPs); backward twice that.
+  const attentionPerToken = L * 3 * 4 * D * ((T + 1) / 2);
+  return { perToken: 6 * matmulParams, matmulParams, forwardPerToken: 2 * matmulParams, attentionPerToken };
+}
+
 export type Precision = 'bf16' | 'tf32' | 'fp32';
 
 /**

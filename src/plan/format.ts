@@ -2,6 +2,8 @@
 import type { PlanResult } from './plan.js';
 import type { SimulateResult } from './simulate.js';
 import type { SweepResult } from './sweep.js';
+import type { HardwareProfile } from './profile.js';
+import type { Prediction } from './predict.js';
 
 const si = (x: number, unit = ''): string => {
   const units: [number, string][] = [[1e24, 'Y'], [1e21, 'Z'], [1e18, 'E'], [1e15, 'P'], [1e12, 'T'], [1e9, 'G'], [1e6, 'M'], [1e3, 'k']];
@@ -76,4 +78,25 @@ export function formatSweep(r: SweepResult): string {
   rows.push(['optimum', `${secs(r.optimum.intervalSeconds)} (indistinguishable ${secs(r.indistinguishable.min)} .. ${secs(r.indistinguishable.max)})`]);
   rows.push(['Young / Daly', `${secs(r.youngIntervalSeconds)} / ${secs(r.dalyIntervalSeconds)}`]);
   return table(rows);
+}
+
+export function formatProfile(p: HardwareProfile): string {
+  const c = p.calibration;
+  const ar = c.allReduce;
+  return table([
+    ['host', `${p.host.hostname}, ${p.host.cpuModel}, ${c.cores} cores, Node ${p.host.node}`],
+    ['CPU peak (one thread)', si(c.cpuPeakFlops, 'FLOP/s')],
+    ['matmul (kernels.ts)', `${si(c.matmul.flopsPerSecond, 'FLOP/s')} at ${c.matmul.rows}x${c.matmul.inDim} -> ${c.matmul.outDim} (${pct(p.efficiency)} of peak)`],
+    ['attention (layers.ts)', `${si(c.attention.flopsPerSecond, 'FLOP/s')} at T ${c.attention.T}, dim ${c.attention.dim}, ${c.attention.heads} heads`],
+    ['memory copy', si(c.memoryBandwidth, 'B/s')],
+    ['all-reduce', `${ar.ranks} ranks on ${ar.backend}, ${si(ar.rows[0]!.bytes, 'B')}..${si(ar.rows.at(-1)!.bytes, 'B')}, peak busbw ${si(Math.max(...ar.rows.map((r) => r.busBw)) * 1e9, 'B/s')}`],
+    ['ring model', `α ${secs(ar.latencySeconds)} per hop, B ${si(ar.busBandwidth, 'B/s')}`],
+    ['disk write+fsync', `${si(c.disk.bandwidth, 'B/s')} (${si(c.disk.bytes, 'B')} in ${c.disk.dir})`],
+  ]);
+}
+
+export function formatPrediction(rows: readonly { label: string; p: Prediction }[]): string {
+  const ms = (s: number) => `${(s * 1000).toPrecision(3)} ms`;
+  return table(rows.map(({ label, p }) => [label,
+    `step ${ms(p.stepSeconds)} = compute ${ms(p.computeSeconds)} + optimizer ${ms(p.optimizerSeconds)} + all-reduce ${ms(p.exposedAllReduceSeconds)} exposed; with a checkpoint ${ms(p.stepWithCheckpointSeconds)}`]));
 }

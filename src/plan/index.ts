@@ -7,3 +7,8 @@ export { STATE_BYTES, layerActivationBytes, bubbleFraction, allReduceBytes, type
 export { youngInterval, dalyInterval, firstOrderEttr, LLAMA3_FAULTS, type FaultKind } from './reliability.js';
 export { LLAMA3_GPU_MTBF_HOURS, type PlanInput, type Layout } from './schema.js';
 export { formatPlan, formatSimulation, formatSweep } from './format.js';
+export { calibrate, fitRing, measureAttention, measureDisk, measureMatmul, measureMemoryBandwidth, type CalibrateOptions } from './calibrate.js';
+export { parseProfile, readProfile, profileSchema, PROFILE_KIND, type HardwareProfile, type Calibration } from './profile.js';
+export { predict, paramCount, ringSeconds, type ExampleModel, type PredictInput, type Prediction } from './predict.js';
+export { planPlots, sweepPlots, writePlots, INTERVAL_FACTORS } from './plots.js';
+export { formatProfile, formatPrediction } from './format.js';

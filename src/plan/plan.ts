@@ -71,7 +71,7 @@ function candidates(o: PlanOptions, shape: Shape, count: number, domain: number)
 
 export function plan(input: PlanInput): PlanResult {
   const o = parseInput('plan', planSchema, input);
-  const gpu: GpuSpec = GPUS[o.cluster.gpu as GpuType];
+  const gpu: GpuSpec = o.cluster.spec ?? GPUS[o.cluster.gpu as GpuType];
   const count = o.cluster.count;
   const domain = o.cluster.nvlinkDomain ?? gpu.nvlinkDomain;
   const { shape, source } = resolveShape(o);

@@ -41,6 +41,17 @@ export const layoutSchema = z.strictObject({
   virtualStages: posInt.default(1),
 });
 
+/** A GPU given by its figures (a measured hardware profile's, ./profile.ts) instead of by type. */
+export const gpuSpecSchema = z.strictObject({
+  name: z.string().min(1),
+  peakBf16Flops: pos,
+  hbmBytes: pos,
+  hbmBandwidth: pos,
+  nvlinkBandwidth: pos,
+  ibBandwidth: pos,
+  nvlinkDomain: posInt,
+});
+
 export const componentSchema = z.strictObject({ name: z.string().min(1), count: posInt, mtbfHours: pos });
 
 export const planSchema = z.strictObject({
@@ -49,6 +60,8 @@ export const planSchema = z.strictObject({
   tokens: pos,
   cluster: z.strictObject({
     gpu: z.enum(GPU_TYPES as [string, ...string[]]).default('h100-sxm'),
+    /** This GPU's figures instead of the `gpu` type's (e.g. a measured hardware profile's `gpu`). */
+    spec: gpuSpecSchema.optional(),
     count: posInt,
     /** GPUs per NVLink domain; defaults to the GPU type's (8, or 72 for NVL72). */
     nvlinkDomain: posInt.optional(),

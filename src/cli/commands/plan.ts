@@ -7,6 +7,8 @@ import { readFileSync } from 'node:fs';
 import { Command, Option } from 'commander';
 import { isNcclNodeError, NcclNodeError } from '../../errors.js';
 import { formatPlan, formatSimulation, formatSweep, GPU_TYPES, plan, simulate, sweep, type PlanInput } from '../../plan/index.js';
+import { calibrateCommand, withHardware } from './plan-calibrate.js';
+import { readProfile } from '../../plan/profile.js';
 
 type Flags = Record<string, string | boolean | string[] | undefined>;
 
@@ -26,8 +28,9 @@ function component(spec: string): { name: string; count: number; mtbfHours: numb
 function planInput(f: Flags): PlanInput {
   if (typeof f.input === 'string') {
     try {
-      return JSON.parse(readFileSync(f.input, 'utf8')) as PlanInput;
+      return withHardware(JSON.parse(readFileSync(f.input, 'utf8')) as PlanInput, f.hardware);
     } catch (err) {
+      if (isNcclNodeError(err)) throw err;
       throw new NcclNodeError('ERR_INVALID_ARGUMENT', `plan: --input: expected a readable JSON file, got ${(err as Error).message}`);
     }
   }
@@ -36,7 +39,7 @@ function planInput(f: Flags): PlanInput {
     schedule: f.schedule as '1f1b' | undefined, virtualStages: num(f.virtualStages),
   });
   const components = Array.isArray(f.component) ? f.component.map(component) : undefined;
-  return defined({
+  return withHardware(defined({
     model: defined({ params: num(f.params), layers: num(f.layers), hidden: num(f.hidden), heads: num(f.heads), seq: num(f.seq), vocab: num(f.vocab) }),
     tokens: num(f.tokens)!,
     cluster: defined({ gpu: f.gpu as string, count: num(f.gpus)!, nvlinkDomain: num(f.nvlinkDomain) }),
@@ -49,7 +52,21 @@ function planInput(f: Flags): PlanInput {
     mfu: num(f.mfu), efficiency: num(f.efficiency), storageBandwidth: num(f.storageBw),
     checkpointSeconds: num(f.checkpointSeconds), restartSeconds: num(f.restartSeconds),
     reliability: f.gpuMtbfHours === undefined && !components ? undefined : defined({ gpuMtbfHours: num(f.gpuMtbfHours), components }),
-  });
+  }), f.hardware);
+}
+
+/** --checkpoint-seconds, or --checkpoint-bytes over the --hardware profile's storage bandwidth. */
+function stallSeconds(f: Flags): number | undefined {
+  if (f.checkpointBytes === undefined) {
+    if (typeof f.hardware === 'string') throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'simulate: --hardware: expected --checkpoint-bytes with it (the profile gives the stall of a checkpoint of that size)');
+    return num(f.checkpointSeconds);
+  }
+  if (typeof f.hardware !== 'string' || f.checkpointSeconds !== undefined) {
+    throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'simulate: --checkpoint-bytes: expected --hardware FILE with it and no --checkpoint-seconds');
+  }
+  const bytes = num(f.checkpointBytes)!;
+  if (!(bytes > 0)) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `simulate: --checkpoint-bytes: expected a positive number, got ${String(f.checkpointBytes)}`);
+  return bytes / readProfile(f.hardware).storageBandwidth;
 }
 
 function report(name: string, err: unknown): void {
@@ -88,11 +105,27 @@ export function registerPlanCommands(program: Command): void {
     .option('--restart-seconds <s>', 'detection + restart after a failure')
     .option('--gpu-mtbf-hours <h>', 'per-GPU MTBF (default from Llama 3: 16384·54·24/419)')
     .option('--component <name:count:mtbfHours>', 'a component class with its MTBF (repeatable; replaces --gpu-mtbf-hours)', collect)
+    .option('--hardware <file>', 'a hardware profile (plan --calibrate --out FILE) instead of --gpu; its efficiency and storage bandwidth are the defaults')
+    .option('--svg <dir>', 'also write goodput-vs-interval, MFU-vs-dp and memory-per-layout plots as SVG into DIR')
+    .option('--calibrate', 'measure this machine (matmul, memory, all-reduce, disk) and predict the example models\' step times (docs/plan.md)')
+    .option('--out <file>', 'with --calibrate: save the hardware profile as JSON')
+    .option('--calibrate-ms <ms>', 'with --calibrate: milliseconds per timed kernel (default 400)')
+    .option('--calibrate-ranks <n>', 'with --calibrate: ranks of the all-reduce sweep (default 2)')
+    .option('--calibrate-max-bytes <n>', 'with --calibrate: largest all-reduce (default 4 MiB)')
+    .option('--disk-bytes <n>', 'with --calibrate: bytes written for the disk bandwidth (default 64 MiB)')
+    .option('--disk-dir <dir>', 'with --calibrate: where to write them (default the OS temp dir)')
     .option('--json', 'print the result as JSON')
-    .action((f: Flags) => {
+    .action(async (f: Flags) => {
       try {
-        const r = plan(planInput(f));
+        if (f.calibrate) return await calibrateCommand(f);
+        const input = planInput(f);
+        const r = plan(input);
         process.stdout.write(f.json ? json(r) : formatPlan(r));
+        if (typeof f.svg === 'string') {
+          const { planPlots, writePlots } = await import('../../plan/plots.js');
+          const files = await writePlots(f.svg, planPlots(input, r));
+          if (!f.json) process.stdout.write(`plots: ${files.join(', ')}\n`);
+        }
       } catch (err) { report('plan', err); }
     });
 
@@ -111,21 +144,29 @@ export function registerPlanCommands(program: Command): void {
     .option('--sweep', 'sweep the checkpoint interval over seeds')
     .option('--seeds <n>', 'seeds per interval in a sweep (default 8)')
     .option('--intervals <list>', 'comma-separated intervals in seconds for the sweep')
+    .option('--hardware <file>', 'a hardware profile: with --checkpoint-bytes, the stall is bytes / its storage bandwidth')
+    .option('--checkpoint-bytes <n>', 'checkpoint size, with --hardware')
+    .option('--svg <dir>', 'write a goodput-vs-interval plot (from the sweep; one is run if --sweep is not given) as SVG into DIR')
     .option('--json', 'print the result as JSON')
-    .action((f: Flags) => {
+    .action(async (f: Flags) => {
       try {
         const input = defined({
-          gpus: num(f.gpus), hours: num(f.hours), rateScale: num(f.rateScale), checkpointSeconds: num(f.checkpointSeconds),
+          gpus: num(f.gpus), hours: num(f.hours), rateScale: num(f.rateScale), checkpointSeconds: stallSeconds(f),
           detectSeconds: num(f.detectSeconds), restartSeconds: num(f.restartSeconds), replaceSeconds: num(f.replaceSeconds),
           hotSpares: num(f.hotSpares), spareRepairHours: num(f.spareRepairHours), tokensPerSecond: num(f.tokensPerSecond), seed: num(f.seed),
         });
+        const intervals = typeof f.intervals === 'string' ? f.intervals.split(',').map(Number) : undefined;
+        const swept = f.sweep || typeof f.svg === 'string' ? sweep(defined({ ...input, seeds: num(f.seeds), intervals })) : null;
         if (f.sweep) {
-          const intervals = typeof f.intervals === 'string' ? f.intervals.split(',').map(Number) : undefined;
-          const r = sweep(defined({ ...input, seeds: num(f.seeds), intervals }));
-          process.stdout.write(f.json ? json(r) : formatSweep(r));
+          process.stdout.write(f.json ? json(swept) : formatSweep(swept!));
         } else {
           const r = simulate(defined({ ...input, checkpointIntervalSeconds: num(f.checkpointInterval) }));
           process.stdout.write(f.json ? json(r) : formatSimulation(r));
+        }
+        if (typeof f.svg === 'string') {
+          const { sweepPlots, writePlots } = await import('../../plan/plots.js');
+          const files = await writePlots(f.svg, sweepPlots(swept!, input.tokensPerSecond));
+          if (!f.json) process.stdout.write(`plots: ${files.join(', ')}\n`);
         }
       } catch (err) { report('simulate', err); }
     });
