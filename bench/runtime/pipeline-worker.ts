@@ -31,6 +31,8 @@ for (let step = -1; step < steps; step++) {
   };
   stage.forward = timed(stage.forward.bind(stage));
   stage.backward = timed(stage.backward.bind(stage));
+  const weight = stage.weight.bind(stage);
+  stage.weight = (m, c) => void timed(async () => weight(m, c))(); // synchronous: timed before it returns
   await comm.barrier();
   const t0 = performance.now();
   await pipe.run(schedule(name, pipe.stages, pipe.stage, micro, chunks), stage);

@@ -1,9 +1,10 @@
 /**
  * Pipeline bubble, measured against the formula: GPT over P stages, GPipe, 1F1B and
- * interleaved 1F1B (2 chunks per rank; M a multiple of P), M micro-batches. A stage's
+ * interleaved 1F1B (2 chunks per rank; M a multiple of P) and ZB-H1, M micro-batches. A stage's
  * bubble is the part of the step it does not compute (1 - compute / wall; this
  * includes its send/recv time); the formula is (P - 1) / (M + P - 1) for GPipe and
- * 1F1B, (P - 1) / (v·M + P - 1) interleaved (the warm-up and cool-down shrink v-fold). The baseline, run by the same script, is the
+ * 1F1B, (P - 1) / (v·M + P - 1) interleaved (the warm-up and cool-down shrink v-fold),
+ * (P - 1) / (3M + P - 1) for ZB-H1 (its idle time a third of 1F1B's when F, B and W cost the same). The baseline, run by the same script, is the
  * whole model in one process on the same batch: speedup = its step time / the
  * pipeline's. Prints a table, writes JSON.
  *
@@ -47,7 +48,7 @@ async function baseline(micro: number): Promise<number> {
 const rows: Record<string, number | string>[] = [];
 for (const micro of a.micro!.split(',').map(Number)) {
   const single = await baseline(micro);
-  for (const [name, chunks] of [['gpipe', 1], ['1f1b', 1], ['interleaved-1f1b', 2]] as const) {
+  for (const [name, chunks] of [['gpipe', 1], ['1f1b', 1], ['interleaved-1f1b', 2], ['zb-h1', 1]] as const) {
     if (micro % P !== 0 && chunks > 1) continue;
     const ranks = await runRanks<{ wall: number[]; busy: number[] }>('bench/runtime/pipeline-worker.ts', P, {
       payload: { cfg, name, micro, rows: ROWS, steps, chunks }, check: true, timeoutMs: 590_000,
@@ -58,7 +59,8 @@ for (const micro of a.micro!.split(',').map(Number)) {
       schedule: chunks > 1 ? `${name} (v=${chunks})` : name, stages: P, micro,
       bubbleMeasured: +(bubbles.reduce((x, y) => x + y, 0) / P).toFixed(3),
       bubbleWorstStage: +Math.max(...bubbles).toFixed(3),
-      bubbleFormula: +((P - 1) / (chunks * micro + P - 1)).toFixed(3),
+      // ZB-H1 with F, B and W of equal cost: a third of 1F1B's idle time, (P - 1) / (3M + P - 1) of the step.
+      bubbleFormula: +(name === 'zb-h1' ? (P - 1) / (3 * micro + P - 1) : (P - 1) / (chunks * micro + P - 1)).toFixed(3),
       stepMs: +wall.toFixed(1), singleProcessMs: +single.toFixed(1), speedup: +(single / wall).toFixed(2),
     });
   }
