@@ -18,7 +18,7 @@ import { Checkpointer, flatShard, load, type TensorShard } from '../checkpoint/i
 import type { Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
 import { GPT, type GPTConfig, type GPTUnits } from '../models/gpt/gpt.js';
-import { GPTPipelineStage } from '../models/gpt/gpt-pipeline-stage.js';
+import { GPTPipelineStage, stageUnits } from '../models/gpt/gpt-pipeline-stage.js';
 import { placeSlice, sliceOf, TensorParallelGPT, TPParam } from '../models/gpt/tensor-parallel.js';
 import type { Param } from '../models/tiny-lm/tiny-lm.js';
 import { createOptimizer, DeviceMesh, type OptimizerOptions } from '../runtime/index.js';
@@ -72,7 +72,7 @@ export interface Train3DResult {
    * Float32 elements this rank held after its last step (parameters, gradients,
    * optimizer state) and the most activation elements its stage held at once in any step.
    */
-  memory: { params: number; grads: number; optimizer: number; activationsPeak: number };
+  memory: { params: number; grads: number; optimizer: number; activationsPeak: number; modelParams: number };
 }
 
 export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<Train3DResult> {
@@ -86,9 +86,12 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
   if (cfg.sequenceParallel && (microRows * T) % tp !== 0) {
     throw new NcclNodeError('ERR_INVALID_ARGUMENT', `train3d: sequence parallelism splits a micro-batch's ${microRows * T} token rows over tp ${tp}: they must divide`);
   }
-  const model: GPTUnits<{ out: Float32Array }> = tp > 1 ? new TensorParallelGPT(cfg.model, mesh.get('tp'), cfg.sequenceParallel) : new GPT(cfg.model);
   const chunks = cfg.chunks ?? 1;
   const pipe = await Pipeline.create(mesh.get('pp'), { chunks });
+  // Each rank allocates only its stage's parameters (the others' initial values are drawn and dropped).
+  const units = stageUnits(cfg.model.layers, pipe.stages, pipe.stage, chunks);
+  const model: GPTUnits<{ out: Float32Array }> = tp > 1
+    ? new TensorParallelGPT(cfg.model, mesh.get('tp'), cfg.sequenceParallel, units) : new GPT(cfg.model, units);
   const { dp: dpRank, tp: tpRank } = mesh.coords;
   const losses: number[] = [], gradNorms: number[] = [];
   let activationsPeak = 0;
@@ -133,7 +136,9 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
   await ck?.close();
   await pipe.destroy();
   const residentParamElements = optimizer.residentParamElements;
-  const memory = { ...optimizer.heldElements(), activationsPeak };
+  // The model's own allocation, whichever units it lists: only this stage's (ZeRO-3: released between steps).
+  const modelParams = model.units.flat().reduce((a, p) => a + p.data.length, 0);
+  const memory = { ...optimizer.heldElements(), activationsPeak, modelParams };
   await optimizer.gather(); // the returned params hold their values, whatever the stage
   return { start, losses, gradNorms, mesh, params, residentParamElements, memory };
 }

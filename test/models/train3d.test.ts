@@ -30,7 +30,7 @@ function place(full: Float32Array, local: Float32Array, s: NonNullable<Shard>): 
 const r = mulberry32(8);
 const batches = Array.from({ length: STEPS }, () => Array.from({ length: BATCH * (CFG.seqLen + 1) }, () => Math.floor(r() * CFG.vocab)));
 
-interface Out { losses: number[]; norms: number[]; resident: number; memory: { params: number; grads: number; optimizer: number; activationsPeak: number }; params: Array<{ name: string; size: number; shard: Shard }> }
+interface Out { losses: number[]; norms: number[]; resident: number; memory: { params: number; grads: number; optimizer: number; activationsPeak: number; modelParams: number }; params: Array<{ name: string; size: number; shard: Shard }> }
 
 /** Full tensors reassembled from every rank's final parameters. */
 function assemble(ranks: Array<{ result?: Out; arrays: Float32Array | null }>, like: Map<string, Float32Array>): Map<string, Float32Array> {
@@ -90,6 +90,8 @@ describe('train3d: data x tensor x pipeline parallel', { timeout: 120_000 }, () 
         const n = x.result!.params.reduce((a, p) => a + p.size, 0), shard = Math.ceil(n / dp);
         expect(x.result!.resident).toBe(zero === 3 ? shard : n);
         expect(x.result!.memory).toMatchObject({ params: zero === 3 ? shard : n, grads: zero >= 2 ? 0 : n, optimizer: zero ? 2 * shard : 2 * n });
+        // The model object holds only this rank's stage (nothing of it between steps under ZeRO-3).
+        expect(x.result!.memory.modelParams).toBe(zero === 3 ? 0 : n);
         expect(x.result!.memory.activationsPeak).toBeGreaterThan(0);
         for (let s = 0; s < STEPS; s++) {
           expect(x.result!.losses[s]).toBeCloseTo(ref.losses[s]!, 5);

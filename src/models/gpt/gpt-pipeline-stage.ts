@@ -21,6 +21,18 @@ export function stageBlocks(layers: number, stages: number, stage: number): [num
   return [first, first + base + (stage < extra ? 1 : 0)];
 }
 
+/** The units (0 the embeddings, l + 1 block l, layers + 1 the head) stage s of `stages` runs, over its `chunks` chunks. */
+export function stageUnits(layers: number, stages: number, stage: number, chunks = 1): Set<number> {
+  const units = new Set<number>();
+  for (let c = 0; c < chunks; c++) {
+    const [a, b] = stageBlocks(layers, stages * chunks, c * stages + stage);
+    for (let l = a; l < b; l++) units.add(l + 1);
+  }
+  if (stage === 0) units.add(0);
+  if (stage === stages - 1) units.add(layers + 1);
+  return units;
+}
+
 export class GPTPipelineStage<S extends { out: Float32Array }> implements PipelineStageModule {
   readonly boundarySize: number;
   /** This rank's parameters (all its chunks): what its optimizer steps and its gradient norm covers. */

@@ -106,46 +106,64 @@ export class GPT {
   readonly lnfB: Param;
   readonly wOut: Param;
 
-  constructor(readonly cfg: GPTConfig) {
+  /**
+   * `units`, when given, are the only units (0 the embeddings, l + 1 block l, L + 1 the
+   * head) whose parameters this process allocates, as a pipeline stage needs: the
+   * others still draw their initial values from the seeded generator, so the kept
+   * ones equal the full model's, but hold no memory and are not in params/units.
+   */
+  constructor(readonly cfg: GPTConfig, units?: ReadonlySet<number>) {
     const { vocab: V, dim: D, heads, hidden: H, seqLen: T, layers: L } = cfg;
     if (D % heads !== 0) throw new RangeError(`GPT: dim ${D} must divide by heads ${heads}`);
+    this.#keep = units;
     const r = rng(cfg.seed);
     // GPT-2's init: normal(0, 0.02) approximated by a uniform of the same variance,
     // residual projections scaled by 1/√(2L).
     const uniform = (std: number) => () => (r() * 2 - 1) * std * Math.sqrt(3);
     const zero = () => 0, one = () => 1;
-    this.wte = this.#add(0, new Param('embed.wte', [V, D], uniform(0.02)));
-    this.wpe = this.#add(0, new Param('embed.wpe', [T, D], uniform(0.01)));
+    this.wte = this.#param(0, 'embed.wte', [V, D], uniform(0.02));
+    this.wpe = this.#param(0, 'embed.wpe', [T, D], uniform(0.01));
     for (let l = 0; l < L; l++) {
       const u = l + 1, p = `block${l}.`;
       this.blocks.push({
-        ln1g: this.#add(u, new Param(`${p}ln1.g`, [D], one)),
-        ln1b: this.#add(u, new Param(`${p}ln1.b`, [D], zero)),
-        qkvW: this.#add(u, new Param(`${p}attn.qkv.w`, [D, 3 * D], uniform(0.02))),
-        qkvB: this.#add(u, new Param(`${p}attn.qkv.b`, [3 * D], zero)),
-        projW: this.#add(u, new Param(`${p}attn.proj.w`, [D, D], uniform(0.02 / Math.sqrt(2 * L)))),
-        projB: this.#add(u, new Param(`${p}attn.proj.b`, [D], zero)),
-        ln2g: this.#add(u, new Param(`${p}ln2.g`, [D], one)),
-        ln2b: this.#add(u, new Param(`${p}ln2.b`, [D], zero)),
-        fc1W: this.#add(u, new Param(`${p}mlp.fc1.w`, [D, H], uniform(0.02))),
-        fc1B: this.#add(u, new Param(`${p}mlp.fc1.b`, [H], zero)),
-        fc2W: this.#add(u, new Param(`${p}mlp.fc2.w`, [H, D], uniform(0.02 / Math.sqrt(2 * L)))),
-        fc2B: this.#add(u, new Param(`${p}mlp.fc2.b`, [D], zero)),
+        ln1g: this.#param(u, `${p}ln1.g`, [D], one),
+        ln1b: this.#param(u, `${p}ln1.b`, [D], zero),
+        qkvW: this.#param(u, `${p}attn.qkv.w`, [D, 3 * D], uniform(0.02)),
+        qkvB: this.#param(u, `${p}attn.qkv.b`, [3 * D], zero),
+        projW: this.#param(u, `${p}attn.proj.w`, [D, D], uniform(0.02 / Math.sqrt(2 * L))),
+        projB: this.#param(u, `${p}attn.proj.b`, [D], zero),
+        ln2g: this.#param(u, `${p}ln2.g`, [D], one),
+        ln2b: this.#param(u, `${p}ln2.b`, [D], zero),
+        fc1W: this.#param(u, `${p}mlp.fc1.w`, [D, H], uniform(0.02)),
+        fc1B: this.#param(u, `${p}mlp.fc1.b`, [H], zero),
+        fc2W: this.#param(u, `${p}mlp.fc2.w`, [H, D], uniform(0.02 / Math.sqrt(2 * L))),
+        fc2B: this.#param(u, `${p}mlp.fc2.b`, [D], zero),
       });
     }
-    this.lnfG = this.#add(L + 1, new Param('head.lnf.g', [D], one));
-    this.lnfB = this.#add(L + 1, new Param('head.lnf.b', [D], zero));
-    this.wOut = this.#add(L + 1, new Param('head.w', [D, V], uniform(0.02)));
+    this.lnfG = this.#param(L + 1, 'head.lnf.g', [D], one);
+    this.lnfB = this.#param(L + 1, 'head.lnf.b', [D], zero);
+    this.wOut = this.#param(L + 1, 'head.w', [D, V], uniform(0.02));
   }
 
   get numParams(): number {
     return this.params.reduce((a, p) => a + p.size, 0);
   }
 
+  readonly #keep: ReadonlySet<number> | undefined;
+
   #add(unit: number, p: Param): Param {
     (this.units[unit] ??= []).push(p);
     this.params.push(p);
     return p;
+  }
+
+  /** A parameter of `unit`: allocated, or (a unit this process does not keep) its values drawn and dropped. */
+  #param(unit: number, name: string, shape: number[], init: (i: number) => number): Param {
+    this.units[unit] ??= [];
+    if (!this.#keep || this.#keep.has(unit)) return this.#add(unit, new Param(name, shape, init));
+    const size = shape.reduce((a, b) => a * b, 1);
+    for (let i = 0; i < size; i++) init(i);
+    return new Param(name, [0], init);
   }
 
   /**

@@ -90,22 +90,25 @@ export class TensorParallelGPT {
    * sequenceParallel: between the tensor-parallel layers each rank keeps 1/P of the
    * token rows (Megatron-LM's sequence parallelism): layer norms, residuals and the
    * activations a pipeline sends shrink by P; each all-reduce becomes a
-   * reduce-scatter plus an all-gather (the same bytes).
+   * reduce-scatter plus an all-gather (the same bytes). `units`: as GPT's, the only
+   * units this rank allocates (its pipeline stage's).
    */
-  constructor(readonly cfg: GPTConfig, readonly tp: Communicator, readonly sequenceParallel = false) {
+  constructor(readonly cfg: GPTConfig, readonly tp: Communicator, readonly sequenceParallel = false, units?: ReadonlySet<number>) {
     const P = (this.#P = tp.size), r = (this.#r = tp.rank);
     const { vocab: V, heads, hidden: H } = cfg;
     for (const [what, n] of [['vocab', V], ['heads', heads], ['hidden', H]] as const) {
       if (n % P !== 0) throw new RangeError(`tensor parallel: ${what} ${n} must divide by the group size ${P}`);
     }
-    const full = new GPT(cfg);
+    const full = new GPT(cfg, units);
     const byName = new Map(full.params.map((p) => [p.name, p]));
     const take = (unit: number, name: string, dim: number | null, groups = 1): TPParam => {
-      const g = byName.get(name)!;
+      this.units[unit] ??= [];
+      const g = byName.get(name);
+      if (!g) return new TPParam(name, [0], new Float32Array(0), null); // a unit this rank does not keep
       const data = dim === null ? g.data : sliceOf(g.data, g.shape, dim, P, r, groups);
       const local = dim === null ? g.shape : g.shape.map((s, i) => (i === dim ? s / P : s));
       const p = new TPParam(name, local, data, dim === null ? null : { shape: g.shape, dim, parts: P, index: r, groups });
-      (this.units[unit] ??= []).push(p);
+      this.units[unit]!.push(p);
       this.params.push(p);
       return p;
     };
