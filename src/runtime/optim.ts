@@ -29,6 +29,8 @@ export interface Optimizer {
   stateBytes(): number;
   /** State of these slots; state not yet created is allocated as zeros (what the first step would start from). */
   state(slots: readonly { key: string; size: number }[]): OptimizerState;
+  /** What state() names each slot's tensors after the key (`${key}.${kind}`), without allocating any. */
+  stateKinds(): string[];
   /** Sets the step count and copies any given tensors (named as state() names them) into the state. */
   loadState(s: { step: number; tensors?: Record<string, Float32Array> }): void;
 }
@@ -70,6 +72,10 @@ export class AdamW implements Optimizer {
     return { step: this.#t, tensors: named(slots, { exp_avg: this.#m, exp_avg_sq: this.#v }) };
   }
 
+  stateKinds(): string[] {
+    return ['exp_avg', 'exp_avg_sq'];
+  }
+
   loadState(s: { step: number; tensors?: Record<string, Float32Array> }): void {
     this.#t = checkStep(s.step);
     restore(s.tensors, { exp_avg: this.#m, exp_avg_sq: this.#v });
@@ -101,6 +107,10 @@ export class SGD implements Optimizer {
   state(slots: readonly { key: string; size: number }[]): OptimizerState {
     // Without momentum SGD has no state; the step count is still kept for resumed schedules.
     return { step: this.#steps, tensors: this.o.momentum > 0 ? named(slots, { momentum_buffer: this.#buf }) : {} };
+  }
+
+  stateKinds(): string[] {
+    return this.o.momentum > 0 ? ['momentum_buffer'] : [];
   }
 
   loadState(s: { step: number; tensors?: Record<string, Float32Array> }): void {

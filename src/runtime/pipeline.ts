@@ -139,15 +139,19 @@ export class Pipeline {
     const P = group.size, s = group.rank;
     if (P === 1) return new Pipeline(group, null, chunks);
     // Link i joins ranks i and i+1 (mod P); each rank takes part in two of them per direction.
+    // Only interleaved schedules use the wrap-around link P-1 -> 0 (the last rank feeds the first
+    // rank's next chunk); with one chunk it is not made.
+    const links = chunks > 1 ? P : P - 1;
     const pairs: Array<Communicator | null> = [];
     for (const direction of [0, 1]) {
-      for (let i = 0; i < P; i++) {
+      for (let i = 0; i < links; i++) {
         const member = s === i || s === (i + 1) % P;
         pairs.push(await group.split({ color: member ? direction : -1 }));
       }
     }
-    // A pair communicator orders its two ranks by group rank: the lower one is 0.
-    const link = (direction: number, i: number, peer: number): Link => ({ comm: pairs[direction * P + i]!, peer: peer < s ? 0 : 1 });
+    // A pair communicator orders its two ranks by group rank: the lower one is 0. A link not made
+    // (the wrap-around one) is never used: its end ranks are the first and last virtual stages.
+    const link = (direction: number, i: number, peer: number): Link => ({ comm: (i < links ? pairs[direction * links + i] : null) ?? unusedLink, peer: peer < s ? 0 : 1 });
     const prev = (s - 1 + P) % P, next = (s + 1) % P;
     return new Pipeline(group, {
       actIn: link(0, prev, prev),
@@ -199,9 +203,14 @@ export class Pipeline {
 
   async destroy(): Promise<void> {
     if (!this.links) return;
-    for (const c of new Set(Object.values(this.links).map((l) => l.comm))) await c.destroy();
+    for (const c of new Set(Object.values(this.links).map((l) => l.comm))) if (c !== unusedLink) await c.destroy();
   }
 }
+
+/** Stands where the wrap-around link is not made; a call on it would be a schedule error. */
+const unusedLink = new Proxy({} as Communicator, {
+  get: () => { throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'pipeline: the wrap-around link exists only for interleaved schedules (chunks > 1)'); },
+});
 
 function expectSize(x: Float32Array | null, size: number, what: string): Float32Array {
   if (!x || x.length !== size) {

@@ -159,8 +159,7 @@ export class DataParallelOptimizer {
 
   /** Names fullState() gives, without the collective. */
   stateNames(): string[] {
-    const whats = Object.keys(this.optimizer.state([{ key: '_', size: 0 }]).tensors).map((n) => n.slice(2));
-    return this.params.flatMap((p) => whats.map((w) => `${p.name}.${w}`));
+    return this.params.flatMap((p) => this.optimizer.stateKinds().map((w) => `${p.name}.${w}`));
   }
 
   /** Loads per-parameter state (as fullState() names it) and the step count. */
