@@ -1,0 +1,75 @@
+// The SDC sentinel: its vote and the bit flips against hand-computed values, then
+// 3-rank Gloo TinyLM runs with one fault each (or none), where the sentinel must name
+// the rank the fault was injected on, at the first check after it, and nothing else.
+import { describe, expect, it } from 'vitest';
+import { outvoted, crc32cOf } from '../../src/metrics/sdc.js';
+import { corrupt } from '../../src/metrics/sdc-inject.js';
+import { runRanks } from '../helpers/ranks.js';
+
+interface Out {
+  rank: number;
+  losses: string[];
+  sdc: { events: { step: number; check: string; suspects: number[]; ambiguous: boolean; tensors: string[]; verifier?: number }[]; suspects: number[]; checks: number; replays: number };
+  fired: { site: string; tensor: string; element: number; before: string; after: string }[];
+  params: number[];
+}
+
+async function run(payload: Record<string, unknown>, ranks = 3): Promise<Out[]> {
+  const res = await runRanks<Out>('test/metrics/health-worker.ts', ranks, { payload: { globalBatch: 6, ...payload }, check: true, timeoutMs: 60_000 });
+  return res.map((x) => x.result!);
+}
+
+describe('parts', () => {
+  it('outvoted: the minority is named; a tie names everyone in it', () => {
+    expect(outvoted([[1, 2], [1, 2], [1, 9]])).toEqual({ ranks: [2], tensors: [1], ambiguous: false });
+    expect(outvoted([[1, 2], [7, 2], [1, 2], [1, 2]])).toEqual({ ranks: [1], tensors: [0], ambiguous: false });
+    expect(outvoted([[1], [2]])).toEqual({ ranks: [0, 1], tensors: [0], ambiguous: true });
+    expect(outvoted([[1, 2], [1, 2]])).toEqual({ ranks: [], tensors: [], ambiguous: false });
+  });
+
+  it('a low mantissa flip moves a float32 by one ulp and stays finite; the CRC sees it', () => {
+    const a = new Float32Array([1.5, -0.25]);
+    const crc = crc32cOf(a);
+    expect(corrupt(a, 0, { bit: 0 })).toEqual({ before: 1.5, after: 1.5 + 2 ** -23 });
+    expect(crc32cOf(a)).not.toBe(crc);
+    expect(corrupt(a, 1, { bit: 31 }).after).toBe(0.25); // the sign bit
+    expect(() => corrupt(a, 0, { bit: 32 })).toThrow(/0\.\.31/);
+  });
+});
+
+describe('3-rank Gloo TinyLM', () => {
+  it('a clean run: every check agrees (no false positive)', async () => {
+    const out = await run({ steps: 8, sdc: { every: 1, replayEvery: 1 } });
+    for (const r of out) expect(r.sdc).toMatchObject({ events: [], suspects: [], checks: 8, replays: 8 });
+  }, 60_000);
+
+  it('a non-NaN flip in a parameter on one rank: named at the next checksum', async () => {
+    const out = await run({ steps: 8, sdc: { every: 2 }, faults: [{ site: 'parameter', rank: 2, step: 4, index: 1234, bit: 3 }] });
+    const fired = out[2]!.fired[0]!;
+    expect(Number.isFinite(Number(fired.after))).toBe(true);
+    expect(Number(fired.after)).not.toBe(Number(fired.before));
+    // Injected after step 4's optimizer step; the checks run after steps 1, 3, 5, 7.
+    for (const r of out) {
+      expect(r.sdc.events[0]).toMatchObject({ step: 5, check: 'checksum', suspects: [2], ambiguous: false });
+      expect(r.sdc.events[0]!.tensors).toContain(fired.tensor);
+      expect(r.sdc.suspects).toEqual([2]);
+    }
+    expect(out[0]!.params.every(Number.isFinite)).toBe(true);
+  }, 60_000);
+
+  it("a flip in one rank's all-reduce result: named at the next checksum", async () => {
+    const out = await run({ steps: 6, sdc: { every: 1 }, faults: [{ site: 'collective', rank: 1, step: 3, index: 1000, bit: 12 }] });
+    expect(out[1]!.fired).toMatchObject([{ site: 'collective', tensor: 'allReduce.result' }]);
+    // A non-zero gradient, so the flip is not absorbed (a low bit of a zero gradient vanishes in AdamW's moments).
+    expect(Number(out[1]!.fired[0]!.before)).not.toBe(0);
+    for (const r of out) expect(r.sdc.events[0]).toMatchObject({ step: 3, check: 'checksum', suspects: [1] });
+  }, 60_000);
+
+  it("a flip in one rank's local gradient: the replicas still agree; the replay names it", async () => {
+    const out = await run({ steps: 5, sdc: { every: 1, replayEvery: 1 }, faults: [{ site: 'gradient', rank: 1, step: 2, index: 500, bit: 20 }] });
+    const fired = out[1]!.fired[0]!;
+    for (const r of out) {
+      expect(r.sdc.events).toEqual([{ step: 2, check: 'replay', suspects: [1], ambiguous: false, tensors: [fired.tensor], verifier: 0 }]);
+    }
+  }, 60_000);
+});
