@@ -199,10 +199,18 @@ export class SdcSentinel implements StepProbe {
     const own = names.map((n) => this.#own.get(n) ?? -1);
     const redo = replica.params.map((p) => crc32cOf(p.grad));
     const got = await comm.allGatherObject({ own, redo });
-    for (let v = 0; v < comm.size; v++) {
-      const t = (v + 1) % comm.size;
-      const bad = names.filter((_, i) => got[v]!.redo[i] !== got[t]!.own[i]);
-      if (bad.length) this.#report({ step: ctx.step, check: 'replay', suspects: [t], ambiguous: false, tensors: bad.map((n) => `${n}.grad`), verifier: v });
+    const n = comm.size;
+    // bad[v]: what rank v's recomputation of rank v+1 disagreed on.
+    const bad = got.map((g, v) => names.filter((_, i) => g.redo[i] !== got[(v + 1) % n]!.own[i]));
+    for (let v = 0; v < n; v++) {
+      if (!bad[v]!.length) continue;
+      const t = (v + 1) % n;
+      // A rank that fails as target and as verifier (wrong parameters, a faulty unit) is the
+      // one to name, not its neighbours; an isolated mismatch names the target: its training
+      // gradient differs from a recomputation, while its own recomputation was right.
+      const culprit = (r: number) => bad[(r - 1 + n) % n]!.length > 0 && bad[r]!.length > 0;
+      const suspects = n === 2 && culprit(0) && culprit(1) ? [0, 1] : culprit(v) ? [v] : [t];
+      this.#report({ step: ctx.step, check: 'replay', suspects, ambiguous: suspects.length > 1, tensors: bad[v]!.map((x) => `${x}.grad`), verifier: v });
     }
   }
 

@@ -110,6 +110,15 @@ describe('2-rank Gloo TinyLM', () => {
     expect(a[0]!.params.every(Number.isFinite)).toBe(true);
   }, 60_000);
 
+  it('the same under FSDP stage 2: a NaN in one rank\'s reduce-scatter result (its gradient shard only)', async () => {
+    const k = 3;
+    const fsdp = { ...base, parallel: 'fsdp', stage: 2 };
+    const a = await run({ ...fsdp, health: { spike: false, divergence: false }, faults: [{ site: 'collective', rank: 0, step: k, index: 5, value: 'NaN' }] });
+    const ref = await run({ ...fsdp, steps: base.steps - 1, order: [0, 1, 2, 4, 5, 6, 7, 8, 9] });
+    for (const r of a) expect(r.events).toMatchObject([{ step: k, kind: 'nonfinite', action: 'skip', ranks: [0] }]);
+    expect(Float32Array.from(a[1]!.params)).toEqual(Float32Array.from(ref[0]!.params));
+  }, 60_000);
+
   it('a loss spike (one batch re-tokenised) fires the z-score detector at that step only', async () => {
     const k = 12;
     const [a] = await run({ steps: 16, globalBatch: 8, spike: [k], health: { spike: { window: 8, threshold: 4 }, divergence: false } });

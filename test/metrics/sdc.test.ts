@@ -44,14 +44,19 @@ describe('3-rank Gloo TinyLM', () => {
   }, 60_000);
 
   it('a non-NaN flip in a parameter on one rank: named at the next checksum', async () => {
-    const out = await run({ steps: 8, sdc: { every: 2 }, faults: [{ site: 'parameter', rank: 2, step: 4, index: 1234, bit: 3 }] });
+    const out = await run({ steps: 8, sdc: { every: 2, replayEvery: 1 }, faults: [{ site: 'parameter', rank: 2, step: 4, index: 1234, bit: 3 }] });
     const fired = out[2]!.fired[0]!;
     expect(Number.isFinite(Number(fired.after))).toBe(true);
     expect(Number(fired.after)).not.toBe(Number(fired.before));
-    // Injected after step 4's optimizer step; the checks run after steps 1, 3, 5, 7.
+    // Injected after step 4's optimizer step; the checksums run after steps 1, 3, 5, 7.
     for (const r of out) {
-      expect(r.sdc.events[0]).toMatchObject({ step: 5, check: 'checksum', suspects: [2], ambiguous: false });
-      expect(r.sdc.events[0]!.tensors).toContain(fired.tensor);
+      const sums = r.sdc.events.filter((e) => e.check === 'checksum');
+      expect(sums[0]).toMatchObject({ step: 5, suspects: [2], ambiguous: false });
+      expect(sums[0]!.tensors).toContain(fired.tensor);
+      // The replay (every step) sees rank 2 fail as target and as verifier from step 5 on: it names
+      // rank 2, never its neighbours 1 (rank 2's verifier) or 0 (the rank 2 recomputes wrongly).
+      const replays = r.sdc.events.filter((e) => e.check === 'replay');
+      expect(replays[0]).toMatchObject({ step: 5, suspects: [2] });
       expect(r.sdc.suspects).toEqual([2]);
     }
     expect(out[0]!.params.every(Number.isFinite)).toBe(true);
