@@ -13,6 +13,7 @@ import { LossHealth, type LossHealthOptions } from '../../src/metrics/loss-healt
 import { SdcSentinel, type SdcOptions } from '../../src/metrics/sdc.js';
 import { FaultInjector, type Fault } from '../../src/metrics/sdc-inject.js';
 import type { StepProbe } from '../../src/metrics/probe.js';
+import { TrainMetrics } from '../../src/metrics/collector.js';
 import { MODELS, train } from '../../src/train/loop.js';
 import { readPayload, report, writeResult } from '../helpers/ranks.js';
 
@@ -28,6 +29,8 @@ interface Payload {
   sdc?: SdcOptions;
   faults?: Fault[];
   ckpt?: { dir: string; at: number[] };
+  /** TrainMetrics JSON lines here; health and sentinel log to it. */
+  logDir?: string;
 }
 
 const p = readPayload<Payload>();
@@ -38,8 +41,9 @@ const T = model.seqLen, G = p.globalBatch ?? 8;
 const faults = p.faults?.map((f) => (f.value === undefined ? f : { ...f, value: Number(f.value) }));
 const injector = faults ? new FaultInjector(world.rank, faults, new TinyLM(model).params) : null;
 const comm = injector && p.faults!.some((f) => f.site === 'collective') ? injector.wrap(world) : world;
-const sentinel = p.sdc ? new SdcSentinel(p.sdc) : null;
-const health = p.health ? new LossHealth(p.health) : null;
+const metrics = p.logDir ? await TrainMetrics.create({ rank: world.rank, worldSize: world.size, model, peak: null, logDir: p.logDir }) : null;
+const sentinel = p.sdc ? new SdcSentinel({ ...p.sdc, ...(metrics ? { metrics } : {}) }) : null;
+const health = p.health ? new LossHealth({ ...p.health, ...(metrics ? { metrics } : {}) }) : null;
 const probes: StepProbe[] = [...(injector ? [injector] : []), ...(sentinel ? [sentinel] : [])];
 
 const r = await train(comm, {
@@ -58,7 +62,10 @@ const r = await train(comm, {
   ...(p.ckpt ? { ckpt: { dir: p.ckpt.dir, at: p.ckpt.at, overlap: false } } : {}),
   ...(health ? { health } : {}),
   probes,
+  ...(metrics ? { metrics } : {}),
 });
+const prom = metrics ? await metrics.prom.registry.getMetricsAsJSON() : null;
+await metrics?.close();
 const flat = new Float32Array(r.params.reduce((a, x) => a + x.length, 0));
 let o = 0;
 for (const x of r.params) (flat.set(x, o), (o += x.length));
@@ -67,6 +74,6 @@ writeResult({
   rank: world.rank, losses: r.losses.map(String), events: health?.events.map((e) => ({ ...e, loss: String(e.loss), score: String(e.score) })) ?? [],
   sdc: sentinel ? { events: sentinel.events, suspects: sentinel.suspects, checks: sentinel.checks, replays: sentinel.replays } : null,
   fired: injector?.fired.map((f) => ({ ...f, before: String(f.before), after: String(f.after) })) ?? [],
-  params: Array.from(flat),
+  params: Array.from(flat), prom: prom?.filter((m) => /loss_health|sdc/.test(m.name)) ?? null,
 }, world.rank === 0 ? flat : undefined);
 await world.destroy();

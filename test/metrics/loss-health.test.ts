@@ -1,7 +1,7 @@
 // Loss health: the detectors against hand-computed values, the collective decision
 // against scripted peers, and 2-rank Gloo runs of TinyLM whose final parameters must
 // equal, bit for bit, a plain run that never trained on the batches health dropped.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -101,13 +101,21 @@ describe('2-rank Gloo TinyLM', () => {
 
   it("a NaN in one rank's reduced gradient: both ranks skip that step; parameters equal a run that never had the batch", async () => {
     const k = 4;
-    const nan = { ...base, health: { spike: false, divergence: false }, faults: [{ site: 'collective', rank: 1, step: k, index: 17, value: 'NaN' }] };
+    const logDir = mkdtempSync(join(tmpdir(), 'nccl-node-health-'));
+    dirs.push(logDir);
+    const nan = { ...base, logDir, health: { spike: false, divergence: false }, faults: [{ site: 'collective', rank: 1, step: k, index: 17, value: 'NaN' }] };
     const [a, ref] = [await run(nan), await run({ ...base, steps: base.steps - 1, order: [0, 1, 2, 3, 5, 6, 7, 8, 9] })];
     for (const r of a) expect(r.events).toMatchObject([{ step: k, kind: 'nonfinite', action: 'skip', ranks: [1], data: { from: k, to: k, samples: [k * 8, (k + 1) * 8] } }]);
     expect(a[0]!.events).toHaveLength(1);
     expect(Float32Array.from(a[1]!.params)).toEqual(Float32Array.from(a[0]!.params)); // lockstep: the same steps applied everywhere
     expect(Float32Array.from(a[0]!.params)).toEqual(Float32Array.from(ref[0]!.params));
     expect(a[0]!.params.every(Number.isFinite)).toBe(true);
+    // The event in both ranks' logs and registries.
+    for (const r of [0, 1]) {
+      const lines = readFileSync(join(logDir, `rank-${r}.jsonl`), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+      expect(lines.filter((l) => l.event === 'loss_health')).toMatchObject([{ step: k, kind: 'nonfinite', action: 'skip', ranks: [1], data_from: k, data_to: k, samples: [32, 40] }]);
+      expect((a[r] as unknown as { prom: { name: string; values: unknown[] }[] }).prom).toMatchObject([{ name: 'nccl_node_loss_health_events_total', values: [{ value: 1, labels: { kind: 'nonfinite', action: 'skip' } }] }]);
+    }
   }, 60_000);
 
   it('the same under FSDP stage 2: a NaN in one rank\'s reduce-scatter result (its gradient shard only)', async () => {

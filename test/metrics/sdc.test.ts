@@ -1,7 +1,10 @@
 // The SDC sentinel: its vote and the bit flips against hand-computed values, then
 // 3-rank Gloo TinyLM runs with one fault each (or none), where the sentinel must name
 // the rank the fault was injected on, at the first check after it, and nothing else.
-import { describe, expect, it } from 'vitest';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
 import { outvoted, crc32cOf } from '../../src/metrics/sdc.js';
 import { corrupt } from '../../src/metrics/sdc-inject.js';
 import { runRanks } from '../helpers/ranks.js';
@@ -13,6 +16,9 @@ interface Out {
   fired: { site: string; tensor: string; element: number; before: string; after: string }[];
   params: number[];
 }
+
+const dirs: string[] = [];
+afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 
 async function run(payload: Record<string, unknown>, ranks = 3): Promise<Out[]> {
   const res = await runRanks<Out>('test/metrics/health-worker.ts', ranks, { payload: { globalBatch: 6, ...payload }, check: true, timeoutMs: 60_000 });
@@ -62,12 +68,20 @@ describe('3-rank Gloo TinyLM', () => {
     expect(out[0]!.params.every(Number.isFinite)).toBe(true);
   }, 60_000);
 
-  it("a flip in one rank's all-reduce result: named at the next checksum", async () => {
-    const out = await run({ steps: 6, sdc: { every: 1 }, faults: [{ site: 'collective', rank: 1, step: 3, index: 1000, bit: 12 }] });
+  it("a flip in one rank's all-reduce result: named at the next checksum, in the log and the registry", async () => {
+    const logDir = mkdtempSync(join(tmpdir(), 'nccl-node-sdc-'));
+    dirs.push(logDir);
+    const out = await run({ steps: 6, logDir, sdc: { every: 1 }, faults: [{ site: 'collective', rank: 1, step: 3, index: 1000, bit: 12 }] });
     expect(out[1]!.fired).toMatchObject([{ site: 'collective', tensor: 'allReduce.result' }]);
     // A non-zero gradient, so the flip is not absorbed (a low bit of a zero gradient vanishes in AdamW's moments).
     expect(Number(out[1]!.fired[0]!.before)).not.toBe(0);
     for (const r of out) expect(r.sdc.events[0]).toMatchObject({ step: 3, check: 'checksum', suspects: [1] });
+    // Checks after steps 3, 4, 5 each still see rank 1's parameters differ.
+    const lines = readFileSync(join(logDir, 'rank-0.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(lines.filter((l) => l.event === 'sdc').map((l) => [l.step, l.check, l.suspects])).toEqual([3, 4, 5].map((s) => [s, 'checksum', [1]]));
+    const prom = (out[0] as unknown as { prom: { name: string; values: { value: number; labels: Record<string, string> }[] }[] }).prom;
+    expect(prom.find((m) => m.name === 'nccl_node_sdc_mismatches_total')!.values).toMatchObject([{ value: 3, labels: { check: 'checksum' } }]);
+    expect(prom.find((m) => m.name === 'nccl_node_sdc_checks_total')!.values).toMatchObject([{ value: 6, labels: { check: 'checksum' } }]);
   }, 60_000);
 
   it("a flip in one rank's local gradient: the replicas still agree; the replay names it", async () => {
