@@ -36,7 +36,7 @@ export interface LossHealthOptions {
   nonfinite?: { action?: HealthAction };
   /** false turns the spike detector off; default action 'skip'. */
   spike?: (SpikeOptions & { action?: HealthAction }) | false;
-  /** false turns the divergence detector off; default action 'rollback'. */
+  /** false turns the divergence detector off; default action 'stop' ('rollback' needs checkpoints). */
   divergence?: (DivergenceOptions & { action?: HealthAction }) | false;
   /** 'scale-lr' multiplies the learning rate by this (default 0.5). */
   lrFactor?: number;
@@ -121,7 +121,7 @@ export class LossHealth {
     this.actions = {
       nonfinite: action(o.nonfinite?.action ?? 'skip', 'nonfinite'),
       spike: action((o.spike || undefined)?.action ?? 'skip', 'spike'),
-      divergence: action((o.divergence || undefined)?.action ?? 'rollback', 'divergence'),
+      divergence: action((o.divergence || undefined)?.action ?? 'stop', 'divergence'),
     };
     this.lrFactor = o.lrFactor ?? 0.5;
     if (!(this.lrFactor > 0)) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `loss health: lrFactor must be > 0, received ${o.lrFactor}`);

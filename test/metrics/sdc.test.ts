@@ -91,4 +91,13 @@ describe('3-rank Gloo TinyLM', () => {
       expect(r.sdc.events).toEqual([{ step: 2, check: 'replay', suspects: [1], ambiguous: false, tensors: [fired.tensor], verifier: 0 }]);
     }
   }, 60_000);
+
+  it('the same under FSDP stage 2 (the checksum compares the gathered parameters): only the replay names it', async () => {
+    const out = await run({ steps: 4, parallel: 'fsdp', stage: 2, sdc: { every: 1, replayEvery: 1 }, faults: [{ site: 'gradient', rank: 2, step: 1, index: 4000, bit: 21 }] });
+    const fired = out[2]!.fired[0]!;
+    for (const r of out) {
+      expect(r.sdc).toMatchObject({ checks: 4, replays: 4, suspects: [2] });
+      expect(r.sdc.events).toEqual([{ step: 1, check: 'replay', suspects: [2], ambiguous: false, tensors: [fired.tensor], verifier: 1 }]);
+    }
+  }, 60_000);
 });
