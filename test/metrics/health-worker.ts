@@ -31,10 +31,13 @@ interface Payload {
   ckpt?: { dir: string; at: number[] };
   /** TrainMetrics JSON lines here; health and sentinel log to it. */
   logDir?: string;
+  /** The GPU runtime over NCCL (the stand-ins in tests). */
+  device?: boolean;
 }
 
 const p = readPayload<Payload>();
-const world = await init({ backend: 'gloo' });
+const world = await init({ backend: p.device ? 'nccl' : 'gloo' });
+if (p.device && world.backend !== 'nccl') throw new Error(`expected the NCCL backend, got ${world.backend}`);
 const model = MODELS.tiny!;
 const T = model.seqLen, G = p.globalBatch ?? 8;
 // JSON has no NaN: a fault's value may come as a string.
@@ -49,7 +52,7 @@ const probes: StepProbe[] = [...(injector ? [injector] : []), ...(sentinel ? [se
 const r = await train(comm, {
   model, steps: p.steps, globalBatch: G, microBatches: 1,
   parallel: p.parallel === 'fsdp' ? { kind: 'fsdp', stage: p.stage ?? 2 } : { kind: 'ddp' },
-  optimizer: { kind: 'adamw', lr: p.lr ?? 3e-2, weightDecay: 0.01 }, dataSeed: 3,
+  optimizer: { kind: 'adamw', lr: p.lr ?? 3e-2, weightDecay: 0.01 }, dataSeed: 3, ...(p.device ? { device: 'cuda' as const } : {}),
   data: {
     rows(step, rank, rows) {
       const b = p.order?.[step] ?? step;

@@ -9,6 +9,7 @@ import { DivergenceDetector, LossHistory, SpikeDetector, relativeRise, zScore } 
 import { LossHealth, LossHealthError } from '../../src/metrics/loss-health.js';
 import { AdamW } from '../../src/runtime/optim.js';
 import { runRanks } from '../helpers/ranks.js';
+import { standinEnv } from '../gpu/helpers.js';
 
 interface Out { rank: number; losses: string[]; events: { step: number; kind: string; action: string; ranks: number[]; data: { from: number; to: number; samples: number[] }; score: string }[]; params: number[] }
 
@@ -16,7 +17,8 @@ const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 
 async function run(payload: Record<string, unknown>): Promise<Out[]> {
-  const res = await runRanks<Out>('test/metrics/health-worker.ts', 2, { payload, check: true, timeoutMs: 60_000 });
+  const env = payload.device ? standinEnv() : {};
+  const res = await runRanks<Out>('test/metrics/health-worker.ts', 2, { payload, env, check: true, timeoutMs: 60_000 });
   return res.map((x) => x.result!);
 }
 
@@ -135,6 +137,14 @@ describe('2-rank Gloo TinyLM', () => {
     // The same run without the spike: no event at all.
     const [clean] = await run({ steps: 16, globalBatch: 8, health: { spike: { window: 8, threshold: 4 }, divergence: false } });
     expect(clean!.events).toEqual([]);
+  }, 60_000);
+
+  it('on the GPU runtime (NCCL stand-ins): the same spike, the same skip, the same parameters as the host run', async () => {
+    const payload = { steps: 16, globalBatch: 8, spike: [12], health: { spike: { window: 8, threshold: 4 }, divergence: false } };
+    const [dev, host] = [await run({ ...payload, device: true }), await run(payload)];
+    expect(dev[0]!.events).toEqual(host[0]!.events);
+    expect(dev[0]!.events.map((e) => e.step)).toEqual([12]);
+    expect(Float32Array.from(dev[0]!.params)).toEqual(Float32Array.from(host[0]!.params));
   }, 60_000);
 
   it('rollback restores the checkpoint before the range and skips it: parameters equal a run that never saw the range', async () => {
