@@ -74,6 +74,23 @@ describe('detectors', () => {
   });
 });
 
+describe('bad options', () => {
+  it('are NcclNodeErrors naming what was expected and what came', () => {
+    const bad = (o: ConstructorParameters<typeof LossHealth>[0], re: RegExp) => {
+      let err: unknown;
+      try { new LossHealth(o); } catch (e) { err = e; }
+      expect(err).toMatchObject({ name: 'NcclNodeError', code: 'ERR_INVALID_ARGUMENT' });
+      expect((err as Error).message).toMatch(re);
+    };
+    bad({ spike: { threshold: -1 } }, /spike.threshold must be a positive number, received -1/);
+    bad({ spike: { window: 2.5 } }, /spike.window must be a positive integer, received 2.5/);
+    bad({ divergence: { factor: 1 } }, /divergence.factor must be > 1, received 1/);
+    bad({ nonfinite: { action: 'ignore' as 'skip' } }, /nonfinite.action must be skip, rollback, scale-lr or stop, received ignore/);
+    bad({ lrFactor: 0 }, /lrFactor must be > 0, received 0/);
+    bad({ maxRollbacks: -1 }, /maxRollbacks must be a non-negative integer, received -1/);
+  });
+});
+
 describe('the collective decision', () => {
   /** A communicator whose other ranks propose what `peers` say. */
   const comm = (peers: object[]) => ({ rank: 0, allGatherObject: async <T>(v: T) => [v, ...peers] as T[] });

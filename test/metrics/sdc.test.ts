@@ -5,8 +5,8 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { outvoted, crc32cOf } from '../../src/metrics/sdc.js';
-import { corrupt } from '../../src/metrics/sdc-inject.js';
+import { outvoted, crc32cOf, SdcSentinel } from '../../src/metrics/sdc.js';
+import { corrupt, FaultInjector } from '../../src/metrics/sdc-inject.js';
 import { runRanks } from '../helpers/ranks.js';
 
 interface Out {
@@ -40,6 +40,12 @@ describe('parts', () => {
     expect(crc32cOf(a)).not.toBe(crc);
     expect(corrupt(a, 1, { bit: 31 }).after).toBe(0.25); // the sign bit
     expect(() => corrupt(a, 0, { bit: 32 })).toThrow(/0\.\.31/);
+  });
+
+  it('bad options are NcclNodeErrors', () => {
+    expect(() => new SdcSentinel({ every: -1 })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARGUMENT', message: expect.stringMatching(/every must be a non-negative integer, received -1/) }));
+    expect(() => new FaultInjector(0, [{ site: 'cache' as 'gradient', rank: 0, step: 0, index: 0 }])).toThrow(/site must be parameter, optimizer, gradient, collective, received cache/);
+    expect(() => new FaultInjector(0, [{ site: 'gradient', rank: 0, step: 0, index: 0 }])).toThrow(/a gradient fault needs the model parameters/);
   });
 });
 
