@@ -9,7 +9,7 @@
 import { init } from '../../src/comm/init.js';
 import { globalBatch, rowsOf } from '../../src/models/tiny-lm/synthetic-corpus.js';
 import { TinyLM } from '../../src/models/tiny-lm/tiny-lm.js';
-import { LossHealth, type LossHealthOptions } from '../../src/metrics/loss-health.js';
+import { LossHealth, LossHealthError, type LossHealthOptions } from '../../src/metrics/loss-health.js';
 import { SdcSentinel, type SdcOptions } from '../../src/metrics/sdc.js';
 import { FaultInjector, type Fault } from '../../src/metrics/sdc-inject.js';
 import type { StepProbe } from '../../src/metrics/probe.js';
@@ -49,6 +49,7 @@ const sentinel = p.sdc ? new SdcSentinel({ ...p.sdc, ...(metrics ? { metrics } :
 const health = p.health ? new LossHealth({ ...p.health, ...(metrics ? { metrics } : {}) }) : null;
 const probes: StepProbe[] = [...(injector ? [injector] : []), ...(sentinel ? [sentinel] : [])];
 
+let stopped: { code: string; message: string; event: unknown } | null = null;
 const r = await train(comm, {
   model, steps: p.steps, globalBatch: G, microBatches: 1,
   parallel: p.parallel === 'fsdp' ? { kind: 'fsdp', stage: p.stage ?? 2 } : { kind: 'ddp' },
@@ -66,7 +67,16 @@ const r = await train(comm, {
   ...(health ? { health } : {}),
   probes,
   ...(metrics ? { metrics } : {}),
+}).catch((err: unknown) => {
+  if (!(err instanceof LossHealthError)) throw err;
+  stopped = { code: err.code, message: err.message, event: { ...err.event, loss: String(err.event.loss) } };
+  return null;
 });
+if (!r) {
+  writeResult({ rank: world.rank, stopped, events: health!.events.map((e) => ({ step: e.step, kind: e.kind, action: e.action })) });
+  await world.destroy();
+  process.exit(0);
+}
 const prom = metrics ? await metrics.prom.registry.getMetricsAsJSON() : null;
 await metrics?.close();
 const flat = new Float32Array(r.params.reduce((a, x) => a + x.length, 0));

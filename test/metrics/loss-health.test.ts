@@ -164,6 +164,15 @@ describe('2-rank Gloo TinyLM', () => {
     expect(Float32Array.from(dev[0]!.params)).toEqual(Float32Array.from(host[0]!.params));
   }, 60_000);
 
+  it("divergence with 'stop': every rank ends training with LossHealthError at the same step", async () => {
+    const out = await run({ steps: 12, lr: 3, health: { spike: false, divergence: { factor: 1.5, window: 4, rise: 0, action: 'stop' } } });
+    const [a, b] = out.map((r) => (r as unknown as { stopped: { code: string; message: string; event: { step: number; kind: string; score: number } } }).stopped);
+    expect(a).toEqual(b);
+    expect(a).toMatchObject({ code: 'ERR_UNAVAILABLE', event: { kind: 'divergence', action: 'stop' } });
+    expect(a!.message).toMatch(/loss health stopped training at step \d+: divergence/);
+    expect(a!.event.score).toBeGreaterThan(1.5);
+  }, 60_000);
+
   it('rollback restores the checkpoint before the range and skips it: parameters equal a run that never saw the range', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'nccl-node-health-'));
     dirs.push(dir);
