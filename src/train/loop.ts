@@ -39,6 +39,9 @@ import { globalBatch, rowsOf } from '../models/tiny-lm/synthetic-corpus.js';
 import { DeviceTinyLM } from '../models/tiny-lm/device-tiny-lm.js';
 import { DEFAULT_CONFIG, TEST_CONFIG, TinyLM, type TinyLMConfig } from '../models/tiny-lm/tiny-lm.js';
 import type { StepMetrics } from '../metrics/types.js';
+import { LossHealth, reducedGradients, restoreBefore, type LossHealthOptions, type Verdict } from '../metrics/loss-health.js';
+import type { StepContext, StepProbe } from '../metrics/probe.js';
+import { NcclNodeError } from '../errors.js';
 
 /** A few thousand parameters: what the checkpoint example test trains. */
 const TINY_CONFIG: TinyLMConfig = { vocab: 61, dim: 16, hidden: 37, layers: 2, seqLen: 8, seed: 5 };
@@ -112,6 +115,10 @@ export interface TrainConfig {
   traceStep?: () => () => void;
   /** Per-step metrics (nccl-node/metrics TrainMetrics): phases of each step, its loss, checkpoints. */
   metrics?: StepMetrics;
+  /** Loss health (nccl-node/metrics LossHealth): NaN/Inf, spikes, divergence, each with its action before the optimizer step. */
+  health?: LossHealth | LossHealthOptions;
+  /** Step probes, in order (the SDC sentinel, fault injectors); the first one's hooks see backward first. */
+  probes?: StepProbe[];
 }
 
 export interface TrainResult {
@@ -146,7 +153,10 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
       ? await DeviceDistributedDataParallel.create(comm, dm.params, optimizer, opts as DDPOptions)
       : await DeviceFullyShardedDataParallel.create(shardComm, dm.units, optimizer, fsdpOpts);
   const hooks = dm ? dm.hooks(dp.hooks as DeviceDataParallel['hooks']) : (dp.hooks as DataParallel['hooks']);
-  const sm = cfg.metrics, timedHooks = sm ? sm.hooks(hooks) : hooks; // waits for gathers count as communication
+  const sm = cfg.metrics, metricHooks = sm ? sm.hooks(hooks) : hooks; // waits for gathers count as communication
+  const probes = cfg.probes ?? [];
+  const timedHooks = probes.reduceRight((h, p) => (p.hooks ? p.hooks(h) : h), metricHooks);
+  const health = cfg.health instanceof LossHealth ? cfg.health : cfg.health ? new LossHealth(cfg.health) : null;
   /** Full, unpadded parameters in registration order (a collective under FSDP). */
   const fullParams = async (): Promise<Float32Array[]> => {
     if (dp instanceof FullyShardedDataParallel || dp instanceof DeviceFullyShardedDataParallel) return dp.gatherParams();
@@ -188,14 +198,23 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
     } else cfg.log?.(`no checkpoint in ${cfg.ckpt.dir}: starting at step 0`);
   }
   let lastSave: SaveHandle | null = null;
+  if (health?.mayRollback && !ck) throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'train: a loss-health rollback needs checkpoints (ckpt.dir, saving)');
+  // Replicas whose parameters and optimizer state must agree bit for bit (the SDC checksum).
+  const replicas = kind === 'ddp' ? comm : (mesh?.get('replicate') ?? null);
 
   const losses: number[] = [], gradNorms: number[] = [], stepMs: number[] = [];
   for (let step = first; step < cfg.steps; step++) {
     const t0 = performance.now();
     sm?.begin(step);
+    for (const p of probes) p.begin?.(step);
     const mine = cfg.data
       ? await cfg.data.rows(step, comm.rank, rowsPerRank)
       : rowsOf(globalBatch(step, cfg.globalBatch, T, cfg.model.vocab, cfg.dataSeed), T, comm.rank * rowsPerRank, rowsPerRank);
+    if (health?.isDropped(step)) {
+      cfg.log?.(`step ${step} data dropped by a loss-health rollback`);
+      continue;
+    }
+    const ctx = (): StepContext => ({ step, comm, dp: dp as StepContext['dp'], optimizer, replicas, model, rows: mine, microRows, microBatches: cfg.microBatches, gradScale });
     sm?.phase('compute');
     dp.zeroGrad();
     let loss = 0;
@@ -209,19 +228,40 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
     sm?.phase('comm');
     await dp.finish();
     sm?.phase('compute');
+    for (const p of probes) await p.reduced?.(ctx());
     const norm = cfg.clipNorm ? await dp.clipGradNorm(cfg.clipNorm) : NaN;
+    // Loss health decides before the step, so it needs the global loss now.
+    let global = NaN, verdict: Verdict = 'apply';
+    if (health) {
+      sm?.phase('comm');
+      global = await storage.allReduceScalar(comm, loss / comm.size);
+      const sumSquares = storage.sumSquares as (b: readonly unknown[]) => Promise<number>;
+      verdict = await health.check({ step, loss: global, gradSumSquares: () => sumSquares(reducedGradients(dp)), comm, optimizer, globalBatch: cfg.globalBatch });
+    }
     sm?.phase('checkpoint');
     await lastSave?.snapshotted; // an overlapped snapshot must finish before the state changes
     sm?.phase('compute');
-    await dp.step();
+    if (verdict === 'apply') await dp.step();
+    for (const p of probes) await p.stepped?.(ctx());
     traced?.();
     stepMs.push(performance.now() - t0);
 
     sm?.phase('comm');
-    const global = await storage.allReduceScalar(comm, loss / comm.size);
+    if (!health) global = await storage.allReduceScalar(comm, loss / comm.size);
     losses.push(global);
     gradNorms.push(norm);
-    cfg.log?.(`step ${step} loss ${global.toFixed(4)}${cfg.clipNorm ? ` grad_norm ${norm.toFixed(4)}` : ''} ${stepMs.at(-1)!.toFixed(0)} ms`);
+    cfg.log?.(`step ${step} loss ${global.toFixed(4)}${cfg.clipNorm ? ` grad_norm ${norm.toFixed(4)}` : ''} ${stepMs.at(-1)!.toFixed(0)} ms${verdict === 'apply' ? '' : ` (${verdict})`}`);
+    if (verdict === 'rollback') {
+      sm?.phase('checkpoint');
+      await ck!.wait();
+      lastSave = null;
+      const r = await restoreBefore(comm, cfg.ckpt!.dir, health!.pendingRollback!.data.from, dp);
+      if (r.data !== undefined) cfg.data?.load?.(r.data);
+      health!.rolledBack(r.step, r.dir);
+      cfg.log?.(`loss health: rolled back to ${r.dir} (step ${r.step})`);
+      step = r.step - 1;
+      continue;
+    }
 
     sm?.phase('checkpoint');
     const done = step + 1; // steps completed: what train.step records
