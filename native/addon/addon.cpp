@@ -13,6 +13,7 @@
 #include "../cuda/gpu_env.h"
 #include "../gloo/gloo_addon.h"
 #include "../io/io_addon.h"
+#include "../kernels/host_verifiable.h"
 
 namespace ncclnode {
 
@@ -45,6 +46,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   registerGloo(env, exports);  // createGloo (native/gloo)
   registerGpu(env, exports);   // DeviceBuffer, Stream, Event, createNccl, health (native/cuda, nccl, nvml, kernels)
   registerIo(env, exports);    // checkpoint writer/reader, crc32c (native/io)
+  registerHostVerifiable(env, exports);  // the benchmark's verifiable data on host memory (native/kernels)
   return exports;
 }
 

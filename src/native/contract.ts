@@ -250,6 +250,14 @@ export interface Binding extends GpuBinding, IoBinding {
   createGloo(options: GlooOptions): Promise<NativeComm>;
   /** float -> float16 (false) or bfloat16 (true) bits, with the native rounding. */
   floatTo16(value: number, bf16: boolean): number;
+  /**
+   * The benchmark's verifiable data on host memory, on native threads: rank's input
+   * (rank >= 0) or the expected result (rank -1) for elements offset.. of `buf`.
+   * dtype: a native code below 10 (int8 .. bfloat16); op: RedOp code, or 5 for a copy.
+   */
+  verifiablePrepareHost(buf: ArrayBufferView, dtype: number, op: number, nranks: number, rank: number, seed: number, offset: number): void;
+  /** Elements of `actual` whose bits differ from `expected`'s (2 ULP allowed for floating-point avg). */
+  verifiableCompareHost(actual: ArrayBufferView, expected: ArrayBufferView, dtype: number, op: number): number;
   napiVersion: number;
   /**
    * Gives the addon the class it throws and rejects with: native code then builds

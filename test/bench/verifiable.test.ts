@@ -65,3 +65,35 @@ describe('verifiable data', () => {
     expect(countWrong(a, e, 'float32', 'sum')).toBe(1);
   });
 });
+
+describe('verifiable data made by the addon on native threads', () => {
+  const N = 200_003; // several threads' worth (65,536 elements each at least), not a multiple of anything
+  it('equals the JS generators bit for bit: every dtype and op, inputs of every rank and the expected result', async () => {
+    const { binding } = await import('../../src/native.js');
+    const { DTYPE_CODE, REDUCE_OP_CODE } = await import('../../src/dtypes.js');
+    const b = binding();
+    for (const dtype of VERIFIABLE_DTYPES) {
+      const Ctor = arrayTypeOf(dtype);
+      for (const op of ['sum', 'prod', 'max', 'min', 'avg', 'nil'] as const) {
+        const code = op === 'nil' ? 5 : REDUCE_OP_CODE[op];
+        const n = 3, seed = (0x9e3779b9 ^ DTYPE_CODE[dtype]) >>> 0, offset = 2 ** 33 + 17; // offsets past 2^32 take the high word path
+        for (const rank of [0, 2, -1]) {
+          const js = new Ctor(N), cpp = new Ctor(N);
+          if (rank >= 0) prepareInput(js, dtype, op, n, rank, seed, offset);
+          else prepareExpected(js, dtype, op, n, seed, offset);
+          b.verifiablePrepareHost(cpp, DTYPE_CODE[dtype], code, n, rank, seed, offset);
+          expect(Buffer.from(cpp.buffer).equals(Buffer.from(js.buffer)), `${dtype} ${op} rank ${rank}`).toBe(true);
+        }
+        // The native count agrees with countWrong on a damaged copy.
+        const want = new Ctor(N), got = new Ctor(N);
+        prepareExpected(want, dtype, op, n, seed, 0);
+        got.set(want as never);
+        const bytes = new Uint8Array(got.buffer);
+        for (let i = 0; i < 5; i++) bytes[(i * 7919 * got.BYTES_PER_ELEMENT) % bytes.length]! ^= 0x40;
+        expect(b.verifiableCompareHost(got, want, DTYPE_CODE[dtype], code)).toBe(countWrong(got, want, dtype, op));
+      }
+    }
+    expect(() => b.verifiablePrepareHost(new Float32Array(4), 10, 0, 2, 0, 1, 0)).toThrow(/dtype must be an integer in \[0, 9\]/);
+    expect(() => b.verifiableCompareHost(new Float32Array(4), new Float32Array(5), 7, 0)).toThrow(/differ in size/);
+  }, 120_000);
+});
