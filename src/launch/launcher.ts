@@ -17,6 +17,8 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { isNcclNodeError } from '../errors.js';
 import { scopeKeyPrefix, scopedToken } from '../rendezvous/scope.js';
 import type { StoreServer } from '../rendezvous/server.js';
+import { HEARTBEAT_INTERVAL_ENV } from '../comm/heartbeat.js';
+import { HealthMonitor } from './health-monitor.js';
 import { hostOrJoinStore } from './host.js';
 import { doneKey, joinKey, publishFailure, watchFailure, watchJoins, type FailureRecord, type JoinInfo } from './join.js';
 import { prefixedView, type KeyView } from './keyview.js';
@@ -101,6 +103,8 @@ export class Launcher {
   private ranks: Rank[] = [];
   /** Aborted when the attempt ends: its watches stop. */
   private watchers = new AbortController();
+  /** This attempt's heartbeat watch over the local ranks (health-monitor.ts). */
+  private monitor: HealthMonitor | undefined;
   /** Aborted on an interrupt while waiting for a round. */
   private readonly rendezvousAbort = new AbortController();
   /** Which attempt runs (TORCHELASTIC_RESTART_COUNT) and this node's place in its gang. */
@@ -261,6 +265,7 @@ export class Launcher {
         NCCL_NODE_LAUNCHER: '1',
         NCCL_NODE_LAUNCHER_FD: String(GUARD_FD),
         NCCL_NODE_GRACE_MS: String(o.gracePeriodMs),
+        [HEARTBEAT_INTERVAL_ENV]: String(o.heartbeatIntervalMs),
       };
       const out = rankOutput(output, rank, localRank);
       // detached: the rank leads its own process group (see process-group.ts).
@@ -313,6 +318,11 @@ export class Launcher {
       },
       (err: unknown) => this.onWatchError(err, signal),
     );
+    const monitored = this.ranks.map((r) => ({ rank: r.rank, pid: r.pid, exited: () => r.exit !== undefined }));
+    const health = { intervalMs: o.heartbeatIntervalMs, timeoutMs: o.heartbeatTimeoutMs, node: this.nodeRank, host: this.host };
+    this.monitor = HealthMonitor.start(this.view, monitored, health, signal, (record) => {
+      if (this.phase === 'running' || this.phase === 'finishing') this.fail(record, true);
+    });
     watchFailure(this.view, signal).then(
       (record) => {
         if (signal.aborted || this.phase === 'stopping' || this.phase === 'done') return;
@@ -446,8 +456,10 @@ export class Launcher {
   private fail(record: FailureRecord, local: boolean): void {
     if (this.phase === 'stopping' || this.phase === 'done') return;
     this.phase = 'stopping';
-    if (local) this.track(publishFailure(this.view, record).catch(() => false));
-    void this.stopAll(record);
+    // A rank's own report of why it died goes into the record every rank and node sees.
+    const annotated = local && this.monitor !== undefined ? this.monitor.annotate(record) : Promise.resolve(record);
+    if (local) this.track(annotated.then((r) => publishFailure(this.view, r)).catch(() => false));
+    void annotated.then((r) => this.stopAll(r));
   }
 
   private async stopAll(record: FailureRecord): Promise<void> {
@@ -456,6 +468,8 @@ export class Launcher {
     if (running.length > 0) {
       o.stderr.write(`nccl-node run: ${record.message}; stopping ${listRanks(running.map((r) => r.rank))} (SIGTERM, then SIGKILL after ${seconds(o.gracePeriodMs)})\n`);
     }
+    // Survivors abort their collectives on the published record before they are signalled.
+    await this.monitor?.awaitAborts(running.filter((r) => r.rank !== record.rank).map((r) => r.rank));
     this.terminateGroups();
     await this.reap();
     const where = record.node !== this.nodeRank ? ` on node ${record.node} (${record.host})` : '';
