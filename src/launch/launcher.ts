@@ -18,6 +18,7 @@ import { isNcclNodeError } from '../errors.js';
 import { scopeKeyPrefix, scopedToken } from '../rendezvous/scope.js';
 import type { StoreServer } from '../rendezvous/server.js';
 import { HEARTBEAT_INTERVAL_ENV } from '../comm/heartbeat.js';
+import { refusal } from './health-check.js';
 import { HealthMonitor } from './health-monitor.js';
 import { hostOrJoinStore } from './host.js';
 import { doneKey, joinKey, publishFailure, watchFailure, watchJoins, type FailureRecord, type JoinInfo } from './join.js';
@@ -177,7 +178,11 @@ export class Launcher {
     } else {
       // The first attempt of a static job needs no round: every node knows its place.
       const worldSize = o.nnodes * o.nprocPerNode;
-      launcher.begin({ attempt: 0, nodeRank: o.nodeRank, nnodes: o.nnodes, worldSize, rankOffset: o.nodeRank * o.nprocPerNode, members: [] });
+      const ticket = { attempt: 0, nodeRank: o.nodeRank, nnodes: o.nnodes, worldSize, rankOffset: o.nodeRank * o.nprocPerNode, members: [] };
+      if (!o.healthCheck) launcher.begin(ticket);
+      else void launcher.refused().then((refused) => {
+        if (!refused && launcher.phase === 'rendezvous') launcher.begin(ticket);
+      });
     }
     return launcher;
   }
@@ -538,6 +543,7 @@ export class Launcher {
   /** Waits for this launcher's place in the next round (or for the job's end), then starts its ranks. */
   private async rendezvous(): Promise<void> {
     this.phase = 'rendezvous';
+    if ((await this.refused()) || this.phase !== 'rendezvous') return;
     const n = this.arrivals++;
     const arrival = {
       id: this.id,
@@ -571,7 +577,17 @@ export class Launcher {
     this.begin(answer.ticket);
   }
 
-  /** Ends the job for this launcher: tells waiting launchers (on the store's host), closes the store, resolves `done`. */
+  /** --health-check: a node that fails the self-test ends here, named, instead of joining a round. */
+  private async refused(): Promise<boolean> {
+    if (!this.o.healthCheck) return false;
+    const why = await refusal(this.o, this.port, this.token, this.host);
+    if (why === undefined || this.phase !== 'rendezvous') return false;
+    this.o.stderr.write(`nccl-node run: ${why}\n`);
+    await this.finalize({ exitCode: 1, code: 'ERR_LAUNCH', message: why, attempts: this.attempt });
+    return true;
+  }
+
+    /** Ends the job for this launcher: tells waiting launchers (on the store's host), closes the store, resolves `done`. */
   private async finalize(result: LaunchResult): Promise<void> {
     if (this.phase === 'done') return;
     this.phase = 'done';

@@ -45,6 +45,8 @@ export interface LaunchOptions {
   heartbeatIntervalMs?: number;
   /** A rank whose heartbeat has not changed for this long is failed as hung. Default 3 intervals. */
   heartbeatTimeoutMs?: number;
+  /** Run the node self-test (health-check.ts) before joining each rendezvous round; a failing node does not join. */
+  healthCheck?: boolean;
   /** Prefix each output line with "[rank] " (default false, as torchrun). */
   prefix?: boolean;
   /** Where --redirects/--tee write each rank's output: <logDir>/<runId>_<random>/attempt_0/<local rank>/. */
@@ -85,6 +87,7 @@ export interface Resolved {
   gracePeriodMs: number;
   heartbeatIntervalMs: number;
   heartbeatTimeoutMs: number;
+  healthCheck: boolean;
   prefix: boolean;
   output: OutputPolicy;
   exitBarrierTimeoutMs: number;
@@ -169,6 +172,7 @@ export function resolveOptions(o: LaunchOptions): Resolved {
     gracePeriodMs: checkMs('gracePeriodMs', o.gracePeriodMs ?? 5_000, 0),
     heartbeatIntervalMs,
     heartbeatTimeoutMs,
+    healthCheck: o.healthCheck ?? false,
     prefix,
     output: { prefix, redirects, tee, ...(o.localRanksFilter ? { consoleRanks: o.localRanksFilter } : {}), ...(runLogDir ? { runLogDir } : {}), attempt: 0 },
     exitBarrierTimeoutMs: checkMs('exitBarrierTimeoutMs', o.exitBarrierTimeoutMs ?? 300_000, 0),
