@@ -71,8 +71,7 @@ export function onPeerFailure(listener: (failure: PeerFailure) => void): () => v
 
 /** The error every in-flight and later call of an aborted communicator gets. */
 export function peerLostError(rank: number, failure: FailureRecord, cause?: unknown): NcclNodeError {
-  const where = failure.rank !== undefined && failure.rank !== rank ? '' : ` (node ${failure.node}, ${failure.host})`;
-  const err = new NcclNodeError('ERR_PEER_LOST', `rank ${rank}: the job failed: ${failure.message}${where}`, {
+  const err = new NcclNodeError('ERR_PEER_LOST', `rank ${rank}: the job failed: ${failure.message} (node ${failure.node}, ${failure.host})`, {
     failedRank: failure.rank,
     pid: failure.pid,
     reason: failure.reason,
