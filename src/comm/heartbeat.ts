@@ -69,6 +69,16 @@ export function onPeerFailure(listener: (failure: PeerFailure) => void): () => v
   return () => listeners.delete(listener);
 }
 
+/**
+ * Errors that say a peer went away: Gloo's dropped connection, an abort, and NCCL's
+ * asynchronous remote error as the watchdog reports it.
+ */
+function lostPeer(err: unknown): boolean {
+  if (!(err instanceof NcclNodeError)) return false;
+  if (err.code === 'ERR_PEER_LOST' || err.code === 'ERR_COMM_ABORTED') return true;
+  return err.code === 'ERR_NCCL' && /remote process exited|network error/i.test(err.message);
+}
+
 /** The error every in-flight and later call of an aborted communicator gets. */
 export function peerLostError(rank: number, failure: FailureRecord, cause?: unknown): NcclNodeError {
   const err = new NcclNodeError('ERR_PEER_LOST', `rank ${rank}: the job failed: ${failure.message} (node ${failure.node}, ${failure.host})`, {
@@ -153,7 +163,7 @@ class Detection {
 
   /** A collective failed by itself (a peer's connection dropped): wait briefly for the cause. */
   async explain(err: unknown): Promise<unknown> {
-    if (!(err instanceof NcclNodeError) || (err.code !== 'ERR_PEER_LOST' && err.code !== 'ERR_COMM_ABORTED')) return err;
+    if (!lostPeer(err)) return err;
     let timer: NodeJS.Timeout | undefined;
     const failure = await Promise.race([
       this.failed,

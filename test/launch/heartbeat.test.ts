@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { resolveOptions } from '../../src/launch/options.js';
 import { percentile } from '../../src/poc/stats.js';
+import { standinEnv } from '../gpu/helpers.js';
 import { freePort } from '../helpers/ranks.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -63,6 +64,8 @@ interface Gang {
   nodes: number;
   nproc: number;
   plan: Kind[];
+  /** Extra environment of the launchers (and so the ranks). */
+  env?: NodeJS.ProcessEnv;
 }
 
 interface Outcome {
@@ -106,7 +109,7 @@ async function runTrials(g: Gang): Promise<Outcome> {
       ...(several ? ['--nnodes', String(g.nodes), '--node-rank', String(node), '--master-addr', '127.0.0.1', '--master-port', port!] : [])];
     const child = spawn(process.execPath, [BIN, 'run', ...flags, FIXTURE], {
       cwd: ROOT,
-      env: { ...process.env, NCCL_NODE_TOKEN: several ? 'heartbeat-test-token' : undefined, HB_PLAN: g.plan.join(','), HB_QUIET_MS: String(QUIET_MS) },
+      env: { ...process.env, NCCL_NODE_TOKEN: several ? 'heartbeat-test-token' : undefined, HB_PLAN: g.plan.join(','), HB_QUIET_MS: String(QUIET_MS), ...g.env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     children.push(child);
@@ -184,6 +187,16 @@ describe('failure detection: heartbeats, the health monitor and aborts', { timeo
       .toEqual({ codes: [0, 0], tail: '' });
     const latencies = checkTrials(outcome, gang);
     console.log(`2 nodes x 2 ranks: SIGKILL -> all 3 survivors rejected in ${latencies.kill[0]!.toFixed(1)} ms, SIGSTOP in ${latencies.stop[0]!.toFixed(1)} ms`);
+    expect(latencies.kill[0]).toBeLessThan(2_000);
+    expect(latencies.stop[0]).toBeLessThan(TIMEOUT_MS + 1_000);
+  });
+
+  it('does the same on NCCL (the stand-ins): a SIGKILLed and a SIGSTOPped rank are named', async () => {
+    const gang: Gang = { nodes: 1, nproc: 3, plan: ['kill', 'stop', 'finish'], env: { ...standinEnv(), HB_BACKEND: 'nccl' } };
+    const outcome = await runTrials(gang);
+    expect({ code: outcome.codes[0], tail: outcome.codes[0] === 0 ? '' : outcome.errs[0]!.slice(-3000) }).toEqual({ code: 0, tail: '' });
+    const latencies = checkTrials(outcome, gang);
+    console.log(`NCCL stand-ins, 3 ranks: SIGKILL -> survivors rejected in ${latencies.kill[0]!.toFixed(1)} ms, SIGSTOP in ${latencies.stop[0]!.toFixed(1)} ms`);
     expect(latencies.kill[0]).toBeLessThan(2_000);
     expect(latencies.stop[0]).toBeLessThan(TIMEOUT_MS + 1_000);
   });
