@@ -88,12 +88,19 @@ void GlooBackend::abort() {
     ctx = ctx_;
   }
   if (!ctx) return;
-  // Closing every pair wakes a thread blocked in a collective with an IoException.
+  // Closing every pair makes the peers see their connections drop. Closing alone does
+  // not wake a thread of ours waiting on a pair whose peer is alive but silent (stopped,
+  // hung): only an exception signalled on the pair fails its pending operations. Gloo's
+  // TCP pair signals one when asked to switch a closed pair to sync mode ("Socket
+  // unexpectedly closed"), through the public interface; a pair that failed already
+  // just rethrows its exception.
   for (int r = 0; r < cfg_.size; ++r) {
     if (r == cfg_.rank) continue;
     try {
       auto& pair = ctx->getPair(r);
-      if (pair) pair->close();
+      if (!pair) continue;
+      pair->close();
+      pair->setSync(true, false);
     } catch (...) {
     }
   }

@@ -77,6 +77,8 @@ export interface CommunicatorInit {
   callerStacks?: boolean;
   /** Called once after destroy() or abort() (closes the store the world communicator owns). */
   onClose?: () => Promise<void> | void;
+  /** Turns an operation's error into the one its Work rejects with (names a failed peer; see heartbeat.ts). */
+  explainFailure?: ((err: unknown) => Promise<unknown>) | undefined;
 }
 
 export class Communicator {
@@ -94,6 +96,8 @@ export class Communicator {
   readonly #onClose: (() => Promise<void> | void) | undefined;
   readonly #callerStacks: boolean;
   #closed: 'destroyed' | 'aborted' | undefined;
+  #abortReason: NcclNodeError | undefined;
+  readonly #explain: ((err: unknown) => Promise<unknown>) | undefined;
   #children = new Set<Communicator>();
   /** Unsettled works, so abort() can fail them at once. */
   #pending = new Set<Work<unknown>>();
@@ -109,6 +113,7 @@ export class Communicator {
     this.timeoutMs = init.timeoutMs;
     this.#onClose = init.onClose;
     this.#callerStacks = init.callerStacks ?? process.env.NCCL_NODE_CALLER_STACKS === '1';
+    this.#explain = init.explainFailure;
   }
 
   /** Operations queued or running. */
@@ -357,7 +362,7 @@ export class Communicator {
       });
       const child = native.then((n) => {
         if (!n) return null;
-        const comm = new Communicator({ native: n as NativeComm, timeoutMs: this.timeoutMs, callerStacks: this.#callerStacks });
+        const comm = new Communicator({ native: n as NativeComm, timeoutMs: this.timeoutMs, callerStacks: this.#callerStacks, explainFailure: this.#explain });
         this.#children.add(comm);
         return comm;
       });
@@ -378,15 +383,16 @@ export class Communicator {
   }
 
   /**
-   * Fails every queued and running operation now (ERR_COMM_ABORTED) and closes
-   * the connections, so a peer stuck in a collective with this rank fails too.
+   * Fails every queued and running operation now (ERR_COMM_ABORTED, or `reason`) and
+   * closes the connections, so a peer stuck in a collective with this rank fails too.
    */
-  abort(): void {
+  abort(reason?: NcclNodeError): void {
     if (this.#closed) return;
     this.#closed = 'aborted';
-    for (const c of this.#children) c.abort();
+    this.#abortReason = reason;
+    for (const c of this.#children) c.abort(reason);
     this.#native.abort();
-    const err = new NcclNodeError('ERR_COMM_ABORTED', `${this.#where('abort')}: the communicator was aborted`);
+    const err = reason ?? new NcclNodeError('ERR_COMM_ABORTED', `${this.#where('abort')}: the communicator was aborted`);
     for (const w of this.#pending) w._fail(err);
     this.#pending.clear();
     void Promise.resolve(this.#onClose?.()).catch(() => {});
@@ -515,7 +521,8 @@ export class Communicator {
       throw new NcclNodeError('ERR_COMM_DESTROYED', `${this.#where(call)}: the communicator was destroyed`);
     }
     if (this.#closed === 'aborted') {
-      throw new NcclNodeError('ERR_COMM_ABORTED', `${this.#where(call)}: the communicator was aborted`);
+      const why = this.#abortReason ? ` (${this.#abortReason.message})` : '';
+      throw new NcclNodeError('ERR_COMM_ABORTED', `${this.#where(call)}: the communicator was aborted${why}`);
     }
     return this.#native.submit(
       OpKind[call],
@@ -540,7 +547,9 @@ export class Communicator {
     const callSite = this.#callerStacks ? new Error(call) : undefined;
     const native = this.#start(call, s);
     countCollective(this, call, s.count, s.dtype, this.size, native);
-    return this.#track(new Work(native as Promise<void>, call, this, callSite));
+    const explain = this.#explain;
+    const settled = explain === undefined ? native : native.catch(async (err: unknown) => Promise.reject(await explain(err)));
+    return this.#track(new Work(settled as Promise<void>, call, this, callSite));
   }
 
   #track<T>(work: Work<T>): Work<T> {

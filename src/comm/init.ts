@@ -16,6 +16,7 @@ import { Communicator } from './communicator.js';
 import { chooseBackend, createNcclComm } from './nccl/nccl-init.js';
 import { createGlooComm } from './gloo/gloo-init.js';
 import { initSchema, parse, type InitOptions } from './call-options.js';
+import { explainFailure, releaseCommunicator, startFailureDetection, stopFailureDetection, watchCommunicator } from './heartbeat.js';
 
 export const DEFAULT_TIMEOUT_MS = 10 * 60 * 1000;
 
@@ -95,29 +96,43 @@ export async function init(options?: InitOptions): Promise<Communicator> {
   const backend = chooseBackend(native, o.backend ?? 'auto', job.rank);
   const store = await openStore(job, token, timeoutMs);
   const storeToken = store.token;
+  let world: Communicator | undefined;
   const close = async () => {
+    // Heartbeats stop (a last one says so) before the store connection closes.
+    if (world !== undefined) await releaseCommunicator(world);
     await store.client.close().catch(() => {});
     await store.server?.close().catch(() => {});
+  };
+  // Under nccl-node run: heartbeats, fatal-error reports, and aborts on a peer's failure.
+  const detecting = startFailureDetection(store.client, job.rank);
+  const watched = (comm: Communicator): Communicator => {
+    world = comm;
+    watchCommunicator(comm);
+    return comm;
   };
   try {
     await announceJoin(store.client, { rank: job.rank, pid: process.pid, host: hostname(), localRank: job.localRank });
     if (backend === 'nccl') {
       const comm = await createNcclComm(native, { ...job, storeHost: store.host, storePort: store.port, token: storeToken, timeoutMs });
-      return new Communicator({ native: comm, timeoutMs, localRank: job.localRank, localSize: job.localWorldSize, onClose: close, callerStacks: o.callerStacks });
+      return watched(new Communicator({
+        native: comm, timeoutMs, localRank: job.localRank, localSize: job.localWorldSize, onClose: close, callerStacks: o.callerStacks, explainFailure: explainFailure(),
+      }));
     }
     const comm = await createGlooComm(native, {
       ...job, storeHost: store.host, storePort: store.port, token: storeToken, timeoutMs,
       iface: o.iface, localAddress: store.client.localAddress, checkAgreement: o.checkCollectives ?? true,
     });
-    return new Communicator({
+    return watched(new Communicator({
       native: comm,
       timeoutMs,
       localRank: job.localRank,
       localSize: job.localWorldSize,
       onClose: close,
       callerStacks: o.callerStacks,
-    });
+      explainFailure: explainFailure(),
+    }));
   } catch (err) {
+    if (detecting && world === undefined) await stopFailureDetection();
     await close();
     throw err;
   }

@@ -33,9 +33,10 @@ export type JoinInfo = z.infer<typeof JoinInfoSchema>;
 export const FailureRecordSchema = z.object({
   /**
    * exit: non-zero code; signal: killed; join-timeout: ranks missing; interrupted: launcher got a signal;
-   * store-lost; node-lost: a node's launcher vanished; rendezvous: too few nodes came; error: launcher fault.
+   * store-lost; node-lost: a node's launcher vanished; rendezvous: too few nodes came; error: launcher fault;
+   * heartbeat: a rank stopped heartbeating (hung or stopped; health-monitor.ts).
    */
-  reason: z.enum(['exit', 'signal', 'join-timeout', 'interrupted', 'store-lost', 'node-lost', 'rendezvous', 'error']),
+  reason: z.enum(['exit', 'signal', 'join-timeout', 'interrupted', 'store-lost', 'node-lost', 'rendezvous', 'error', 'heartbeat']),
   /** The failing rank, when one rank is to blame. */
   rank: z.number().int().nonnegative().optional(),
   /** Ranks that did not join, for join-timeout. */

@@ -17,6 +17,9 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { isNcclNodeError } from '../errors.js';
 import { scopeKeyPrefix, scopedToken } from '../rendezvous/scope.js';
 import type { StoreServer } from '../rendezvous/server.js';
+import { HEARTBEAT_INTERVAL_ENV } from '../comm/heartbeat.js';
+import { refusal } from './health-check.js';
+import { HealthMonitor } from './health-monitor.js';
 import { hostOrJoinStore } from './host.js';
 import { doneKey, joinKey, publishFailure, watchFailure, watchJoins, type FailureRecord, type JoinInfo } from './join.js';
 import { prefixedView, type KeyView } from './keyview.js';
@@ -101,6 +104,8 @@ export class Launcher {
   private ranks: Rank[] = [];
   /** Aborted when the attempt ends: its watches stop. */
   private watchers = new AbortController();
+  /** This attempt's heartbeat watch over the local ranks (health-monitor.ts). */
+  private monitor: HealthMonitor | undefined;
   /** Aborted on an interrupt while waiting for a round. */
   private readonly rendezvousAbort = new AbortController();
   /** Which attempt runs (TORCHELASTIC_RESTART_COUNT) and this node's place in its gang. */
@@ -173,7 +178,11 @@ export class Launcher {
     } else {
       // The first attempt of a static job needs no round: every node knows its place.
       const worldSize = o.nnodes * o.nprocPerNode;
-      launcher.begin({ attempt: 0, nodeRank: o.nodeRank, nnodes: o.nnodes, worldSize, rankOffset: o.nodeRank * o.nprocPerNode, members: [] });
+      const ticket = { attempt: 0, nodeRank: o.nodeRank, nnodes: o.nnodes, worldSize, rankOffset: o.nodeRank * o.nprocPerNode, members: [] };
+      if (!o.healthCheck) launcher.begin(ticket);
+      else void launcher.refused().then((refused) => {
+        if (!refused && launcher.phase === 'rendezvous') launcher.begin(ticket);
+      });
     }
     return launcher;
   }
@@ -261,6 +270,7 @@ export class Launcher {
         NCCL_NODE_LAUNCHER: '1',
         NCCL_NODE_LAUNCHER_FD: String(GUARD_FD),
         NCCL_NODE_GRACE_MS: String(o.gracePeriodMs),
+        [HEARTBEAT_INTERVAL_ENV]: String(o.heartbeatIntervalMs),
       };
       const out = rankOutput(output, rank, localRank);
       // detached: the rank leads its own process group (see process-group.ts).
@@ -313,6 +323,11 @@ export class Launcher {
       },
       (err: unknown) => this.onWatchError(err, signal),
     );
+    const monitored = this.ranks.map((r) => ({ rank: r.rank, pid: r.pid, exited: () => r.exit !== undefined }));
+    const health = { intervalMs: o.heartbeatIntervalMs, timeoutMs: o.heartbeatTimeoutMs, node: this.nodeRank, host: this.host };
+    this.monitor = HealthMonitor.start(this.view, monitored, health, signal, (record) => {
+      if (this.phase === 'running' || this.phase === 'finishing') this.fail(record, true);
+    });
     watchFailure(this.view, signal).then(
       (record) => {
         if (signal.aborted || this.phase === 'stopping' || this.phase === 'done') return;
@@ -446,8 +461,10 @@ export class Launcher {
   private fail(record: FailureRecord, local: boolean): void {
     if (this.phase === 'stopping' || this.phase === 'done') return;
     this.phase = 'stopping';
-    if (local) this.track(publishFailure(this.view, record).catch(() => false));
-    void this.stopAll(record);
+    // A rank's own report of why it died goes into the record every rank and node sees.
+    const annotated = local && this.monitor !== undefined ? this.monitor.annotate(record) : Promise.resolve(record);
+    if (local) this.track(annotated.then((r) => publishFailure(this.view, r)).catch(() => false));
+    void annotated.then((r) => this.stopAll(r));
   }
 
   private async stopAll(record: FailureRecord): Promise<void> {
@@ -456,6 +473,8 @@ export class Launcher {
     if (running.length > 0) {
       o.stderr.write(`nccl-node run: ${record.message}; stopping ${listRanks(running.map((r) => r.rank))} (SIGTERM, then SIGKILL after ${seconds(o.gracePeriodMs)})\n`);
     }
+    // Survivors abort their collectives on the published record before they are signalled.
+    await this.monitor?.awaitAborts(running.filter((r) => r.rank !== record.rank).map((r) => r.rank));
     this.terminateGroups();
     await this.reap();
     const where = record.node !== this.nodeRank ? ` on node ${record.node} (${record.host})` : '';
@@ -524,6 +543,7 @@ export class Launcher {
   /** Waits for this launcher's place in the next round (or for the job's end), then starts its ranks. */
   private async rendezvous(): Promise<void> {
     this.phase = 'rendezvous';
+    if ((await this.refused()) || this.phase !== 'rendezvous') return;
     const n = this.arrivals++;
     const arrival = {
       id: this.id,
@@ -557,7 +577,17 @@ export class Launcher {
     this.begin(answer.ticket);
   }
 
-  /** Ends the job for this launcher: tells waiting launchers (on the store's host), closes the store, resolves `done`. */
+  /** --health-check: a node that fails the self-test ends here, named, instead of joining a round. */
+  private async refused(): Promise<boolean> {
+    if (!this.o.healthCheck) return false;
+    const why = await refusal(this.o, this.port, this.token, this.host);
+    if (why === undefined || this.phase !== 'rendezvous') return false;
+    this.o.stderr.write(`nccl-node run: ${why}\n`);
+    await this.finalize({ exitCode: 1, code: 'ERR_LAUNCH', message: why, attempts: this.attempt });
+    return true;
+  }
+
+    /** Ends the job for this launcher: tells waiting launchers (on the store's host), closes the store, resolves `done`. */
   private async finalize(result: LaunchResult): Promise<void> {
     if (this.phase === 'done') return;
     this.phase = 'done';

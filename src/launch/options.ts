@@ -41,6 +41,12 @@ export interface LaunchOptions {
   joinTimeoutMs?: number;
   /** Between SIGTERM and SIGKILL when stopping ranks. */
   gracePeriodMs?: number;
+  /** How often ranks heartbeat through the store (docs/launcher.md, "Failure detection"); 0: no heartbeats. Default 5 s. */
+  heartbeatIntervalMs?: number;
+  /** A rank whose heartbeat has not changed for this long is failed as hung. Default 3 intervals. */
+  heartbeatTimeoutMs?: number;
+  /** Run the node self-test (health-check.ts) before joining each rendezvous round; a failing node does not join. */
+  healthCheck?: boolean;
   /** Prefix each output line with "[rank] " (default false, as torchrun). */
   prefix?: boolean;
   /** Where --redirects/--tee write each rank's output: <logDir>/<runId>_<random>/attempt_0/<local rank>/. */
@@ -79,6 +85,9 @@ export interface Resolved {
   runId: string;
   joinTimeoutMs: number;
   gracePeriodMs: number;
+  heartbeatIntervalMs: number;
+  heartbeatTimeoutMs: number;
+  healthCheck: boolean;
   prefix: boolean;
   output: OutputPolicy;
   exitBarrierTimeoutMs: number;
@@ -132,6 +141,11 @@ export function resolveOptions(o: LaunchOptions): Resolved {
   const runId = o.runId ?? (several ? 'none' : randomUUID());
   if (!/^[\w.-]+$/.test(runId)) throw invalid(`runId must be letters, digits, "_", "." or "-", got ${JSON.stringify(runId)}`, { runId });
   const prefix = o.prefix ?? false;
+  const heartbeatIntervalMs = checkMs('heartbeatIntervalMs', o.heartbeatIntervalMs ?? 5_000, 0);
+  const heartbeatTimeoutMs = checkMs('heartbeatTimeoutMs', o.heartbeatTimeoutMs ?? 3 * heartbeatIntervalMs, heartbeatIntervalMs);
+  if (heartbeatIntervalMs > 0 && heartbeatTimeoutMs <= heartbeatIntervalMs) {
+    throw invalid(`heartbeatTimeoutMs (${heartbeatTimeoutMs}) must be longer than heartbeatIntervalMs (${heartbeatIntervalMs})`, { option: 'heartbeatTimeoutMs', received: heartbeatTimeoutMs });
+  }
   const redirects = o.redirects ?? ((): StdMask => 0);
   const tee = o.tee ?? ((): StdMask => 0);
   let runLogDir: string | undefined;
@@ -156,6 +170,9 @@ export function resolveOptions(o: LaunchOptions): Resolved {
     runId,
     joinTimeoutMs: checkMs('joinTimeoutMs', o.joinTimeoutMs ?? 600_000, 1),
     gracePeriodMs: checkMs('gracePeriodMs', o.gracePeriodMs ?? 5_000, 0),
+    heartbeatIntervalMs,
+    heartbeatTimeoutMs,
+    healthCheck: o.healthCheck ?? false,
     prefix,
     output: { prefix, redirects, tee, ...(o.localRanksFilter ? { consoleRanks: o.localRanksFilter } : {}), ...(runLogDir ? { runLogDir } : {}), attempt: 0 },
     exitBarrierTimeoutMs: checkMs('exitBarrierTimeoutMs', o.exitBarrierTimeoutMs ?? 300_000, 0),

@@ -30,6 +30,9 @@ interface RunFlags {
   localRanksFilter?: string;
   joinTimeout: number;
   gracePeriod: number;
+  heartbeatInterval: number;
+  heartbeatTimeout?: number;
+  healthCheck?: boolean;
   prefix?: boolean;
 }
 
@@ -180,6 +183,9 @@ export function registerRunCommand(program: Command): void {
     .option('--local-ranks-filter <ranks>', 'only these local ranks\' output reaches the console, e.g. 0 or 0,3')
     .option('--join-timeout <seconds>', 'fail unless every rank joins within this long', secondsArg(1e-9), 600)
     .option('--grace-period <seconds>', 'between SIGTERM and SIGKILL when stopping ranks', secondsArg(0), 5)
+    .option('--heartbeat-interval <seconds>', 'how often ranks heartbeat through the store; 0 turns heartbeats off', secondsArg(0), 5)
+    .option('--heartbeat-timeout <seconds>', 'fail a rank whose heartbeat stopped for this long (default: 3 intervals)', secondsArg(1e-9))
+    .option('--health-check', 'before joining each rendezvous round, test the store connection, a local collective and the GPUs; a failing node does not join')
     .option('--prefix', 'prefix output lines with "[rank] "')
     .option('--no-prefix', 'do not prefix output lines (the default)')
     .argument('<script>', 'the training script: .js, .mjs, .cjs, .ts, .mts or .cts')
@@ -241,6 +247,9 @@ async function run(script: string, scriptArgs: string[], flags: RunFlags): Promi
       ...(flags.localRanksFilter !== undefined ? { localRanksFilter: parseRanksFilter(flags.localRanksFilter) } : {}),
       joinTimeoutMs: flags.joinTimeout * 1000,
       gracePeriodMs: flags.gracePeriod * 1000,
+      heartbeatIntervalMs: flags.heartbeatInterval * 1000,
+      ...(flags.heartbeatTimeout !== undefined ? { heartbeatTimeoutMs: flags.heartbeatTimeout * 1000 } : {}),
+      healthCheck: flags.healthCheck ?? false,
       prefix: flags.prefix ?? false,
     });
   } catch (err) {
