@@ -50,10 +50,10 @@ function launch(node: NetNode, flags: string[], env: Record<string, string> = {}
   });
 }
 
-async function waitFor(what: string, ok: () => boolean, timeoutMs = 30_000): Promise<number> {
+async function waitFor(what: string, ok: () => boolean, timeoutMs = 30_000, log: () => string = () => ''): Promise<number> {
   const deadline = Date.now() + timeoutMs;
   while (!ok()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n${log()}`);
     await new Promise((r) => setTimeout(r, 20));
   }
   return Date.now();
@@ -124,5 +124,72 @@ describe.skipIf(!netnsAvailable())('multi-node jobs in network namespaces', { ti
     measured['allreduce'] = { plainLoopMs: Math.round(plain.loopMs), slowedLoopMs: Math.round(slowed.loopMs), linkFloorMs: Math.round(floorMs), txBytes: slowed.tx, rxBytes: slowed.rx };
     expect(slowed.loopMs).toBeGreaterThanOrEqual(0.8 * floorMs);
     expect(slowed.loopMs).toBeGreaterThan(3 * plain.loopMs);
+  });
+
+  const elastic = (a: NetNode): string[] => ['--nnodes', '1:2', '--nproc-per-node', '2', '--rdzv-endpoint', `${a.addr}:${PORT}`,
+    '--rdzv-last-call', '3', '--join-timeout', '8', '--max-restarts', '1', '--grace-period', '1'];
+  const faultEnv = { NETNS_HOLD_MS: '30000', NETNS_TIMEOUT_MS: '4000', NETNS_ITERS: '1', NETNS_N: '1024' };
+
+  it('a whole node killed mid-run (--nnodes 1:2, --max-restarts 1): the store host names it at once and re-forms without it', async () => {
+    const [a, b] = cluster.nodes as [NetNode, NetNode];
+    const la = launch(a, elastic(a), faultEnv);
+    const lb = launch(b, elastic(a), faultEnv);
+    await waitFor('attempt 0 on both nodes', () => ready(0).length === 4, 30_000, () => la.stderr() + lb.stderr());
+    const t = Date.now();
+    cluster.killNode(b);
+    const detected = await waitFor('the failure on node a', () => /attempt 0 failed/.test(la.stderr()), 20_000, () => la.stderr());
+    const end = await la.done;
+    measured['killNode'] = { detectMs: detected - t, exitMs: end.at - t };
+    expect(la.stderr()).toContain(`attempt 0 failed: the launcher of node 1 is gone (its store connection closed) on node 1 (${b.hostname})`);
+    expect(la.stderr()).toContain(`rendezvous: attempt 1 formed with 1 node(s) (${a.hostname}), world size 2`);
+    expect({ code: end.code, killed: (await lb.done).signal }).toEqual({ code: 0, killed: 'SIGKILL' });
+    expect(ready(1).map((r) => [r.rank, r.size, r.host, r.wrong])).toEqual([[0, 2, a.hostname, 0], [1, 2, a.hostname, 0]]);
+    // The host sees the node's connections close (one store poll, 100 ms); the re-form waits the last call (3 s).
+    expect(detected - t).toBeLessThan(2_000);
+    expect(end.at - t).toBeLessThan(3_000 + 8_000);
+  });
+
+  it('a node cut off mid-run (link down, no resets): the survivor re-forms within the Gloo and join timeouts, the cut node ends with ERR_STORE', async () => {
+    const [a, b] = cluster.nodes as [NetNode, NetNode];
+    const la = launch(a, elastic(a), faultEnv);
+    const lb = launch(b, elastic(a), faultEnv);
+    await waitFor('attempt 0 on both nodes', () => ready(0).length === 4, 30_000, () => la.stderr() + lb.stderr());
+    const t = Date.now();
+    cluster.partition(b);
+    const detected = await waitFor('the failure on node a', () => /attempt 0 failed/.test(la.stderr()), 20_000, () => la.stderr());
+    const endA = await la.done;
+    const endB = await lb.done;
+    measured['partition'] = { detectA: detected - t, exitA: endA.at - t, exitB: endB.at - t };
+    // Nothing tells node a that b is gone: its ranks' collectives time out (Gloo's timeout, 4 s).
+    expect(la.stderr()).toMatch(/code: 'ERR_TIMEOUT'/);
+    expect(la.stderr()).toMatch(/attempt 0 failed: rank [01] \(pid \d+\) exited with code 1/);
+    expect(detected - t).toBeGreaterThanOrEqual(3_900);
+    expect(detected - t).toBeLessThan(4_000 + 4_000);
+    // The round waits for b, still connected as far as a's store can tell, up to --join-timeout (8 s), then goes on alone.
+    expect(la.stderr()).toContain(`rendezvous: attempt 1 formed with 1 node(s) (${a.hostname}), world size 2`);
+    expect(endA.code).toBe(0);
+    expect(ready(1).map((r) => [r.rank, r.size, r.host, r.wrong])).toEqual([[0, 2, a.hostname, 0], [1, 2, a.hostname, 0]]);
+    expect(endA.at - t).toBeLessThan(4_000 + 8_000 + 6_000);
+    // Node b: its ranks time out too; its launcher's store requests go unanswered until the store client's 30 s request timeout.
+    expect(endB.code).toBe(1);
+    expect(lb.stderr()).toContain(`error [ERR_STORE]: lost the job's store at ${a.addr}:${PORT}`);
+    expect(endB.at - t).toBeLessThan(4_000 + 30_000 + 6_000);
+  });
+
+  it('the node hosting the store killed mid-run: the other launcher exits 1 with ERR_STORE naming the store, no restart', async () => {
+    const [a, b] = cluster.nodes as [NetNode, NetNode];
+    const flags = (rank: number): string[] => ['--nnodes', '2', '--node-rank', String(rank), '--nproc-per-node', '2', '--master-addr', a.addr,
+      '--master-port', String(PORT), '--max-restarts', '1', '--grace-period', '1', '--join-timeout', '8'];
+    const la = launch(a, flags(0), faultEnv);
+    const lb = launch(b, flags(1), faultEnv);
+    await waitFor('attempt 0 on both nodes', () => ready(0).length === 4, 30_000, () => la.stderr() + lb.stderr());
+    const t = Date.now();
+    cluster.killStoreHost();
+    const end = await lb.done;
+    measured['killStoreHost'] = { exitMs: end.at - t };
+    expect({ code: end.code, signal: (await la.done).signal }).toEqual({ code: 1, signal: 'SIGKILL' });
+    expect(lb.stderr()).toContain(`nccl-node run: error [ERR_STORE]: lost the job's store at ${a.addr}:${PORT}`);
+    expect(readReports().filter((r) => r.attempt > 0)).toEqual([]);
+    expect(end.at - t).toBeLessThan(5_000);
   });
 });
