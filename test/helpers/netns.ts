@@ -15,7 +15,7 @@
  * Cleanup: `destroy()` (call it from afterEach/afterAll) and a process 'exit' hook.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { randomInt } from 'node:crypto';
+import { randomBytes, randomInt } from 'node:crypto';
 
 const PREFIX = 'ncn';
 const ipBin = 'ip';
@@ -256,8 +256,11 @@ export class Cluster {
   }
 }
 
-/** A cluster of `count` nodes named after this process (leftovers of dead runs are removed first). */
+/**
+ * A cluster of `count` nodes named after this process, plus a random suffix (test files in
+ * worker threads share a pid); leftovers of dead runs are removed first.
+ */
 export function createCluster(count: number, tag = 'c'): Cluster {
   removeLeftovers();
-  return new Cluster(`${PREFIX}${process.pid}-${tag}`, count);
+  return new Cluster(`${PREFIX}${process.pid}-${tag}${randomBytes(2).toString('hex')}`, count);
 }
