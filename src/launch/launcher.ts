@@ -50,6 +50,8 @@ const KILL_WAIT_MS = 3_000;
 const DRAIN_WAIT_MS = 1_000;
 /** How long a failure waits for the exits that came with it (see settleFailure). */
 const SETTLE_WAIT_MS = 400;
+/** How long the store's host, before blaming a local rank, watches for a node whose launcher vanished. */
+const NODE_LOSS_WAIT_MS = 100;
 
 interface Rank {
   rank: number;
@@ -398,6 +400,18 @@ export class Launcher {
     const waiting = (): boolean =>
       this.ranks.some(unsettled) || (!this.ranks.some(byKill) && this.ranks.some((r) => r.exit === undefined));
     while (waiting() && Date.now() < deadline && this.phase === 'running') await sleep(5);
+    // On the store's host: when a whole node vanished, its store connections closed as its
+    // ranks' did, and local ranks that died of the lost peers are not the cause. The
+    // coordinator polls the connections; look now, and briefly (that node's launcher may go
+    // a few ms after its ranks), before blaming a local rank.
+    if (this.coordinator !== undefined && (this.gang?.members.length ?? 0) > 1 && !this.ranks.some(byKill)) {
+      const until = Date.now() + NODE_LOSS_WAIT_MS;
+      for (;;) {
+        if (this.phase === 'running') this.coordinator.checkMembers();
+        if (this.phase !== 'running' || Date.now() >= until) break;
+        await sleep(5);
+      }
+    }
     if (this.phase !== 'running') return;
     const failed = this.ranks.filter((x) => x.exit !== undefined && x.exit.code !== 0);
     const order = (x: Rank): number => x.hangup ?? Number.MAX_SAFE_INTEGER;

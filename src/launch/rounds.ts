@@ -173,6 +173,11 @@ export class Coordinator {
 
   private tick(): void {
     if (this.forming !== undefined) this.evaluate();
+    this.checkMembers();
+  }
+
+  /** Reports (onNodeLost) each member of the running attempt whose launcher lost its store connection before its ranks all finished. */
+  checkMembers(): void {
     const run = this.running;
     if (run === undefined) return;
     run.ticket.members.forEach((m, nodeRank) => {
