@@ -109,6 +109,23 @@ function attempt(k: number): Array<[string, number, number, number, number]> {
   return readReports().filter((r) => r.attempt === k).sort((a, b) => a.rank - b.rank).map((r) => [r.tag, r.rank, r.world, r.node, r.sum]);
 }
 
+async function waitForKey(key: string): Promise<void> {
+  const client = new Etcd3({ hosts: etcd.url });
+  try {
+    await waitForAsync(`etcd key ${key}`, async () => (await client.get(key).string()) !== null);
+  } finally {
+    client.close();
+  }
+}
+
+async function waitForAsync(what: string, ok: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await ok())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 /** Every key in etcd, with its lease (0: none). */
 async function etcdKeys(): Promise<Array<{ key: string; lease: string }>> {
   const client = new Etcd3({ hosts: etcd.url });
@@ -148,15 +165,18 @@ describe('nccl-node run --rdzv-backend etcd', { timeout: 60_000 }, () => {
   });
 
   it('losing the node that hosts the attempt\'s store re-forms the gang with another host, which completes', async () => {
-    const extra = ['--max-restarts', '1'];
+    // A longer last call than B takes to start: attempt 0 waits for B.
+    const extra = ['--max-restarts', '1', '--rdzv-last-call', '4'];
     const env = { ETCD_HOLD_MS: '60000' };
     const a = node('A', flags('job-host-lost', '1:2', extra), env);
+    // A leads the rounds before B comes, so A joins first: node rank 0, the store's host.
+    await waitForKey('/nccl-node/job-host-lost/leader');
     const b = node('B', flags('job-host-lost', '1:2', extra), env);
     await waitFor('attempt 0 on both nodes', () => attempt(0).length === 4);
-    const before = attempt(0);
-    expect(before.map((r) => [r[1], r[2], r[4]])).toEqual([[0, 4, 10], [1, 4, 10], [2, 4, 10], [3, 4, 10]]);
-    const hostTag = before[0]![0];
-    const [host, survivor] = hostTag === 'A' ? [a, b] : [b, a];
+    expect(attempt(0)).toEqual([['A', 0, 4, 0, 10], ['A', 1, 4, 0, 10], ['B', 2, 4, 1, 10], ['B', 3, 4, 1, 10]]);
+    expect(a.stderr()).toMatch(/rendezvous: attempt 0 formed with 2 node\(s\)/);
+    const hostTag = 'A';
+    const [host, survivor] = [a, b];
     const oldStore = readReports()[0]!.store;
     const killedAt = Date.now();
     host.child.kill('SIGKILL');
@@ -169,6 +189,8 @@ describe('nccl-node run --rdzv-backend etcd', { timeout: 60_000 }, () => {
     expect(attempt(1)).toEqual([[other, 0, 2, 0, 3], [other, 1, 2, 0, 3]]);
     expect(readReports().find((r) => r.attempt === 1)!.store).not.toBe(oldStore);
     expect(survivor.stderr()).toMatch(/attempt 0 failed: (lost the attempt's store .* hosted by node 0|the launcher of node 0 is gone)/);
+    // B took over the rounds when A's leader key went with A's lease.
+    expect(survivor.stderr()).toMatch(/rendezvous: attempt 1 formed with 1 node\(s\)/);
     // The lease TTL (10 s) bounds how long the next round waits for the lost leader.
     expect(ms).toBeLessThan(25_000);
   });
@@ -201,5 +223,12 @@ describe('nccl-node run --rdzv-backend etcd', { timeout: 60_000 }, () => {
     expect(a.stderr()).toMatch(new RegExp(`error: \\[ERR_STORE\\]|cannot reach etcd at 127\\.0\\.0\\.1:${port} \\(--rdzv-endpoint\\)`));
     expect(end.ms).toBeLessThan(10_000);
     expect(readReports()).toEqual([]);
+  });
+
+  it('--rdzv-backend etcd without --rdzv-endpoint is a usage error', async () => {
+    const a = node('A', ['--nnodes', '1:2', '--nproc-per-node', '1']);
+    const end = await a.done;
+    expect(end.code).toBe(2);
+    expect(a.stderr()).toMatch(/--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT/);
   });
 });

@@ -159,6 +159,10 @@ and --rdzv-last-call passed; node ranks follow the join order. Later nodes wait 
 and join the next round after a failure (a lost node's launcher counts as one); fewer
 than MIN within --join-timeout ends the job with ERR_TIMEOUT.
 
+etcd: --rdzv-backend etcd --rdzv-endpoint HOST:PORT --rdzv-id JOB keeps the rendezvous
+in etcd under /nccl-node/JOB/, with a lease per launcher (--rdzv-lease-ttl); node rank 0
+of each round hosts that attempt's store, so no single node's loss ends the job.
+
 Example: nccl-node run --nproc-per-node 4 train.ts --epochs 3`;
 
 /** Adds `run` to the program. */
