@@ -57,6 +57,8 @@ export class EtcdRendezvous {
     readonly leaseId: string,
     readonly prefix: string,
     readonly endpoint: string,
+    /** This launcher's id. */
+    private readonly id: string,
   ) {}
 
   /** Reaches etcd, takes a lease, starts the mirror and announces this launcher. */
@@ -76,7 +78,7 @@ export class EtcdRendezvous {
         timer = setTimeout(() => reject(new Error(`no answer within ${o.connectTimeoutMs} ms`)), o.connectTimeoutMs);
       });
       const leaseId = await Promise.race([lease.grant(), deadline]);
-      const r = new EtcdRendezvous(client, lease, leaseId, `/nccl-node/${o.runId}/`, endpoint);
+      const r = new EtcdRendezvous(client, lease, leaseId, `/nccl-node/${o.runId}/`, endpoint, o.id);
       await Promise.race([r.startMirror(), deadline]);
       lease.on('lost', (err) => r.lost(new NcclNodeError('ERR_STORE', `this node's etcd lease at ${endpoint} is gone (${err.message}); it is out of the job`)));
       await Promise.race([r.put(`alive/${o.id}`, o.id, leaseId), deadline]);
@@ -175,7 +177,7 @@ export class EtcdRendezvous {
       if (leading || trying || this.closing || this.lostWith !== undefined || this.mirror.has('leader')) return;
       trying = true;
       try {
-        leading = await this.putIfAbsent('leader', this.leaseId, this.leaseId);
+        leading = await this.putIfAbsent('leader', this.id, this.leaseId);
       } catch {
         // Tried again at the next change.
       } finally {

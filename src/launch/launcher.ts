@@ -611,11 +611,16 @@ export class Launcher {
         etcd: this.etcd!, ticket, token: this.token, clientName: this.clientName, etcdHost: this.o.masterAddr, etcdPort: this.o.masterPort,
         timeoutMs: this.o.joinTimeoutMs, signal: this.rendezvousAbort.signal, log: (msg) => this.o.stderr.write(`nccl-node run: store: ${msg}\n`),
       });
-      Object.assign(this, { storeView: store.view, storeHost: store.host, port: store.port, server: store.server });
+      this.storeView = store.view;
+      this.storeHost = store.host;
+      this.port = store.port;
+      this.server = store.server;
       return this.phase === 'rendezvous';
     } catch (err) {
       if (this.phase !== 'rendezvous') return false;
-      Object.assign(this, { gang: ticket, attempt: ticket.attempt, phase: 'running' });
+      this.gang = ticket;
+      this.attempt = ticket.attempt;
+      this.phase = 'running';
       this.fail({ reason: 'node-lost', exitCode: 1, node: 0, host: ticket.members[0]?.host ?? 'unknown', message: `no store for attempt ${ticket.attempt}: ${(err as Error).message}` }, false);
       return false;
     }
