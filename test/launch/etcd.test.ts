@@ -9,6 +9,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -215,14 +216,33 @@ describe('nccl-node run --rdzv-backend etcd', { timeout: 60_000 }, () => {
     expect(sleeper.stderr()).toMatch(/error \[ERR_STORE\]: .*lease/);
   });
 
-  it('an etcd endpoint where nothing answers fails with ERR_STORE within a bounded time', async () => {
+  it('an etcd endpoint that refuses connections fails with ERR_STORE within a bounded time', async () => {
     const port = await freePort();
     const a = node('A', ['--nnodes', '1:2', '--nproc-per-node', '1', '--rdzv-endpoint', `127.0.0.1:${port}`, '--rdzv-id', 'job-bad', '--join-timeout', '3']);
     const end = await a.done;
     expect(end.code).toBe(1);
-    expect(a.stderr()).toMatch(new RegExp(`error: \\[ERR_STORE\\]|cannot reach etcd at 127\\.0\\.0\\.1:${port} \\(--rdzv-endpoint\\)`));
+    expect(a.stderr()).toMatch(new RegExp(`error \\[ERR_STORE\\]: cannot reach etcd at 127\\.0\\.0\\.1:${port} \\(--rdzv-endpoint\\)`));
     expect(end.ms).toBeLessThan(10_000);
     expect(readReports()).toEqual([]);
+  });
+
+  it('an etcd endpoint that accepts connections but never answers fails with ERR_STORE after min(--join-timeout, 10 s)', async () => {
+    const held: net.Socket[] = [];
+    const silent = net.createServer((socket) => void held.push(socket));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const port = (silent.address() as net.AddressInfo).port;
+    try {
+      const a = node('A', ['--nnodes', '1:2', '--nproc-per-node', '1', '--rdzv-endpoint', `127.0.0.1:${port}`, '--rdzv-id', 'job-silent', '--join-timeout', '3']);
+      const end = await a.done;
+      expect(end.code).toBe(1);
+      expect(a.stderr()).toMatch(new RegExp(`error \\[ERR_STORE\\]: cannot reach etcd at 127\\.0\\.0\\.1:${port} \\(--rdzv-endpoint\\)`));
+      // The 3 s deadline plus the launcher's start-up.
+      expect(end.ms).toBeGreaterThan(3_000);
+      expect(end.ms).toBeLessThan(12_000);
+    } finally {
+      for (const s of held) s.destroy();
+      silent.close();
+    }
   });
 
   it('--rdzv-backend etcd without --rdzv-endpoint is a usage error', async () => {

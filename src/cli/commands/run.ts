@@ -256,7 +256,7 @@ async function run(script: string, scriptArgs: string[], flags: RunFlags): Promi
     });
   } catch (err) {
     if (isNcclNodeError(err, 'ERR_INVALID_ARGUMENT')) return usageError(err.message);
-    process.stderr.write(`nccl-node run: error: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.stderr.write(`nccl-node run: error${isNcclNodeError(err) ? ` [${err.code}]` : ''}: ${err instanceof Error ? err.message : String(err)}\n`);
     process.exit(1);
   }
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => launcher.interrupt(sig));
