@@ -26,7 +26,9 @@ import { prefixedView, type KeyView } from './keyview.js';
 import { resolveOptions, resolveToken, type LaunchOptions, type Resolved } from './options.js';
 import { rankOutput } from './output.js';
 import { groupAlive, killGroup, signalExitCode } from './process-group.js';
-import { Coordinator, joinRound, type Closed, type Ticket } from './rounds.js';
+import { EtcdRendezvous } from './etcd.js';
+import { roundStore, watchGang } from './round-store.js';
+import { CLOSED_KEY, Coordinator, joinRound, serverBackend, type Closed, type CoordinatorOptions, type Ticket } from './rounds.js';
 
 export type { LaunchOptions } from './options.js';
 
@@ -132,18 +134,26 @@ export class Launcher {
     for (const r of this.ranks) if (r.pid !== undefined) killGroup(r.pid, 'SIGKILL');
   };
 
+  /** The ranks' store: the whole store (c10d), or the attempt's own store (etcd: round-store.ts). */
+  private storeView: KeyView;
+  /** Where ranks reach their store (etcd: the attempt's store host). */
+  private storeHost: string;
+
   private constructor(
     private readonly o: Resolved,
     private readonly token: string,
     /** The port ranks connect to (the real one when 0 was asked for). */
-    readonly port: number,
-    /** The whole store, where the launchers' own keys live. */
+    public port: number,
+    /** Where the launchers' own keys live: the whole store, or etcd. */
     private readonly baseView: KeyView,
-    private readonly server: StoreServer | undefined,
+    private server: StoreServer | undefined,
     /** Names this launcher in the rendezvous and on its store connections (how the host sees it is alive). */
     private readonly id: string,
+    private readonly etcd?: EtcdRendezvous,
   ) {
     this.view = baseView;
+    this.storeView = baseView;
+    this.storeHost = o.masterAddr;
     this.done = new Promise((resolve) => (this.resolveDone = resolve));
   }
 
@@ -159,17 +169,31 @@ export class Launcher {
     const o = resolveOptions(options);
     const token = resolveToken(o);
     const id = randomUUID();
+    const co: CoordinatorOptions = {
+      minNodes: o.minNodes,
+      maxNodes: o.maxNodes,
+      static: !o.elastic,
+      lastCallMs: o.lastCallMs,
+      joinTimeoutMs: o.joinTimeoutMs,
+      selfId: id,
+      log: (msg) => o.stderr.write(`nccl-node run: ${msg}\n`),
+    };
+    if (o.etcd) {
+      const connectTimeoutMs = Math.min(o.joinTimeoutMs, 10_000);
+      const etcd = await EtcdRendezvous.connect({ host: o.masterAddr, port: o.masterPort, runId: o.runId, leaseTtlS: o.leaseTtlS, connectTimeoutMs, id });
+      const launcher = new Launcher(o, token, 0, etcd.view, undefined, id, etcd);
+      // Whichever launcher holds etcd's leader key runs the rounds; rounds open on demand.
+      etcd.campaign(() => (launcher.coordinator = new Coordinator(etcd.backend, { ...co, onDemand: true })));
+      etcd.onLost((err) => launcher.etcdLost(err));
+      process.on('exit', launcher.killOnExit);
+      void launcher.rendezvous();
+      return launcher;
+    }
     const store = await hostOrJoinStore(o, token, launcherName(id));
     const launcher = new Launcher(o, token, store.port, store.view, store.server, id);
     if (store.server !== undefined) {
-      launcher.coordinator = new Coordinator(store.server, {
-        minNodes: o.minNodes,
-        maxNodes: o.maxNodes,
-        static: !o.elastic,
-        lastCallMs: o.lastCallMs,
-        joinTimeoutMs: o.joinTimeoutMs,
-        selfId: id,
-        log: (msg) => o.stderr.write(`nccl-node run: ${msg}\n`),
+      launcher.coordinator = new Coordinator(serverBackend(store.server), {
+        ...co,
         onNodeLost: (attempt, nodeRank, member) => launcher.nodeLost(attempt, nodeRank, member),
       });
     }
@@ -239,7 +263,7 @@ export class Launcher {
     this.phase = 'running';
     // After a restart the ranks get a store scope of their own: nothing of the failed attempt is in their way.
     const scope = ticket.attempt === 0 ? undefined : `attempt_${ticket.attempt}`;
-    this.view = scope === undefined ? this.baseView : prefixedView(this.baseView, scopeKeyPrefix(scope));
+    this.view = scope === undefined ? this.storeView : prefixedView(this.storeView, scopeKeyPrefix(scope));
     this.startRanks(scope === undefined ? this.token : scopedToken(this.token, scope));
   }
 
@@ -265,7 +289,7 @@ export class Launcher {
         TORCHELASTIC_RUN_ID: o.runId,
         TORCHELASTIC_RESTART_COUNT: String(gang.attempt),
         TORCHELASTIC_MAX_RESTARTS: String(o.maxRestarts),
-        MASTER_ADDR: o.masterAddr,
+        MASTER_ADDR: this.storeHost,
         MASTER_PORT: String(this.port),
         NCCL_NODE_TOKEN: rankToken,
         NCCL_NODE_STORE_HOSTED: '1',
@@ -337,16 +361,30 @@ export class Launcher {
       },
       (err: unknown) => this.onWatchError(err, signal),
     );
+    if (this.etcd !== undefined) {
+      const attempt = this.attempt;
+      watchGang(this.etcd, this.gang!, this.id, this.view, signal, (nodeRank, m) => this.nodeLost(attempt, nodeRank, m, 'its etcd lease expired'));
+    }
   }
 
   private onWatchError(err: unknown, signal: AbortSignal): void {
     if (signal.aborted || this.phase === 'stopping' || this.phase === 'done') return;
+    if (this.etcd !== undefined && this.ranks.every((r) => r.exit?.code === 0)) {
+      // The attempt's store closes once every rank is done: nothing is lost for a node whose ranks all were.
+      if (this.phase === 'running') void this.finish();
+      return;
+    }
     // Only a launcher that does not host the store can lose it.
     this.fail(this.storeLost(err), true);
   }
 
   private storeLost(err: unknown): FailureRecord {
     const what = isNcclNodeError(err) ? err.message : String(err);
+    if (this.etcd !== undefined && this.view !== this.baseView) {
+      // The attempt's store went with its host: a node failure, and the next round elects another host.
+      return { reason: 'node-lost', exitCode: 1, node: 0, host: this.gang?.members[0]?.host ?? 'unknown',
+        message: `lost the attempt's store at ${this.storeHost}:${this.port} hosted by node 0 (${what})` };
+    }
     return {
       reason: 'store-lost',
       exitCode: 1,
@@ -357,15 +395,21 @@ export class Launcher {
   }
 
   /** The store's host saw a node of the running attempt vanish (its launcher's connections closed). */
-  private nodeLost(attempt: number, nodeRank: number, member: Ticket['members'][number]): void {
+  private nodeLost(attempt: number, nodeRank: number, member: Ticket['members'][number], why = 'its store connection closed'): void {
     if (attempt !== this.attempt || (this.phase !== 'running' && this.phase !== 'finishing')) return;
     this.fail({
       reason: 'node-lost',
       exitCode: 1,
       node: nodeRank,
       host: member.host,
-      message: `the launcher of node ${nodeRank} is gone (its store connection closed)`,
+      message: `the launcher of node ${nodeRank} is gone (${why})`,
     }, true);
+  }
+
+  /** This launcher's etcd lease is gone: it is out of the job (waits for a round reject on their own). */
+  private etcdLost(err: Error): void {
+    if (this.phase !== 'running' && this.phase !== 'finishing') return;
+    this.fail({ reason: 'store-lost', exitCode: 1, node: this.nodeRank, host: this.host, message: err.message }, true);
   }
 
   private onExit(r: Rank): void {
@@ -537,6 +581,7 @@ export class Launcher {
     this.coordinator?.attemptEnded();
     // Let a failure record reach the store, briefly.
     await Promise.race([Promise.allSettled([...this.pendingWrites]), sleep(2_000)]);
+    if (this.etcd !== undefined && result.exitCode !== 0) await this.dropRoundStore();
     for (const r of this.ranks) {
       r.child.stdout?.destroy();
       r.child.stderr?.destroy();
@@ -565,13 +610,14 @@ export class Launcher {
       host: this.host,
       nproc: this.o.nprocPerNode,
       ...(this.o.elastic ? {} : { nodeRank: this.o.nodeRank }),
+      ...(this.etcd !== undefined ? { attempt: this.gang === undefined ? 0 : this.attempt + 1, lease: this.etcd.leaseId } : {}),
     };
     let answer: { ticket: Ticket } | { closed: Closed };
     try {
       answer = await joinRound(this.baseView, arrival, n, this.rendezvousAbort.signal);
     } catch (err) {
       if (this.rendezvousAbort.signal.aborted || this.phase !== 'rendezvous') return; // interrupted: finalize runs
-      const record = this.storeLost(err);
+      const record = this.etcd !== undefined ? { ...this.storeLost(err), message: `lost etcd at ${this.etcd.endpoint} (ERR_STORE: ${(err as Error).message})` } : this.storeLost(err);
       await this.finalize({ exitCode: 1, message: `${record.message} while waiting for a rendezvous round`, failure: record, code: 'ERR_STORE', attempts: this.attempt });
       return;
     }
@@ -588,6 +634,7 @@ export class Launcher {
       });
       return;
     }
+    if (this.etcd !== undefined && !(await this.joinRoundStore(answer.ticket))) return;
     this.begin(answer.ticket);
   }
 
@@ -601,13 +648,60 @@ export class Launcher {
     return true;
   }
 
-    /** Ends the job for this launcher: tells waiting launchers (on the store's host), closes the store, resolves `done`. */
+  /** etcd: hosts or finds the attempt's store; a failure to is a failed attempt. */
+  private async joinRoundStore(ticket: Ticket): Promise<boolean> {
+    try {
+      const store = await roundStore({
+        etcd: this.etcd!, ticket, token: this.token, clientName: this.clientName, etcdHost: this.o.masterAddr, etcdPort: this.o.masterPort,
+        timeoutMs: this.o.joinTimeoutMs, signal: this.rendezvousAbort.signal, log: (msg) => this.o.stderr.write(`nccl-node run: store: ${msg}\n`),
+      });
+      this.storeView = store.view;
+      this.storeHost = store.host;
+      this.port = store.port;
+      this.server = store.server;
+      return this.phase === 'rendezvous';
+    } catch (err) {
+      if (this.phase !== 'rendezvous') return false;
+      this.gang = ticket;
+      this.attempt = ticket.attempt;
+      this.phase = 'running';
+      this.fail({ reason: 'node-lost', exitCode: 1, node: 0, host: ticket.members[0]?.host ?? 'unknown', message: `no store for attempt ${ticket.attempt}: ${(err as Error).message}` }, false);
+      return false;
+    }
+  }
+
+  /** etcd: closes this attempt's store (its host) or the connection to it. */
+  private async dropRoundStore(): Promise<void> {
+    const view = this.storeView;
+    const server = this.server;
+    this.storeView = this.baseView;
+    this.server = undefined;
+    await Promise.race([Promise.allSettled([view === this.baseView ? undefined : view.close(), server?.close()]), sleep(3_000)]);
+  }
+
+  /**
+   * etcd: a member whose job failed for good, or the attempt's store host once every rank
+   * finished, writes the job's end for the spares; then its lease goes, and its keys with it.
+   */
+  private async etcdFinal(result: LaunchResult): Promise<void> {
+    const etcd = this.etcd!;
+    if (this.gang !== undefined && (result.exitCode !== 0 || this.server !== undefined) && result.failure?.reason !== 'store-lost') {
+      const closed = JSON.stringify({ exitCode: result.exitCode, message: result.message, ...(result.code !== undefined ? { code: result.code } : {}) });
+      await Promise.race([etcd.close(CLOSED_KEY, closed).catch(() => {}), sleep(3_000)]);
+    }
+    await this.dropRoundStore();
+    await etcd.shutdown();
+  }
+
+  /** Ends the job for this launcher: tells waiting launchers (on the store's host), closes the store, resolves `done`. */
   private async finalize(result: LaunchResult): Promise<void> {
     if (this.phase === 'done') return;
     this.phase = 'done';
     this.rendezvousAbort.abort();
-    this.coordinator?.close({ exitCode: result.exitCode, message: result.message, ...(result.code !== undefined ? { code: result.code } : {}) });
+    // etcd: the job's end is written by its members (etcdFinal), not by a coordinator that may be a spare.
+    if (this.etcd === undefined) this.coordinator?.close({ exitCode: result.exitCode, message: result.message, ...(result.code !== undefined ? { code: result.code } : {}) });
     this.coordinator?.stop();
+    if (this.etcd !== undefined) await this.etcdFinal(result);
     await Promise.race([Promise.allSettled([this.baseView.close(), this.server?.close()]), sleep(3_000)]);
     process.off('exit', this.killOnExit);
     this.resolveDone(result);

@@ -31,6 +31,14 @@ export interface LaunchOptions {
   maxNodes?: number;
   /** Elastic: once minNodes are there, wait this long for more before closing the round (torch's last_call_timeout). Default 30 s. */
   lastCallMs?: number;
+  /**
+   * Where the launchers meet: 'c10d' (default), the store one launcher hosts at
+   * masterAddr:masterPort; 'etcd', an etcd server there (always elastic), which outlives
+   * any one node (etcd.ts).
+   */
+  rdzvBackend?: 'c10d' | 'etcd';
+  /** etcd: the TTL of each launcher's lease; a launcher not heard from for this long is out. Default 10 s. */
+  leaseTtlMs?: number;
   /** Re-run the whole gang up to this many times after a failure (torchrun's --max-restarts). Default 0. */
   maxRestarts?: number;
   masterAddr?: string;
@@ -76,6 +84,10 @@ export interface Resolved {
   nnodes: number;
   nodeRank: number;
   elastic: boolean;
+  /** The rendezvous lives in etcd at masterAddr:masterPort. */
+  etcd: boolean;
+  /** etcd lease TTL in whole seconds. */
+  leaseTtlS: number;
   minNodes: number;
   maxNodes: number;
   lastCallMs: number;
@@ -116,7 +128,8 @@ function checkMs(name: string, v: number, min: number): number {
 
 export function resolveOptions(o: LaunchOptions): Resolved {
   const cwd = o.cwd ?? process.cwd();
-  const elastic = o.minNodes !== undefined || o.maxNodes !== undefined;
+  const etcd = o.rdzvBackend === 'etcd';
+  const elastic = o.minNodes !== undefined || o.maxNodes !== undefined || etcd;
   if (elastic && (o.nnodes !== undefined || o.nodeRank !== undefined)) {
     throw invalid('minNodes/maxNodes (elastic) and nnodes/nodeRank (static) exclude each other: elastic node ranks follow the join order');
   }
@@ -161,6 +174,8 @@ export function resolveOptions(o: LaunchOptions): Resolved {
     nnodes,
     nodeRank,
     elastic,
+    etcd,
+    leaseTtlS: Math.ceil(checkMs('leaseTtlMs', o.leaseTtlMs ?? 10_000, 1_000) / 1000),
     minNodes: elastic ? minNodes : nnodes,
     maxNodes: elastic ? maxNodes : nnodes,
     lastCallMs: checkMs('lastCallMs', o.lastCallMs ?? 30_000, 0),

@@ -18,6 +18,12 @@
  *
  * With a fixed --nnodes N the same rounds re-form a failed job: the round needs the N
  * node ranks the launchers were given.
+ *
+ * The Coordinator reads and writes through a RoundBackend: the store a launcher hosts
+ * (serverBackend), or etcd (etcd.ts), where whichever launcher holds the leader key runs
+ * it. There a new coordinator may take over mid-job, so rounds open on demand: an
+ * arrival names the attempt it asks for, and the tickets in etcd say which attempt
+ * formed last and with whom.
  */
 import { z } from 'zod';
 
@@ -26,11 +32,33 @@ import type { StoreServer } from '../rendezvous/server.js';
 import { doneKey } from './join.js';
 import type { KeyView } from './keyview.js';
 
+/** What the Coordinator needs from where the rendezvous keys live. */
+export interface RoundBackend {
+  /** Calls `listener` for every key written from now on (etcd: first for every key already there, oldest first). */
+  onSet(listener: (key: string, value: Uint8Array) => void): () => void;
+  /** Writes a key; `owner` is the launcher it is for (etcd: the key lives as long as that launcher's lease). */
+  set(key: string, value: string, owner?: Arrival): void;
+  has(key: string): boolean;
+  /** Whether that launcher is still there (store: its connections; etcd: its lease). */
+  alive(member: { id: string; clientName: string }): boolean;
+}
+
+/** The backend of the store this launcher hosts. */
+export function serverBackend(server: StoreServer): RoundBackend {
+  return {
+    onSet: (listener) => server.onSet(listener),
+    set: (key, value) => server.set(key, value),
+    has: (key) => server.has(key),
+    alive: (m) => server.hasClient(m.clientName),
+  };
+}
+
 const ROOT = 'nccl-node/rdzv/';
 const ARRIVE_PREFIX = `${ROOT}arrive/`;
 export const CLOSED_KEY = `${ROOT}closed`;
+const TICKET_PREFIX = `${ROOT}ticket/`;
 const arriveKey = (id: string, n: number): string => `${ARRIVE_PREFIX}${id}/${n}`;
-const ticketKey = (id: string, n: number): string => `${ROOT}ticket/${id}/${n}`;
+const ticketKey = (id: string, n: number): string => `${TICKET_PREFIX}${id}/${n}`;
 
 export const ArrivalSchema = z.object({
   id: z.string().regex(/^[\w-]+$/),
@@ -40,6 +68,10 @@ export const ArrivalSchema = z.object({
   nproc: z.number().int().positive(),
   /** Static rendezvous only: the node rank this launcher was given. */
   nodeRank: z.number().int().nonnegative().optional(),
+  /** Rounds that open on demand (etcd): the attempt this launcher asks for (0, or its last attempt + 1). */
+  attempt: z.number().int().nonnegative().optional(),
+  /** etcd: the lease of this launcher, which its ticket is written under. */
+  lease: z.string().optional(),
 });
 export type Arrival = z.infer<typeof ArrivalSchema>;
 
@@ -96,8 +128,14 @@ export interface CoordinatorOptions {
   /** The hosting launcher's own id: always alive, it runs this code. */
   selfId: string;
   log: (msg: string) => void;
-  /** A member of the running attempt lost its store connection before its ranks all finished. */
-  onNodeLost: (attempt: number, nodeRank: number, member: Ticket['members'][number]) => void;
+  /**
+   * A member of the running attempt lost its store connection before its ranks all
+   * finished. Without it the coordinator does not watch running attempts (etcd: every
+   * launcher watches its own gang's leases).
+   */
+  onNodeLost?: (attempt: number, nodeRank: number, member: Ticket['members'][number]) => void;
+  /** Rounds open when an arrival asks for the attempt after the last formed one, not through open(). */
+  onDemand?: boolean;
 }
 
 interface Pending {
@@ -116,10 +154,13 @@ export class Coordinator {
   private running: { attempt: number; ticket: Ticket; reported: Set<string> } | undefined;
   private timer: NodeJS.Timeout | undefined;
   private closedWith: Closed | undefined;
+  /** The last attempt a round formed for (on-demand rounds). */
+  private lastFormed = -1;
   private readonly unsubscribe: () => void;
 
-  constructor(private readonly server: StoreServer, private readonly o: CoordinatorOptions) {
+  constructor(private readonly server: RoundBackend, private readonly o: CoordinatorOptions) {
     this.unsubscribe = server.onSet((key, value) => {
+      if (o.onDemand && this.observe(key, value)) return;
       if (!key.startsWith(ARRIVE_PREFIX)) return;
       const [id, nText] = key.slice(ARRIVE_PREFIX.length).split('/');
       const parsed = safeArrival(value);
@@ -129,11 +170,13 @@ export class Coordinator {
       }
       if (!this.firstSeen.has(parsed.id)) this.firstSeen.set(parsed.id, this.arrivals);
       this.arrivals++;
+      // A coordinator taking over (etcd) sees arrivals that were answered already.
+      if (this.server.has(ticketKey(parsed.id, Number(nText)))) return;
       this.pending.set(parsed.id, { arrival: parsed, n: Number(nText) });
-      if (this.forming === undefined && this.closedWith === undefined) {
+      this.evaluate();
+      if (this.forming === undefined && this.closedWith === undefined && this.pending.has(parsed.id)) {
         o.log(`rendezvous: node ${parsed.host} (launcher ${parsed.id}) waits as a spare for the next round`);
       }
-      this.evaluate();
     });
     this.timer = setInterval(() => this.tick(), POLL_MS);
     this.timer.unref();
@@ -141,7 +184,7 @@ export class Coordinator {
 
   /** Opens the round of `attempt`; `previous` members who are still connected are waited for. */
   open(attempt: number): void {
-    if (this.closedWith !== undefined) return;
+    if (this.closedWith !== undefined || this.o.onDemand) return;
     const previous = this.lastMembers;
     this.running = undefined;
     this.forming = { attempt, deadline: Date.now() + this.o.joinTimeoutMs, previous };
@@ -157,6 +200,27 @@ export class Coordinator {
     this.server.set(CLOSED_KEY, JSON.stringify(closed));
   }
 
+  /** On-demand rounds: learns the last formed round and the job's end from keys others wrote. */
+  private observe(key: string, value: Uint8Array): boolean {
+    const text = Buffer.from(value).toString('utf8');
+    if (key === CLOSED_KEY) {
+      const c = ClosedSchema.safeParse(safeJson(text));
+      if (c.success && this.closedWith === undefined) {
+        this.closedWith = c.data;
+        this.forming = undefined;
+      }
+      return true;
+    }
+    if (!key.startsWith(TICKET_PREFIX)) return false;
+    const t = TicketSchema.safeParse(safeJson(text));
+    if (t.success && t.data.attempt > this.lastFormed) {
+      this.lastFormed = t.data.attempt;
+      this.lastMembers = t.data.members.map((m) => m.id);
+      for (const m of t.data.members) this.lastClientName.set(m.id, m.clientName);
+    }
+    return true;
+  }
+
   stop(): void {
     clearInterval(this.timer);
     this.unsubscribe();
@@ -168,23 +232,24 @@ export class Coordinator {
   }
 
   private alive(a: Arrival): boolean {
-    return a.id === this.o.selfId || this.server.hasClient(a.clientName);
+    return a.id === this.o.selfId || this.server.alive(a);
   }
 
   private tick(): void {
-    if (this.forming !== undefined) this.evaluate();
+    if (this.forming !== undefined || this.o.onDemand) this.evaluate();
     this.checkMembers();
   }
 
   /** Reports (onNodeLost) each member of the running attempt whose launcher lost its store connection before its ranks all finished. */
   checkMembers(): void {
     const run = this.running;
-    if (run === undefined) return;
+    const onNodeLost = this.o.onNodeLost;
+    if (run === undefined || onNodeLost === undefined) return;
     run.ticket.members.forEach((m, nodeRank) => {
-      if (m.id === this.o.selfId || run.reported.has(m.id) || this.server.hasClient(m.clientName)) return;
+      if (m.id === this.o.selfId || run.reported.has(m.id) || this.server.alive(m)) return;
       if (this.finished(run.attempt, run.ticket, nodeRank)) return;
       run.reported.add(m.id);
-      this.o.onNodeLost(run.attempt, nodeRank, m);
+      onNodeLost(run.attempt, nodeRank, m);
     });
   }
 
@@ -199,6 +264,12 @@ export class Coordinator {
   }
 
   private evaluate(): void {
+    if (this.o.onDemand && this.forming === undefined && this.closedWith === undefined) {
+      const next = this.lastFormed + 1;
+      if ([...this.pending.values()].some((p) => (p.arrival.attempt ?? 0) >= next)) {
+        this.forming = { attempt: next, deadline: Date.now() + this.o.joinTimeoutMs, previous: this.lastMembers };
+      }
+    }
     const f = this.forming;
     if (f === undefined) return;
     for (const [id, p] of this.pending) {
@@ -240,7 +311,7 @@ export class Coordinator {
   private memberAlive(id: string): boolean {
     if (id === this.o.selfId) return true;
     const name = this.lastClientName.get(id);
-    return name !== undefined && this.server.hasClient(name);
+    return name !== undefined && this.server.alive({ id, clientName: name });
   }
 
   private readonly lastClientName = new Map<string, string>();
@@ -258,9 +329,10 @@ export class Coordinator {
       offset += p.arrival.nproc;
       this.pending.delete(p.arrival.id);
       this.lastClientName.set(p.arrival.id, p.arrival.clientName);
-      this.server.set(ticketKey(p.arrival.id, p.n), JSON.stringify(ticket));
+      this.server.set(ticketKey(p.arrival.id, p.n), JSON.stringify(ticket), p.arrival);
     });
     this.lastMembers = members.map((m) => m.id);
+    this.lastFormed = attempt;
     const spares = this.pending.size;
     this.o.log(`rendezvous: attempt ${attempt} formed with ${members.length} node(s) (${members.map((m) => m.host).join(', ')}), world size ${worldSize}` +
       (spares > 0 ? `; ${spares} spare node(s) wait for the next round` : ''));
@@ -271,6 +343,14 @@ export class Coordinator {
     const need = this.o.static ? `--nnodes ${this.o.maxNodes} needs all ${this.o.maxNodes}` : `--nnodes ${this.o.minNodes}:${this.o.maxNodes} needs at least ${this.o.minNodes}`;
     const message = `rendezvous for attempt ${attempt} failed: ${came} node(s) came within the join timeout of ${this.o.joinTimeoutMs / 1000} s; ${need}`;
     this.close({ exitCode: 1, message, code: 'ERR_TIMEOUT' });
+  }
+}
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
   }
 }
 

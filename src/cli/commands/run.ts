@@ -17,7 +17,8 @@ interface RunFlags {
   nnodes: Nodes;
   nodeRank?: number;
   maxRestarts: number;
-  rdzvBackend: 'static' | 'c10d';
+  rdzvBackend: 'static' | 'c10d' | 'etcd';
+  rdzvLeaseTtl: number;
   rdzvEndpoint?: { host: string; port: number };
   rdzvLastCall: number;
   masterAddr: string;
@@ -38,7 +39,7 @@ interface RunFlags {
 
 /** torchrun's flags that also have an underscore spelling (--nproc_per_node); ours accept both. */
 const UNDERSCORE_FLAGS = ['nproc-per-node', 'node-rank', 'master-addr', 'master-port', 'log-dir', 'local-ranks-filter', 'rdzv-id',
-  'max-restarts', 'rdzv-backend', 'rdzv-endpoint', 'rdzv-last-call'];
+  'max-restarts', 'rdzv-backend', 'rdzv-endpoint', 'rdzv-last-call', 'rdzv-lease-ttl'];
 
 /** --nnodes: N, or MIN:MAX for an elastic job. */
 interface Nodes {
@@ -64,9 +65,11 @@ function endpointArg(value: string): { host: string; port: number } {
   return { host: m[1]!.replace(/^\[|\]$/g, ''), port };
 }
 
-function backendArg(value: string): 'static' | 'c10d' {
+function backendArg(value: string): 'static' | 'c10d' | 'etcd' {
   const v = value.trim();
-  if (v !== 'static' && v !== 'c10d') throw new InvalidArgumentError('expected static or c10d (the store this launcher hosts stands in for both)');
+  if (v !== 'static' && v !== 'c10d' && v !== 'etcd') {
+    throw new InvalidArgumentError('expected static or c10d (the store a launcher hosts stands in for both), or etcd (an etcd server at --rdzv-endpoint)');
+  }
   return v;
 }
 
@@ -159,6 +162,10 @@ and --rdzv-last-call passed; node ranks follow the join order. Later nodes wait 
 and join the next round after a failure (a lost node's launcher counts as one); fewer
 than MIN within --join-timeout ends the job with ERR_TIMEOUT.
 
+etcd: --rdzv-backend etcd --rdzv-endpoint HOST:PORT --rdzv-id JOB keeps the rendezvous
+in etcd under /nccl-node/JOB/, with a lease per launcher (--rdzv-lease-ttl); node rank 0
+of each round hosts that attempt's store, so no single node's loss ends the job.
+
 Example: nccl-node run --nproc-per-node 4 train.ts --epochs 3`;
 
 /** Adds `run` to the program. */
@@ -170,7 +177,8 @@ export function registerRunCommand(program: Command): void {
     .addOption(new Option('--nnodes <n>', 'number of nodes: N, or MIN:MAX for an elastic job').argParser(nodesArg).default({ min: 1, max: 1, elastic: false }, '1'))
     .option('--node-rank <k>', 'this node\'s index, 0 .. nnodes-1 (static rendezvous only; default 0)', integer(0))
     .option('--max-restarts <n>', 're-run the whole gang up to n times after a failure', integer(0), 0)
-    .option('--rdzv-backend <name>', 'static (node ranks given) or c10d (node ranks in join order; implied by --nnodes MIN:MAX)', backendArg, 'static')
+    .option('--rdzv-backend <name>', 'static (node ranks given), c10d (node ranks in join order; implied by --nnodes MIN:MAX) or etcd (the rendezvous in etcd at --rdzv-endpoint)', backendArg, 'static')
+    .option('--rdzv-lease-ttl <seconds>', 'etcd: a launcher whose lease is not renewed for this long is out of the job', secondsArg(1), 10)
     .option('--rdzv-endpoint <host:port>', 'where the launchers meet: the same as --master-addr/--master-port', endpointArg)
     .option('--rdzv-last-call <seconds>', 'elastic: once MIN nodes came, wait this long for more before closing a round', secondsArg(0), 30)
     .option('--master-addr <host>', 'address of node 0, where the store runs', DEFAULT_MASTER_ADDR)
@@ -209,10 +217,12 @@ export function registerRunCommand(program: Command): void {
 async function run(script: string, scriptArgs: string[], flags: RunFlags): Promise<never> {
   // A closed stdout (`| head`) must not kill the launcher and orphan the ranks.
   process.stdout.on('error', () => {});
-  const elastic = flags.nnodes.elastic || flags.rdzvBackend === 'c10d';
+  const etcd = flags.rdzvBackend === 'etcd';
+  const elastic = flags.nnodes.elastic || flags.rdzvBackend === 'c10d' || etcd;
+  if (etcd && flags.rdzvEndpoint === undefined) return usageError('--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT, the etcd server\'s client address');
   const nnodesText = flags.nnodes.elastic ? `${flags.nnodes.min}:${flags.nnodes.max}` : String(flags.nnodes.min);
   if (elastic && flags.nodeRank !== undefined) {
-    return usageError(`--node-rank does not go with --nnodes ${nnodesText}${flags.nnodes.elastic ? '' : ' --rdzv-backend c10d'}: node ranks follow the order in which nodes join`);
+    return usageError(`--node-rank does not go with --nnodes ${nnodesText}${flags.nnodes.elastic ? '' : ` --rdzv-backend ${flags.rdzvBackend}`}: node ranks follow the order in which nodes join`);
   }
   if (!elastic && (flags.nodeRank ?? 0) >= flags.nnodes.min) {
     return usageError(`--node-rank ${flags.nodeRank} must be below --nnodes ${nnodesText}`);
@@ -235,6 +245,7 @@ async function run(script: string, scriptArgs: string[], flags: RunFlags): Promi
       nprocPerNode: resolveNproc(flags.nprocPerNode),
       ...(elastic ? { minNodes: flags.nnodes.min, maxNodes: flags.nnodes.max } : { nnodes: flags.nnodes.min, nodeRank: flags.nodeRank ?? 0 }),
       maxRestarts: flags.maxRestarts,
+      ...(etcd ? { rdzvBackend: 'etcd' as const, leaseTtlMs: flags.rdzvLeaseTtl * 1000 } : {}),
       lastCallMs: flags.rdzvLastCall * 1000,
       masterAddr: flags.rdzvEndpoint?.host ?? flags.masterAddr,
       ...(flags.standalone ? { masterPort: 0 }
@@ -254,7 +265,7 @@ async function run(script: string, scriptArgs: string[], flags: RunFlags): Promi
     });
   } catch (err) {
     if (isNcclNodeError(err, 'ERR_INVALID_ARGUMENT')) return usageError(err.message);
-    process.stderr.write(`nccl-node run: error: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.stderr.write(`nccl-node run: error${isNcclNodeError(err) ? ` [${err.code}]` : ''}: ${err instanceof Error ? err.message : String(err)}\n`);
     process.exit(1);
   }
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => launcher.interrupt(sig));
