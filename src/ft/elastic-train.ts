@@ -168,12 +168,12 @@ export async function trainElastic(group: ElasticGroup, cfg: ElasticTrainConfig)
       train = { step: step + 1, data: loader.state(), rng };
       const record: StepRecord = { step, generation: group.generation, rank: comm.rank, size: comm.size, sampleIds: batch.sampleIds, loss };
       records.push(record);
+      await cfg.afterStep?.({ ...ctx, record });
       // One reduction carries the mean loss and (from rank 0) the joiners waiting: no extra round trip.
       const red = new Float64Array([loss / comm.size, comm.rank === 0 ? await group.pendingJoiners() : 0]);
       await comm.allReduce(red, { op: 'sum' });
       losses[step] = red[0]!;
       retries = 0;
-      await cfg.afterStep?.({ ...ctx, record });
       if (red[1]! > 0 && train.step < cfg.steps) w = await reform(performance.now());
     } catch (err) {
       const t0 = performance.now();
