@@ -109,9 +109,11 @@ export async function trainElastic(group: ElasticGroup, cfg: ElasticTrainConfig)
   const records: StepRecord[] = [];
 
   /** After every formation: take the state of the most advanced member, then wrap for the new size. */
+  let lastSync = { bytes: 0, ms: 0 };
   const wrap = async (): Promise<Wrapped> => {
     const synced = await syncState(group.comm, planSync(group.members), { params: model.params, optimizer, train });
     train = synced.train;
+    lastSync = { bytes: synced.bytes, ms: synced.ms };
     return rewrap();
   };
   /** DDP and loader for the current communicator at the committed step (also after a retry: fresh bucket state). */
@@ -138,7 +140,11 @@ export async function trainElastic(group: ElasticGroup, cfg: ElasticTrainConfig)
         const d = ladder.onRound(previous, round.members.length);
         if (d.action === 'full-restart') return await fullRestart(d, performance.now() - t0);
         const w = await wrap();
-        ladder.record(d, performance.now() - t0, { generation: group.generation, size: w.comm.size, step: train.step });
+        // The cost's parts: the membership round (the window when a member is missing), the state transfer.
+        ladder.record(d, performance.now() - t0, {
+          generation: group.generation, size: w.comm.size, step: train.step,
+          roundMs: round.ms, transferMs: lastSync.ms, transferBytes: lastSync.bytes,
+        });
         return w;
       } catch (err) {
         if (err instanceof NcclNodeError && err.details.exitCode === EXIT_FULL_RESTART) throw err;

@@ -47,6 +47,16 @@ export interface Fault {
   commUsable: boolean;
 }
 
+export interface RecordExtra {
+  generation?: number;
+  size?: number;
+  step?: number;
+  /** Parts of the cost: the membership round, the live state transfer (ms, bytes sent or received). */
+  roundMs?: number;
+  transferMs?: number;
+  transferBytes?: number;
+}
+
 export interface Decision {
   action: Action;
   reason: string;
@@ -67,7 +77,7 @@ export class RecoveryLadder {
   readonly #decisions: Counter;
   readonly #seconds: Counter;
   /** Every decision with its cost, in order (what the metrics count). */
-  readonly history: (Decision & { ms: number; generation?: number; size?: number })[] = [];
+  readonly history: (Decision & { ms: number } & RecordExtra)[] = [];
 
   constructor(o: LadderOptions = {}) {
     this.maxRetries = o.maxRetries ?? 1;
@@ -103,7 +113,7 @@ export class RecoveryLadder {
   }
 
   /** Logs and counts a decision once its cost is known. */
-  record(d: Decision, ms: number, extra: { generation?: number; size?: number; step?: number } = {}): void {
+  record(d: Decision, ms: number, extra: RecordExtra = {}): void {
     this.history.push({ ...d, ms, ...extra });
     this.#decisions.inc({ action: d.action });
     this.#seconds.inc({ action: d.action }, ms / 1000);

@@ -18,7 +18,7 @@ describe('elastic training: rejoin', () => {
     const cfg = config(await corpus(), N);
     const rs = await runRanks<{ decisions: { action: string; ms: number }[]; size: number; generation: number }>('test/ft/worker.ts', 4, {
       payload: { cfg, windowMs: 800, timeoutMs: 15_000, dieRank: 2, dieAt: K, joinAt: J },
-      rankEnv: (r) => (r === 3 ? { FT_ROLE: 'joiner' } : { WORLD_SIZE: '3', LOCAL_WORLD_SIZE: '3' }),
+      rankEnv: (r): Record<string, string> => (r === 3 ? { FT_ROLE: 'joiner' } : { WORLD_SIZE: '3', LOCAL_WORLD_SIZE: '3' }),
       timeoutMs: 50_000,
     });
     const why = describeRanks(rs);
@@ -34,8 +34,12 @@ describe('elastic training: rejoin', () => {
     expect(joinedSteps).toEqual(Array.from({ length: N - J }, (_, i) => J + i));
     expect(rs[3]!.reports.filter((x) => x.step !== undefined).every((x) => x.rank === 2)).toBe(true);
     const grow = rs.slice(0, 2).map((r) => r.result!.decisions[1]!.ms);
-    console.log(`grow (admit + live transfer) cost ms: ${grow.map((m) => m.toFixed(1)).join(', ')}; shrink ms: ${rs[0]!.result!.decisions[0]!.ms.toFixed(1)}`);
+    console.log(`grow: ${JSON.stringify(rs.slice(0, 2).map((r) => r.result!.decisions[1]))}; joiner formed: ${JSON.stringify(rs[3]!.reports[0])}; shrink: ${JSON.stringify(rs[0]!.result!.decisions[0])}`);
 
+    // Only the joiner was behind: rank 0 sent it one frame, rank 1 kept its own state.
+    const sent = rs[0]!.result!.decisions[1] as unknown as { transferBytes: number };
+    expect(sent.transferBytes).toBeGreaterThan(4 * 3 * rs[0]!.arrays!.length);
+    expect((rs[1]!.result!.decisions[1] as unknown as { transferBytes: number }).transferBytes).toBe(0);
     expect(rs[1]!.arrays).toEqual(rs[0]!.arrays);
     expect(rs[3]!.arrays).toEqual(rs[0]!.arrays);
     const ref = await referenceChain(cfg, [{ size: 3, from: 0, to: K }, { size: 2, from: K, to: J }, { size: 3, from: J, to: N }]);
