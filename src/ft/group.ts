@@ -45,6 +45,8 @@ interface StoreHandle {
 
 const PENDING = `${FT_PREFIX}pending`;
 const ADMITTED = `${FT_PREFIX}admitted`;
+const SPARES = `${FT_PREFIX}spares`;
+const SPARES_ADMITTED = `${FT_PREFIX}spares-admitted`;
 
 export class ElasticGroup {
   comm!: Communicator;
@@ -80,17 +82,22 @@ export class ElasticGroup {
     return g;
   }
 
-  /** A process that is not in the group yet: registers, waits to be admitted, joins that generation. */
-  static async join(o: ElasticGroupOptions = {}): Promise<ElasticGroup> {
+  /**
+   * A process that is not in the group yet: registers, waits to be admitted, joins that
+   * generation. A joiner is taken in at the next step boundary (the group grows); with
+   * `spare: true` it waits until a round comes up short and takes a lost member's place.
+   */
+  static async join(o: ElasticGroupOptions & { spare?: boolean } = {}): Promise<ElasticGroup> {
     checkBackend(o);
     const job = resolveJobEnv(process.env, {});
     if (job.token === undefined) throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'ElasticGroup.join: no job token; set NCCL_NODE_TOKEN or start the job with nccl-node run');
     const timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     // Never host the store: the group already has one.
     const g = new ElasticGroup(await openStore({ ...job, rank: 1, worldSize: Math.max(2, job.worldSize) }, job.token, timeoutMs), o);
-    g.#ticket = Number(await g.store.add(PENDING, 1));
-    await g.store.set(`${PENDING}/${g.#ticket}`, g.id);
-    const admit = JSON.parse(await g.store.getString(`${FT_PREFIX}admit/${g.#ticket}`, { timeoutMs: o.admitTimeoutMs ?? timeoutMs })) as { generation: number; expected: number };
+    const list = o.spare ? SPARES : PENDING;
+    g.#ticket = Number(await g.store.add(list, 1));
+    await g.store.set(`${list}/${g.#ticket}`, g.id);
+    const admit = JSON.parse(await g.store.getString(`${list}/${g.#ticket}/admit`, { timeoutMs: o.admitTimeoutMs ?? timeoutMs })) as { generation: number; expected: number };
     await g.#form(admit.generation, { id: g.id, prevRank: -1, step: -1 }, admit.expected, g.windowMs);
     return g;
   }
@@ -124,7 +131,10 @@ export class ElasticGroup {
       expected,
       windowMs,
       // Generation 0 is the founding world; joiners come in at later rounds.
-      ...(generation > 0 ? { onClose: () => this.#admitPending(generation, expected) } : {}),
+      ...(generation > 0 ? {
+        onClose: () => this.#admit(PENDING, ADMITTED, Infinity, generation, expected),
+        onShort: (missing: number) => this.#admit(SPARES, SPARES_ADMITTED, missing, generation, expected),
+      } : {}),
     });
     const native = await binding().createGloo({
       rank: round.me.rank,
@@ -143,15 +153,15 @@ export class ElasticGroup {
     this.lastRound = round;
   }
 
-  /** The closer's part: admit every pending joiner to `generation`; returns how many. */
-  async #admitPending(generation: number, expected: number): Promise<number> {
-    const pending = Number(await this.store.add(PENDING, 0));
-    const admitted = Number(await this.store.add(ADMITTED, 0));
-    const n = pending - admitted;
+  /** The closer's part: admit up to `most` of the registered joiners (or spares) to `generation`; returns how many. */
+  async #admit(list: string, admittedKey: string, most: number, generation: number, expected: number): Promise<number> {
+    const registered = Number(await this.store.add(list, 0));
+    const admitted = Number(await this.store.add(admittedKey, 0));
+    const n = Math.min(most, registered - admitted);
     if (n <= 0) return 0;
-    await this.store.add(ADMITTED, n);
-    for (let t = admitted + 1; t <= pending; t++) {
-      await this.store.set(`${FT_PREFIX}admit/${t}`, JSON.stringify({ generation, expected: expected + n }));
+    await this.store.add(admittedKey, n);
+    for (let t = admitted + 1; t <= admitted + n; t++) {
+      await this.store.set(`${list}/${t}/admit`, JSON.stringify({ generation, expected }));
     }
     return n;
   }

@@ -43,6 +43,11 @@ export interface RoundOptions {
   windowMs: number;
   /** Called by the closer before it waits (admits pending joiners); returns how many more to expect. */
   onClose?: () => Promise<number>;
+  /**
+   * Called by the closer when the window ran out `missing` short (admits spares in
+   * their place); returns how many more to expect, given one more window to check in.
+   */
+  onShort?: (missing: number) => Promise<number>;
 }
 
 export interface RoundResult {
@@ -82,9 +87,24 @@ export async function membershipRound(store: StoreClient, generation: number, in
   await store.set(genKey(generation, `member/${ticket}`), JSON.stringify(info));
   const closer = ticket === 1;
   if (closer) {
-    const expected = o.expected + (o.onClose ? await o.onClose() : 0);
-    const deadline = t0 + o.windowMs;
-    while (performance.now() < deadline && Number(await store.add(seq, 0)) < expected) await sleep(POLL_MS);
+    let expected = o.expected + (o.onClose ? await o.onClose() : 0);
+    const waitFor = async (deadline: number) => {
+      let n = Number(await store.add(seq, 0));
+      while (performance.now() < deadline && n < expected) {
+        await sleep(POLL_MS);
+        n = Number(await store.add(seq, 0));
+      }
+      return n;
+    };
+    const n0 = await waitFor(t0 + o.windowMs);
+    if (n0 < expected && o.onShort) {
+      const spares = await o.onShort(expected - n0);
+      // Spares wait on their admission key, so they check in well within one more window.
+      if (spares > 0) {
+        expected = n0 + spares;
+        await waitFor(performance.now() + o.windowMs);
+      }
+    }
     const n = Number(await store.add(seq, CLOSED)) - CLOSED;
     const list: (MemberInfo & { ticket: number })[] = [];
     for (let t = 1; t <= n; t++) {

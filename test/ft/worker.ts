@@ -1,6 +1,7 @@
 /**
  * One process of an elastic run (src/ft): a founding member, or with FT_ROLE=joiner a
- * process that waits for the test's signal, then joins the group live. A member whose
+ * process that waits for the test's signal, then joins the group live, or with
+ * FT_ROLE=spare one that waits to replace a lost member. A member whose
  * founding rank is `dieRank` kills itself (SIGKILL) before step `dieAt`; founding rank
  * 0 signals the joiner once `joinAt` steps are committed and waits until it registered,
  * so the group grows exactly at that step boundary. Every process that finishes writes
@@ -26,13 +27,16 @@ export interface FtPayload {
 }
 
 const p = readPayload<FtPayload>();
-const joiner = process.env.FT_ROLE === 'joiner';
+const spare = process.env.FT_ROLE === 'spare';
+const joiner = process.env.FT_ROLE === 'joiner' || spare;
 const founding = Number(process.env.RANK);
 const opts = { windowMs: p.windowMs, timeoutMs: p.timeoutMs };
 const t0 = performance.now();
 let timedOut = false;
 let group: ElasticGroup;
-if (joiner) {
+if (spare) {
+  group = await ElasticGroup.join({ ...opts, spare: true, admitTimeoutMs: 40_000 });
+} else if (joiner) {
   const store = await StoreClient.connect({ host: '127.0.0.1', port: Number(process.env.MASTER_PORT), token: process.env.NCCL_NODE_TOKEN!, connectTimeoutMs: 30_000 });
   await store.get('test/join-now', { timeoutMs: 60_000 });
   await store.close();
