@@ -20,6 +20,7 @@ import { openStore, DEFAULT_TIMEOUT_MS } from '../comm/init.js';
 import { NcclNodeError } from '../errors.js';
 import { resolveJobEnv } from '../launch/env.js';
 import { binding } from '../native.js';
+import { createNcclComm } from '../comm/nccl/nccl-init.js';
 import type { StoreClient } from '../rendezvous/client.js';
 import type { StoreServer } from '../rendezvous/server.js';
 import { FT_PREFIX, genKey, membershipRound, type Member, type RoundResult } from './membership.js';
@@ -31,7 +32,11 @@ export interface ElasticGroupOptions {
   timeoutMs?: number;
   /** How long a joiner waits to be admitted (default timeoutMs). */
   admitTimeoutMs?: number;
-  /** Only 'gloo' re-forms in-process today; NCCL needs ncclCommShrink (docs/fault-tolerance.md). */
+  /**
+   * 'gloo' (default), or 'nccl': each generation is a fresh NCCL communicator
+   * (ncclCommInitRank under the generation's prefix); ncclCommShrink is the follow-up
+   * (docs/fault-tolerance.md).
+   */
   backend?: 'gloo' | 'nccl';
 }
 
@@ -59,9 +64,13 @@ export class ElasticGroup {
   readonly timeoutMs: number;
   #store: StoreHandle;
   #ticket = 0;
+  readonly #backend: 'gloo' | 'nccl';
+  readonly #localRank: number;
 
-  private constructor(store: StoreHandle, o: ElasticGroupOptions) {
+  private constructor(store: StoreHandle, o: ElasticGroupOptions, localRank: number) {
     this.#store = store;
+    this.#backend = o.backend ?? 'gloo';
+    this.#localRank = localRank;
     this.windowMs = o.windowMs ?? 2000;
     this.timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   }
@@ -72,11 +81,10 @@ export class ElasticGroup {
 
   /** The founding members (RANK / WORLD_SIZE from the environment, as init()) form generation 0. */
   static async start(o: ElasticGroupOptions = {}): Promise<ElasticGroup> {
-    checkBackend(o);
     const job = resolveJobEnv(process.env, {});
     if (job.token === undefined) throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'ElasticGroup.start: no job token; set NCCL_NODE_TOKEN or start the job with nccl-node run');
     const timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    const g = new ElasticGroup(await openStore(job, job.token, timeoutMs), o);
+    const g = new ElasticGroup(await openStore(job, job.token, timeoutMs), o, job.localRank);
     // Generation 0 waits for the whole founding world (startup is slow), not one window.
     await g.#form(0, { id: g.id, prevRank: job.rank, step: 0 }, job.worldSize, timeoutMs);
     return g;
@@ -88,12 +96,11 @@ export class ElasticGroup {
    * `spare: true` it waits until a round comes up short and takes a lost member's place.
    */
   static async join(o: ElasticGroupOptions & { spare?: boolean } = {}): Promise<ElasticGroup> {
-    checkBackend(o);
     const job = resolveJobEnv(process.env, {});
     if (job.token === undefined) throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'ElasticGroup.join: no job token; set NCCL_NODE_TOKEN or start the job with nccl-node run');
     const timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     // Never host the store: the group already has one.
-    const g = new ElasticGroup(await openStore({ ...job, rank: 1, worldSize: Math.max(2, job.worldSize) }, job.token, timeoutMs), o);
+    const g = new ElasticGroup(await openStore({ ...job, rank: 1, worldSize: Math.max(2, job.worldSize) }, job.token, timeoutMs), o, job.localRank);
     const list = o.spare ? SPARES : PENDING;
     g.#ticket = Number(await g.store.add(list, 1));
     await g.store.set(`${list}/${g.#ticket}`, g.id);
@@ -136,7 +143,13 @@ export class ElasticGroup {
         onShort: (missing: number) => this.#admit(SPARES, SPARES_ADMITTED, missing, generation, expected),
       } : {}),
     });
-    const native = await binding().createGloo({
+    const native = this.#backend === 'nccl'
+      ? await createNcclComm(binding(), {
+        rank: round.me.rank, worldSize: round.members.length, localRank: this.#localRank,
+        storeHost: this.#store.host, storePort: this.#store.port, token: this.#store.token,
+        timeoutMs: this.timeoutMs, prefix: genKey(generation, 'nccl/'),
+      })
+      : await binding().createGloo({
       rank: round.me.rank,
       size: round.members.length,
       storeHost: this.#store.host,
@@ -164,11 +177,5 @@ export class ElasticGroup {
       await this.store.set(`${list}/${t}/admit`, JSON.stringify({ generation, expected }));
     }
     return n;
-  }
-}
-
-function checkBackend(o: ElasticGroupOptions): void {
-  if ((o.backend ?? 'gloo') !== 'gloo') {
-    throw new NcclNodeError('ERR_UNAVAILABLE', 'ElasticGroup: in-process re-forming needs the Gloo backend; NCCL needs ncclCommShrink (see docs/fault-tolerance.md)', { backend: o.backend });
   }
 }

@@ -62,7 +62,8 @@ export interface Decision {
   reason: string;
 }
 
-const PEER_CODES = new Set(['ERR_PEER_LOST', 'ERR_COMM_ABORTED', 'ERR_TIMEOUT', 'ERR_BACKEND']);
+/** Faults of the communicator (NCCL reports a dead peer as ERR_NCCL: the communicator is broken either way). */
+const PEER_CODES = new Set(['ERR_PEER_LOST', 'ERR_COMM_ABORTED', 'ERR_TIMEOUT', 'ERR_BACKEND', 'ERR_NCCL']);
 
 export function faultOf(err: unknown, retries: number, commUsable: boolean): Fault {
   return { code: isNcclNodeError(err) ? err.code : 'ERR_UNKNOWN', retries, commUsable };

@@ -23,6 +23,7 @@ describe('recovery ladder', () => {
     ['ERR_PEER_LOST', 0, true, 'reform'],
     ['ERR_PEER_LOST', 0, false, 'reform'],
     ['ERR_COMM_ABORTED', 0, false, 'reform'],
+    ['ERR_NCCL', 0, false, 'reform'],
     ['ERR_INVALID_ARGUMENT', 0, true, 'raise'],
     ['ERR_UNKNOWN', 0, true, 'raise'],
   ] as const)('fault %s after %i retries (usable: %s): %s', (code, retries, usable, action) => {
