@@ -19,6 +19,7 @@ import { Communicator } from '../comm/communicator.js';
 import { openStore, DEFAULT_TIMEOUT_MS } from '../comm/init.js';
 import { NcclNodeError } from '../errors.js';
 import { resolveJobEnv } from '../launch/env.js';
+import { announceJoin } from '../launch/join.js';
 import { binding } from '../native.js';
 import { createNcclComm } from '../comm/nccl/nccl-init.js';
 import type { StoreClient } from '../rendezvous/client.js';
@@ -85,6 +86,8 @@ export class ElasticGroup {
     if (job.token === undefined) throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'ElasticGroup.start: no job token; set NCCL_NODE_TOKEN or start the job with nccl-node run');
     const timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     const g = new ElasticGroup(await openStore(job, job.token, timeoutMs), o, job.localRank);
+    // As init(): a launcher fails ranks that never announce themselves.
+    await announceJoin(g.store, { rank: job.rank, pid: process.pid, host: hostname(), localRank: job.localRank });
     // Generation 0 waits for the whole founding world (startup is slow), not one window.
     await g.#form(0, { id: g.id, prevRank: job.rank, step: 0 }, job.worldSize, timeoutMs);
     return g;
