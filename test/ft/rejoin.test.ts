@@ -17,7 +17,7 @@ describe('elastic training: rejoin', () => {
   it('a new process joins at step K+2, receives the state live, and the group of 3 matches the 3-2-3 reference exactly', async () => {
     const cfg = config(await corpus(), N);
     const rs = await runRanks<{ decisions: { action: string; ms: number }[]; size: number; generation: number }>('test/ft/worker.ts', 4, {
-      payload: { cfg, windowMs: 800, timeoutMs: 15_000, dieRank: 2, dieAt: K, joinAt: J },
+      payload: { cfg, windowMs: 1500, timeoutMs: 15_000, dieRank: 2, dieAt: K, joinAt: J },
       rankEnv: (r): Record<string, string> => (r === 3 ? { FT_ROLE: 'joiner' } : { WORLD_SIZE: '3', LOCAL_WORLD_SIZE: '3' }),
       timeoutMs: 50_000,
     });

@@ -16,7 +16,7 @@ describe('elastic training: spare', () => {
   it('a spare replaces the lost rank at the same size and the run equals one that never failed', async () => {
     const cfg = config(await corpus(), N);
     const rs = await runRanks<{ decisions: { action: string; ms: number; roundMs: number; transferBytes: number }[]; size: number }>('test/ft/worker.ts', 4, {
-      payload: { cfg, windowMs: 800, timeoutMs: 15_000, dieRank: 2, dieAt: K },
+      payload: { cfg, windowMs: 1500, timeoutMs: 15_000, dieRank: 2, dieAt: K },
       rankEnv: (r): Record<string, string> => (r === 3 ? { FT_ROLE: 'spare' } : { WORLD_SIZE: '3', LOCAL_WORLD_SIZE: '3' }),
       timeoutMs: 50_000,
     });
