@@ -43,3 +43,5 @@ export * as checkpoint from './checkpoint/index.js';
 export * as data from './data/index.js';
 export { DistributedDataParallel, FullyShardedDataParallel, DeviceMesh, createOptimizer } from './runtime/index.js';
 export type { ParamLike, ModelHooks, DataParallel, DDPOptions, FSDPOptions, OptimizerOptions, MeshOptions } from './runtime/index.js';
+// Elastic training: shrink, rejoin with live state, the recovery ladder (docs/fault-tolerance.md).
+export * as ft from './ft/index.js';

@@ -37,7 +37,7 @@ function envTimeout(): number | undefined {
 }
 
 /** The job's store: hosted here (rank 0 without a launcher, or a single process), or joined. */
-async function openStore(job: JobEnv, token: string, timeoutMs: number) {
+export async function openStore(job: JobEnv, token: string, timeoutMs: number) {
   let server: StoreServer | undefined;
   let port = job.masterPort;
   if (job.agentStore) {

@@ -55,6 +55,8 @@ export interface NcclInit {
   storePort: number;
   token: string;
   timeoutMs: number;
+  /** Store key prefix of the unique id (default the world's; an elastic generation has its own). */
+  prefix?: string;
 }
 
 /** Joins the world communicator on device LOCAL_RANK (or NCCL_NODE_DEVICE); the unique id goes over the store. */
@@ -66,7 +68,7 @@ export async function createNcclComm(native: Binding, j: NcclInit): Promise<Nccl
     storeHost: j.storeHost,
     storePort: j.storePort,
     token: j.token,
-    prefix: 'nccl-node/nccl/world/',
+    prefix: j.prefix ?? 'nccl-node/nccl/world/',
     timeoutMs: j.timeoutMs,
   });
   return new NcclComm(comm, comm.gpuControl);

@@ -1,0 +1,184 @@
+/**
+ * An elastic process group: the communicator of the current generation, re-formed
+ * in-process among whoever is alive (membership.ts) without restarting anything.
+ * Each generation's Gloo communicator finds its peers under its own store prefix,
+ * so the keys of a broken generation never mix with the next one's.
+ *
+ * The group owns the store connection (and, without a launcher, rank 0's store
+ * server), not its communicators: aborting a broken communicator leaves the store up
+ * for the round that replaces it. The store must outlive any rank that can fail; under
+ * `nccl-node run` the launcher hosts it.
+ *
+ * Joiners (a restarted rank, a spare) register in the store's pending list; the closer
+ * of the next round admits them (membership.ts onClose), so spares are taken in both
+ * when the group grows at a step boundary and when it re-forms after a failure.
+ */
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import { Communicator } from '../comm/communicator.js';
+import { openStore, DEFAULT_TIMEOUT_MS } from '../comm/init.js';
+import { NcclNodeError } from '../errors.js';
+import { resolveJobEnv } from '../launch/env.js';
+import { announceJoin } from '../launch/join.js';
+import { binding } from '../native.js';
+import { createNcclComm } from '../comm/nccl/nccl-init.js';
+import type { StoreClient } from '../rendezvous/client.js';
+import type { StoreServer } from '../rendezvous/server.js';
+import { FT_PREFIX, genKey, membershipRound, type Member, type RoundResult } from './membership.js';
+
+export interface ElasticGroupOptions {
+  /** How long a membership round waits for missing members, in ms (default 2000). */
+  windowMs?: number;
+  /** Deadline of each collective of a generation's communicator (default NCCL_NODE_TIMEOUT_MS or 10 min). */
+  timeoutMs?: number;
+  /** How long a joiner waits to be admitted (default timeoutMs). */
+  admitTimeoutMs?: number;
+  /**
+   * 'gloo' (default), or 'nccl': each generation is a fresh NCCL communicator
+   * (ncclCommInitRank under the generation's prefix); ncclCommShrink is the follow-up
+   * (docs/fault-tolerance.md).
+   */
+  backend?: 'gloo' | 'nccl';
+}
+
+interface StoreHandle {
+  client: StoreClient;
+  server?: StoreServer | undefined;
+  host: string;
+  port: number;
+  token: string;
+}
+
+const PENDING = `${FT_PREFIX}pending`;
+const ADMITTED = `${FT_PREFIX}admitted`;
+const SPARES = `${FT_PREFIX}spares`;
+const SPARES_ADMITTED = `${FT_PREFIX}spares-admitted`;
+
+export class ElasticGroup {
+  comm!: Communicator;
+  generation = -1;
+  members: Member[] = [];
+  /** The last round this process took part in. */
+  lastRound!: RoundResult;
+  readonly id = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+  readonly windowMs: number;
+  readonly timeoutMs: number;
+  #store: StoreHandle;
+  #ticket = 0;
+  readonly #backend: 'gloo' | 'nccl';
+  readonly #localRank: number;
+
+  private constructor(store: StoreHandle, o: ElasticGroupOptions, localRank: number) {
+    this.#store = store;
+    this.#backend = o.backend ?? 'gloo';
+    this.#localRank = localRank;
+    this.windowMs = o.windowMs ?? 2000;
+    this.timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  }
+
+  get store(): StoreClient {
+    return this.#store.client;
+  }
+
+  /** The founding members (RANK / WORLD_SIZE from the environment, as init()) form generation 0. */
+  static async start(o: ElasticGroupOptions = {}): Promise<ElasticGroup> {
+    const job = resolveJobEnv(process.env, {});
+    if (job.token === undefined) throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'ElasticGroup.start: no job token; set NCCL_NODE_TOKEN or start the job with nccl-node run');
+    const timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const g = new ElasticGroup(await openStore(job, job.token, timeoutMs), o, job.localRank);
+    // As init(): a launcher fails ranks that never announce themselves.
+    await announceJoin(g.store, { rank: job.rank, pid: process.pid, host: hostname(), localRank: job.localRank });
+    // Generation 0 waits for the whole founding world (startup is slow), not one window.
+    await g.#form(0, { id: g.id, prevRank: job.rank, step: 0 }, job.worldSize, timeoutMs);
+    return g;
+  }
+
+  /**
+   * A process that is not in the group yet: registers, waits to be admitted, joins that
+   * generation. A joiner is taken in at the next step boundary (the group grows); with
+   * `spare: true` it waits until a round comes up short and takes a lost member's place.
+   */
+  static async join(o: ElasticGroupOptions & { spare?: boolean } = {}): Promise<ElasticGroup> {
+    const job = resolveJobEnv(process.env, {});
+    if (job.token === undefined) throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'ElasticGroup.join: no job token; set NCCL_NODE_TOKEN or start the job with nccl-node run');
+    const timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    // Never host the store: the group already has one.
+    const g = new ElasticGroup(await openStore({ ...job, rank: 1, worldSize: Math.max(2, job.worldSize) }, job.token, timeoutMs), o, job.localRank);
+    const list = o.spare ? SPARES : PENDING;
+    g.#ticket = Number(await g.store.add(list, 1));
+    await g.store.set(`${list}/${g.#ticket}`, g.id);
+    const admit = JSON.parse(await g.store.getString(`${list}/${g.#ticket}/admit`, { timeoutMs: o.admitTimeoutMs ?? timeoutMs })) as { generation: number; expected: number };
+    await g.#form(admit.generation, { id: g.id, prevRank: -1, step: -1 }, admit.expected, g.windowMs);
+    return g;
+  }
+
+  /** Joiners registered and not admitted yet (reads two counters; any member may ask). */
+  async pendingJoiners(): Promise<number> {
+    return Number(await this.store.add(PENDING, 0)) - Number(await this.store.add(ADMITTED, 0));
+  }
+
+  /**
+   * Leaves the current generation (aborting its communicator: peers stuck in a
+   * collective with this rank fail at once) and forms the next with whoever checks
+   * in within the window, plus any pending joiners.
+   */
+  async reform(step: number): Promise<RoundResult> {
+    const prev = this.members.find((m) => m.id === this.id)!;
+    const size = this.comm.size;
+    this.comm.abort();
+    await this.#form(this.generation + 1, { id: this.id, prevRank: prev.rank, step }, size, this.windowMs);
+    return this.lastRound;
+  }
+
+  async close(): Promise<void> {
+    await this.comm?.destroy().catch(() => {});
+    await this.#store.client.close().catch(() => {});
+    await this.#store.server?.close().catch(() => {});
+  }
+
+  async #form(generation: number, info: { id: string; prevRank: number; step: number }, expected: number, windowMs: number): Promise<void> {
+    const round = await membershipRound(this.store, generation, info, {
+      expected,
+      windowMs,
+      // Generation 0 is the founding world; joiners come in at later rounds.
+      ...(generation > 0 ? {
+        onClose: () => this.#admit(PENDING, ADMITTED, Infinity, generation, expected),
+        onShort: (missing: number) => this.#admit(SPARES, SPARES_ADMITTED, missing, generation, expected),
+      } : {}),
+    });
+    const native = this.#backend === 'nccl'
+      ? await createNcclComm(binding(), {
+        rank: round.me.rank, worldSize: round.members.length, localRank: this.#localRank,
+        storeHost: this.#store.host, storePort: this.#store.port, token: this.#store.token,
+        timeoutMs: this.timeoutMs, prefix: genKey(generation, 'nccl/'),
+      })
+      : await binding().createGloo({
+      rank: round.me.rank,
+      size: round.members.length,
+      storeHost: this.#store.host,
+      storePort: this.#store.port,
+      token: this.#store.token,
+      prefix: genKey(generation, 'gloo/'),
+      hostname: this.store.localAddress ?? '127.0.0.1',
+      timeoutMs: this.timeoutMs,
+      checkAgreement: true,
+    });
+    this.comm = new Communicator({ native, timeoutMs: this.timeoutMs });
+    this.generation = generation;
+    this.members = round.members;
+    this.lastRound = round;
+  }
+
+  /** The closer's part: admit up to `most` of the registered joiners (or spares) to `generation`; returns how many. */
+  async #admit(list: string, admittedKey: string, most: number, generation: number, expected: number): Promise<number> {
+    const registered = Number(await this.store.add(list, 0));
+    const admitted = Number(await this.store.add(admittedKey, 0));
+    const n = Math.min(most, registered - admitted);
+    if (n <= 0) return 0;
+    await this.store.add(admittedKey, n);
+    for (let t = admitted + 1; t <= admitted + n; t++) {
+      await this.store.set(`${list}/${t}/admit`, JSON.stringify({ generation, expected }));
+    }
+    return n;
+  }
+}

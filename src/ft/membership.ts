@@ -1,0 +1,127 @@
+/**
+ * Who is alive: a bounded-time membership round through the job's store, keyed by a
+ * generation number. Every process that wants to be in generation g checks in by
+ * incrementing the round's counter (its ticket) and writing what it brings (its
+ * previous rank, the step it has committed). The first to check in closes the round:
+ * it waits until the expected number checked in or the window ran out, then adds
+ * CLOSED to the counter in one atomic step, so exactly the tickets below CLOSED are
+ * in and a late arrival learns so from its own ticket. The closer publishes the list;
+ * everyone else waits for it with a deadline. A process that did not check in within
+ * the window is out of generation g (it may join a later one).
+ *
+ * The store has no compare-and-set; the counter's add() is the one atomic operation
+ * the round needs.
+ */
+import { NcclNodeError } from '../errors.js';
+import type { StoreClient } from '../rendezvous/client.js';
+
+/** Added by the closer; tickets are far below it. */
+const CLOSED = 1_000_000_000;
+const POLL_MS = 5;
+
+export const FT_PREFIX = 'nccl-node/ft/';
+
+export interface MemberInfo {
+  /** Stable for the life of the process (host:pid:random). */
+  id: string;
+  /** Rank in the previous generation; -1 for a joiner. */
+  prevRank: number;
+  /** Steps this process has committed (-1: no state yet, a joiner). */
+  step: number;
+}
+
+export interface Member extends MemberInfo {
+  ticket: number;
+  /** Rank in the new generation. */
+  rank: number;
+}
+
+export interface RoundOptions {
+  /** The closer stops waiting once this many checked in. */
+  expected: number;
+  /** How long the closer waits for the expected members, in ms. */
+  windowMs: number;
+  /** Called by the closer before it waits (admits pending joiners); returns how many more to expect. */
+  onClose?: () => Promise<number>;
+  /**
+   * Called by the closer when the window ran out `missing` short (admits spares in
+   * their place); returns how many more to expect, given one more window to check in.
+   */
+  onShort?: (missing: number) => Promise<number>;
+}
+
+export interface RoundResult {
+  generation: number;
+  members: Member[];
+  me: Member;
+  /** This process closed the round. */
+  closer: boolean;
+  ms: number;
+}
+
+export function genKey(generation: number, key: string): string {
+  return `${FT_PREFIX}gen/${generation}/${key}`;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * New ranks: the previous members in their old order, then joiners by arrival, so a
+ * shrink keeps the survivors' relative order (and the data slices they take).
+ */
+export function orderMembers(list: (MemberInfo & { ticket: number })[]): Member[] {
+  const sorted = [...list].sort((a, b) => {
+    const pa = a.prevRank < 0 ? Infinity : a.prevRank;
+    const pb = b.prevRank < 0 ? Infinity : b.prevRank;
+    return pa !== pb ? pa - pb : a.ticket - b.ticket;
+  });
+  return sorted.map((m, rank) => ({ ...m, rank }));
+}
+
+export async function membershipRound(store: StoreClient, generation: number, info: MemberInfo, o: RoundOptions): Promise<RoundResult> {
+  const t0 = performance.now();
+  const seq = genKey(generation, 'seq');
+  const ticket = Number(await store.add(seq, 1));
+  const late = () => new NcclNodeError('ERR_TIMEOUT', `membership round of generation ${generation}: ${info.id} checked in after the ${o.windowMs} ms window closed`, { generation });
+  if (ticket > CLOSED) throw late();
+  await store.set(genKey(generation, `member/${ticket}`), JSON.stringify(info));
+  const closer = ticket === 1;
+  if (closer) {
+    let expected = o.expected + (o.onClose ? await o.onClose() : 0);
+    const waitFor = async (deadline: number) => {
+      let n = Number(await store.add(seq, 0));
+      while (performance.now() < deadline && n < expected) {
+        await sleep(POLL_MS);
+        n = Number(await store.add(seq, 0));
+      }
+      return n;
+    };
+    const n0 = await waitFor(t0 + o.windowMs);
+    if (n0 < expected && o.onShort) {
+      const spares = await o.onShort(expected - n0);
+      // Spares wait on their admission key, so they check in well within one more window.
+      if (spares > 0) {
+        expected = n0 + spares;
+        await waitFor(performance.now() + o.windowMs);
+      }
+    }
+    const n = Number(await store.add(seq, CLOSED)) - CLOSED;
+    const list: (MemberInfo & { ticket: number })[] = [];
+    for (let t = 1; t <= n; t++) {
+      // A member that died between its ticket and its record is out.
+      const raw = await store.getString(genKey(generation, `member/${t}`), { timeoutMs: 1000 }).catch(() => undefined);
+      if (raw !== undefined) list.push({ ...(JSON.parse(raw) as MemberInfo), ticket: t });
+    }
+    await store.set(genKey(generation, 'members'), JSON.stringify(orderMembers(list)));
+  }
+  let raw: string;
+  try {
+    raw = await store.getString(genKey(generation, 'members'), { timeoutMs: o.windowMs + 5000 });
+  } catch (err) {
+    throw new NcclNodeError('ERR_TIMEOUT', `membership round of generation ${generation}: no member list within ${o.windowMs + 5000} ms (the closing process died?): ${(err as Error).message}`, { generation });
+  }
+  const members = JSON.parse(raw) as Member[];
+  const me = members.find((m) => m.id === info.id);
+  if (!me) throw late();
+  return { generation, members, me, closer, ms: performance.now() - t0 };
+}
