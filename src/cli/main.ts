@@ -18,11 +18,12 @@ import { registerDataCommand } from './commands/data.js';
 import { registerJobspecCommand } from './commands/jobspec-command.js';
 import { registerPlanCommands } from './commands/plan.js';
 import { registerPocCommand } from './commands/poc.js';
+import { registerTraceCommand } from './commands/trace.js';
 
 export type RegisterCommand = (program: Command) => void;
 
 export const SUBCOMMANDS: readonly RegisterCommand[] = [
-  registerRunCommand, registerBenchCommand, registerCkptCommand, registerDataCommand, registerJobspecCommand, registerDoctorCommand, registerPocCommand, registerPlanCommands,
+  registerRunCommand, registerBenchCommand, registerCkptCommand, registerDataCommand, registerJobspecCommand, registerDoctorCommand, registerPocCommand, registerPlanCommands, registerTraceCommand,
 ];
 
 export const USAGE_EXIT_CODE = 2;

@@ -15,6 +15,7 @@ import { StoreServer } from '../rendezvous/server.js';
 import { Communicator } from './communicator.js';
 import { chooseBackend, createNcclComm } from './nccl/nccl-init.js';
 import { createGlooComm } from './gloo/gloo-init.js';
+import { watchTraceRequests } from './trace-signal.js';
 import { initSchema, parse, type InitOptions } from './call-options.js';
 
 export const DEFAULT_TIMEOUT_MS = 10 * 60 * 1000;
@@ -95,7 +96,9 @@ export async function init(options?: InitOptions): Promise<Communicator> {
   const backend = chooseBackend(native, o.backend ?? 'auto', job.rank);
   const store = await openStore(job, token, timeoutMs);
   const storeToken = store.token;
+  const stopTraces = watchTraceRequests(store.client);
   const close = async () => {
+    stopTraces();
     await store.client.close().catch(() => {});
     await store.server?.close().catch(() => {});
   };
