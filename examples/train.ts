@@ -15,7 +15,7 @@ import { pathToFileURL } from 'node:url';
 import { init } from 'nccl-node';
 import { TinyLM } from 'nccl-node/models';
 import { MODELS, train } from 'nccl-node/train';
-import { deviceMetrics, formatSummary, summarize, TrainMetrics } from 'nccl-node/metrics';
+import { deviceMetrics, formatSummary, StragglerMonitor, summarize, TrainMetrics } from 'nccl-node/metrics';
 
 async function main(): Promise<void> {
   const { values: a } = parseArgs({
@@ -53,6 +53,7 @@ async function main(): Promise<void> {
   const metricsPort = a['metrics-port'] === undefined ? undefined : Number(a['metrics-port']);
   const metrics = metricsPort !== undefined || a['log-dir']
     ? await TrainMetrics.create({ rank: comm.rank, localRank: comm.localRank, worldSize: comm.size, model, port: metricsPort, logDir: a['log-dir'],
+      stragglers: await StragglerMonitor.create(comm),
       ...(await deviceMetrics(a.device, a['param-dtype'] === 'bfloat16' ? 'bf16' : 'fp32')) })
     : undefined;
   if (metrics?.url) console.log(`rank ${comm.rank}: metrics at ${metrics.url}`);

@@ -39,7 +39,7 @@ import { Work } from './work.js';
 import { registerBuffer, registerPinned, type Registration, type RegisterOptions } from './nccl/register.js';
 import type { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
 import { countCollective } from '../metrics/collectives.js';
-import { flightRecord, recordOp } from './flight-record.js';
+import { flightRecord, recordOp, type FlightRecord } from './flight-record.js';
 
 /** What a collective reads or writes: host TypedArrays, or device buffers on the GPU path. */
 export type Buffer = HostArray | DeviceLike;
@@ -115,6 +115,11 @@ export class Communicator {
   /** Operations queued or running. */
   get inFlight(): number {
     return this.#native.inFlight;
+  }
+
+  /** The last operations of this communicator (src/comm/flight-record.ts). */
+  get flightRecord(): FlightRecord {
+    return flightRecord(this.#native);
   }
 
   /** 'ok', or why the communicator can no longer be used. */

@@ -100,10 +100,7 @@ export class FlightRecord {
     const seq = p2p ? -1 : this.#seq++;
     if (!p2p) this.lastEnqueuedSeq = seq;
     const e: TraceEntry = { id: this.#next++, seq, op, count, dtype, peer, state: 'scheduled', enqueuedUs: nowUs(), startedUs: 0, endedUs: 0 };
-    if (this.#capacity > 0) {
-      if (this.#ring.length >= this.#capacity) this.#ring.shift();
-      this.#ring.push(e);
-    }
+    if (this.#capacity > 0) this.#ring[e.id % this.#capacity] = e;
     return e;
   }
 
@@ -115,9 +112,11 @@ export class FlightRecord {
     if (state === 'completed' && e.seq >= 0) this.lastCompletedSeq = Math.max(this.lastCompletedSeq, e.seq);
   }
 
-  /** Entries with id >= `id`, oldest first (a view: entries update as operations finish). */
+  /** Entries with id >= `id` still in the ring, oldest first (live objects: they update as operations finish). */
   since(id: number): TraceEntry[] {
-    return this.#ring.filter((e) => e.id >= id);
+    const out: TraceEntry[] = [];
+    for (let i = Math.max(id, this.#next - this.#capacity); i < this.#next; i++) out.push(this.#ring[i % this.#capacity]!);
+    return out;
   }
 
   /** The id the next operation gets. */
@@ -126,7 +125,7 @@ export class FlightRecord {
   }
 
   json(): CommTrace {
-    const entries = this.#ring.map((e) => ({ ...e }));
+    const entries = this.since(0).map((e) => ({ ...e }));
     // The first unfinished operation is the one running; those after it wait behind it.
     const running = entries.find((e) => e.endedUs === 0);
     let lastStartedSeq = this.lastCompletedSeq;

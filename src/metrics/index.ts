@@ -6,3 +6,6 @@ export { serveMetrics, trainRegistry, type TrainRegistry } from './prometheus.js
 export { summarize, rankSummary, runSummary, formatSummary, type RankSummary, type RunSummary } from './summary.js';
 export { PHASES, type Phase, type StepMetrics, type StepRecord } from './types.js';
 export { deviceMetrics, type DeviceMetrics } from './device.js';
+export { StragglerScores, stepLateness, formatVerdict, type StepReport, type StragglerOptions, type StragglerVerdict, type RankStraggler, type StragglerPattern } from './stragglers.js';
+export { StragglerMonitor } from './straggler-monitor.js';
+export { analyzeTraceDir, analyzeTraces, formatTraceAnalysis, type TraceAnalysis, type CommAnalysis, type Divergence } from './trace-analyze.js';
