@@ -84,7 +84,9 @@ export class TrainMetrics implements StepMetrics {
     this.prom = trainRegistry({ rank: String(rank) });
     this.flopsPerToken = modelFlops(options.model).perToken;
     this.prom.flopsPerToken.set(this.flopsPerToken);
+    // No verdict yet (or no monitor): no state is 1, no culprit.
     this.prom.stragglerCulprit.set(-1);
+    for (const state of STRAGGLER_STATES) this.prom.stragglerState.set({ state }, 0);
     options.stragglers?.onVerdict((v) => this.#straggler(v));
     if (options.peak) this.prom.peakFlops.set({ device: options.peak.device, precision: options.peak.precision, source: options.peak.source }, options.peak.flops);
     if (options.logDir) {
@@ -216,7 +218,7 @@ export class TrainMetrics implements StepMetrics {
     p.stragglerWait.set(me.waitSeconds);
     p.stragglerLateSteps.set(me.lateSteps);
     const state = me.pattern ?? me.role;
-    for (const k of ['chronic', 'intermittent', 'one-off', 'victim', 'ok']) p.stragglerState.set({ state: k }, k === state ? 1 : 0);
+    for (const k of STRAGGLER_STATES) p.stragglerState.set({ state: k }, k === state ? 1 : 0);
   }
 
   /** Counter increments since the last step, from the process-wide collective totals. */
@@ -265,6 +267,8 @@ export class TrainMetrics implements StepMetrics {
     this.logger?.flush();
   }
 }
+
+const STRAGGLER_STATES = ['chronic', 'intermittent', 'one-off', 'victim', 'ok'] as const;
 
 function zeroPhases(): Record<Phase, number> {
   return { data: 0, compute: 0, comm: 0, checkpoint: 0 };
