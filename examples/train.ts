@@ -11,6 +11,7 @@
  */
 import { createHash } from 'node:crypto';
 import { parseArgs } from 'node:util';
+import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { init } from 'nccl-node';
 import { TinyLM } from 'nccl-node/models';
@@ -44,6 +45,8 @@ async function main(): Promise<void> {
   if (!model) throw new Error(`--model must be one of ${Object.keys(MODELS).join(', ')}, received ${a.model}`);
   if (a.resume && !a['ckpt-dir']) throw new Error('--resume needs --ckpt-dir');
   if (a.device !== 'cpu' && a.device !== 'cuda') throw new Error(`--device must be cpu or cuda, received ${a.device}`);
+  // A timeout's flight records land beside the logs (docs/metrics.md).
+  if (a['log-dir']) process.env.NCCL_NODE_TRACE_DIR ??= join(a['log-dir'], 'traces');
   const comm = await init(a.device === 'cuda' ? { backend: 'nccl' } : undefined);
   const parallel = a.parallel === 'fsdp'
     ? { kind: 'fsdp' as const, stage: Number(a.stage) as 1 | 2 | 3, paramDtype: a['param-dtype'] as 'float32' | 'bfloat16' }

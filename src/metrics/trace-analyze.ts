@@ -7,7 +7,9 @@
  * - missing: some ranks called it, others never did: those are the stalled ranks;
  * - mismatch: ranks called different collectives (or another size, dtype or root) at
  *   the same number: the ranks outside the largest agreeing group are named;
- * - incomplete: every rank called the same thing but it did not complete everywhere.
+ * - incomplete: every rank called the same thing, but it did not end alike everywhere
+ *   (completed on some ranks, not on others), or it never ended (timeout, still running).
+ * A call that failed on every rank alike (a call every rank refused) is agreement.
  *
  * For each named rank it reports what that rank was last doing: its newest record
  * entry, that entry's state, and how long before its dump that entry ended.
@@ -72,7 +74,7 @@ export interface CommAnalysis {
   /** Ranks of the communicator with no record at all. */
   absent: number[];
   divergence: Divergence | null;
-  /** The highest sequence number every rank completed (-1: none). */
+  /** The highest sequence number up to which every rank made the same calls with the same outcome (-1: none). */
   agreedThrough: number;
 }
 
@@ -170,7 +172,7 @@ function analyzeComm(comm: string, ranks: Map<number, RankTrace>): CommAnalysis 
       // The largest group (ties: the one holding the lowest rank) is taken as the intended call.
       const ordered = [...groups.values()].sort((a, b) => b.length - a.length || a[0]! - b[0]!);
       divergence = { seq, kind: 'mismatch', calls, stalled: ordered.slice(1).flat().sort((a, b) => a - b), lastActivity: [] };
-    } else if (calls.some((c) => c.state !== 'completed')) {
+    } else if (new Set(calls.map((c) => c.state)).size > 1 || (calls[0]!.state !== 'completed' && calls[0]!.state !== 'failed')) {
       const notDone = calls.filter((c) => c.state !== 'completed').map((c) => c.rank);
       // Ranks still running it while others gave up (timeout) are the slow side; otherwise every rank that did not finish.
       const running = notDone.filter((r) => calls.find((c) => c.rank === r)!.state === 'started' || calls.find((c) => c.rank === r)!.state === 'scheduled');
@@ -209,7 +211,7 @@ export function formatTraceAnalysis(a: TraceAnalysis): string {
     out.push(`communicator ${c.comm} (${c.size} ranks; records from ${list(c.ranks)}${c.absent.length ? `; none from ${list(c.absent)}` : ''})`);
     const d = c.divergence;
     if (!d) {
-      out.push(`  no divergence: every rank completed every collective through #${c.agreedThrough}`);
+      out.push(`  no divergence: every rank made the same calls with the same outcome through #${c.agreedThrough}`);
       continue;
     }
     out.push(`  ranks diverge at #${d.seq} (${d.kind}); all agreed through #${c.agreedThrough}`);

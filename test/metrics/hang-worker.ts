@@ -21,16 +21,18 @@ await comm.broadcast(new Float32Array(8), { root: 1 });
 
 const allDumped = () => existsSync(dir) && readdirSync(dir).filter((f) => f.startsWith('nccl-node-trace-rank')).length >= comm.size;
 let error: string | null = null;
+let message: string | null = null;
 if (comm.rank !== p.stall) {
   try {
     await comm.allReduce(buf, { timeoutMs: p.timeoutMs });
   } catch (err) {
     error = (err as { code?: string }).code ?? String(err);
+    message = (err as Error).message;
   }
 }
 const deadline = Date.now() + 15_000;
 while (!allDumped() && Date.now() < deadline) await sleep(50);
-report({ rank: comm.rank, error, allDumped: allDumped() });
+report({ rank: comm.rank, error, message, allDumped: allDumped() });
 // Peers may still read the store: leave together, rank 0 (the store's host) last.
 await sleep(comm.rank === 0 ? 600 : 100);
 process.exit(0);

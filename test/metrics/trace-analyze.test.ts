@@ -33,6 +33,8 @@ describe('a hang in a 3-rank Gloo job', () => {
     const reports = results.map((r) => r.reports.find((x) => 'allDumped' in x)!);
     expect(reports.map((r) => r.error)).toEqual(['ERR_TIMEOUT', 'ERR_TIMEOUT', null]);
     expect(reports.every((r) => r.allDumped)).toBe(true);
+    // The native engine numbers the timed-out call #3, as the JS record does below.
+    for (const r of reports.slice(0, 2)) expect(r.message).toMatch(/^allReduce failed on rank [01] of 3 \(collective #3\)/);
     const files = readdirSync(dir).filter((f) => f.endsWith('.json')).sort();
     expect(files.map((f) => f.replace(/-\d+\.json$/, ''))).toEqual(['nccl-node-trace-rank0', 'nccl-node-trace-rank1', 'nccl-node-trace-rank2']);
 
@@ -108,7 +110,7 @@ describe('trace analyze on synthetic records', () => {
     const [c] = analyzeTraceDir(dir).comms;
     expect(c!.divergence).toBeNull();
     expect(c!.agreedThrough).toBe(4);
-    expect(formatTraceAnalysis(analyzeTraceDir(dir))).toContain('no divergence: every rank completed every collective through #4');
+    expect(formatTraceAnalysis(analyzeTraceDir(dir))).toContain('no divergence: every rank made the same calls with the same outcome through #4');
   });
 
   it('uses the newest dump of a rank and analyses each communicator apart', () => {
@@ -137,4 +139,33 @@ describe('trace analyze on synthetic records', () => {
     expect((err as Error).message).toMatch(/is not a flight record: communicators\.0\.rank/);
     expect(() => analyzeTraceDir(join(empty, 'nope'))).toThrow(/cannot read .*nope \(ENOENT\)/);
   });
+});
+
+describe('the JS flight record of a real job', () => {
+  it('numbers calls as the native engine does, and trace analyze names the rank that called another size', async () => {
+    const dir = tmp();
+    const results = await runRanks('test/metrics/seq-worker.ts', 2, { env: { NCCL_NODE_TRACE_DIR: dir }, timeoutMs: 30_000, check: true });
+    const reports = results.map((r) => r.reports.find((x) => 'message' in x)! as { message: string; records: { entries: TraceEntry[] } });
+    for (const r of reports) {
+      // The native engine's number for the mismatched call, from its own error message.
+      const native = Number(/\(collective #(\d+)\)/.exec(r.message)![1]);
+      expect(r.message).toMatch(/^ERR_SIZE_MISMATCH: allReduce failed on rank \d of 2 \(collective #\d+\): ranks disagree/);
+      const entries = r.records.entries;
+      expect(entries.map((e) => [e.seq, e.op, e.state])).toEqual([
+        [0, 'allReduce', 'completed'], [1, 'barrier', 'completed'], [2, 'allGather', 'failed'], [3, 'split', 'completed'],
+        [-1, reports.indexOf(r) === 0 ? 'send' : 'recv', 'completed'], [4, 'broadcast', 'completed'], [5, 'allReduce', 'failed'],
+      ]);
+      expect(native).toBe(5);
+      for (const e of entries) expect(e.enqueuedUs <= e.startedUs && e.startedUs <= e.endedUs).toBe(true);
+    }
+    const a = analyzeTraceDir(dir);
+    expect(a.comms.map((c) => c.comm)).toEqual(['world', 'world/split3:0']);
+    // #2 failed on both ranks alike (both refused it): agreement. At #5 the sizes differ; of a
+    // 1-1 tie the group holding rank 0 is taken as intended.
+    expect(a.comms[0]!.agreedThrough).toBe(4);
+    expect(a.comms[0]!.divergence).toMatchObject({ seq: 5, kind: 'mismatch', stalled: [1] });
+    expect(a.comms[0]!.divergence!.calls.map((c) => [c.rank, c.op, c.count, c.state])).toEqual([[0, 'allReduce', 4, 'failed'], [1, 'allReduce', 8, 'failed']]);
+    expect(a.comms[1]!.divergence).toBeNull();
+    expect(a.comms[1]!.agreedThrough).toBe(0);
+  }, 60_000);
 });
