@@ -112,7 +112,7 @@ export function formatSummary(r: RunSummary): string {
  * logDir (when set) and returns the summary; other ranks return null.
  */
 export async function summarize(m: TrainMetrics, comm: { rank: number; size: number; allGatherObject<T>(v: T): Promise<T[]> }, logDir?: string): Promise<RunSummary | null> {
-  await m.settle(); // the last steps' straggler scores
+  await m.options.stragglers?.settle(); // the last steps' straggler scores
   const mine = rankSummary(m);
   const all = comm.size > 1 ? await comm.allGatherObject(mine) : [mine];
   if (comm.rank !== 0) return null;
