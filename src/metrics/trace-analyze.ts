@@ -118,6 +118,8 @@ export function readTraces(dir: string): { files: string[]; traces: { file: stri
   return { files: files.map((f) => join(dir, f)), traces };
 }
 
+// send/recv take no collective number: -1 in the JS record, 0 in the native one.
+const isCollective = (e: TraceEntry): boolean => e.seq >= 0 && e.op !== 'send' && e.op !== 'recv';
 const signature = (e: TraceEntry): string => `${e.op}|${e.count}|${e.dtype}|${e.peer}`;
 
 /** Analyses parsed records (what readTraces returns, or records built in memory). */
@@ -142,7 +144,7 @@ function analyzeComm(comm: string, ranks: Map<number, RankTrace>): CommAnalysis 
   const bySeq = new Map<number, Map<number, TraceEntry>>();
   for (const [rank, { trace }] of ranks) {
     const m = new Map<number, TraceEntry>();
-    for (const e of trace.entries) if (e.seq >= 0) m.set(e.seq, e);
+    for (const e of trace.entries) if (isCollective(e)) m.set(e.seq, e);
     bySeq.set(rank, m);
   }
   // Rings forget old entries: compare only from the first number every rank still holds.
@@ -187,7 +189,7 @@ function analyzeComm(comm: string, ranks: Map<number, RankTrace>): CommAnalysis 
       return {
         rank,
         last: e ? { ...e, idleMs: ended ? (dumpedUs - ended) / 1000 : null } : null,
-        lastCompletedSeq: Math.max(-1, ...trace.entries.filter((x) => x.seq >= 0 && x.state === 'completed').map((x) => x.seq)),
+        lastCompletedSeq: Math.max(-1, ...trace.entries.filter((x) => isCollective(x) && x.state === 'completed').map((x) => x.seq)),
       };
     });
   }
@@ -230,7 +232,7 @@ export function formatTraceAnalysis(a: TraceAnalysis): string {
       }
       const e = l.last;
       const idle = e.idleMs === null ? 'still running at its dump' : `ended ${(e.idleMs / 1000).toFixed(2)} s before its dump`;
-      out.push(`  rank ${l.rank} last: ${e.seq >= 0 ? callText(e, e.seq) : `${e.op} (peer ${e.peer})`} ${e.state}, ${idle}; last completed #${l.lastCompletedSeq}`);
+      out.push(`  rank ${l.rank} last: ${isCollective(e) ? callText(e, e.seq) : `${e.op} (peer ${e.peer})`} ${e.state}, ${idle}; last completed #${l.lastCompletedSeq}`);
     }
   }
   return out.join('\n');

@@ -78,7 +78,8 @@ describe('trace analyze on synthetic records', () => {
     const dir = write([
       file(0, 3, [...common(0), entry(2, 'allReduce', 'started', 5000)]),
       file(1, 3, [...common(0), entry(2, 'allReduce', 'started', 5100)]),
-      file(2, 3, [...common(0), entry(2, 'broadcast', 'started', 5050, { peer: 0 })]),
+      // The native recorder gives send/recv sequence number 0: not collective #0.
+      file(2, 3, [...common(0), entry(0, 'send', 'completed', 4000, { peer: 1 }), entry(2, 'broadcast', 'started', 5050, { peer: 0 })]),
     ], true);
     const [c] = analyzeTraceDir(dir).comms;
     expect(c!.agreedThrough).toBe(1);
@@ -98,6 +99,7 @@ describe('trace analyze on synthetic records', () => {
     ]);
     const [c] = analyzeTraceDir(dir).comms;
     expect(c!.absent).toEqual([3]);
+    expect(c!.agreedThrough).toBe(0);
     expect(c!.divergence).toMatchObject({ seq: 1, kind: 'incomplete', stalled: [1] });
   });
 
