@@ -11,11 +11,12 @@
  */
 import { createHash } from 'node:crypto';
 import { parseArgs } from 'node:util';
+import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { init } from 'nccl-node';
 import { TinyLM } from 'nccl-node/models';
 import { MODELS, train } from 'nccl-node/train';
-import { deviceMetrics, formatSummary, summarize, TrainMetrics } from 'nccl-node/metrics';
+import { deviceMetrics, formatSummary, StragglerMonitor, summarize, TrainMetrics } from 'nccl-node/metrics';
 
 async function main(): Promise<void> {
   const { values: a } = parseArgs({
@@ -44,6 +45,8 @@ async function main(): Promise<void> {
   if (!model) throw new Error(`--model must be one of ${Object.keys(MODELS).join(', ')}, received ${a.model}`);
   if (a.resume && !a['ckpt-dir']) throw new Error('--resume needs --ckpt-dir');
   if (a.device !== 'cpu' && a.device !== 'cuda') throw new Error(`--device must be cpu or cuda, received ${a.device}`);
+  // A timeout's flight records land beside the logs (docs/metrics.md).
+  if (a['log-dir']) process.env.NCCL_NODE_TRACE_DIR ??= join(a['log-dir'], 'traces');
   const comm = await init(a.device === 'cuda' ? { backend: 'nccl' } : undefined);
   const parallel = a.parallel === 'fsdp'
     ? { kind: 'fsdp' as const, stage: Number(a.stage) as 1 | 2 | 3, paramDtype: a['param-dtype'] as 'float32' | 'bfloat16' }
@@ -53,6 +56,7 @@ async function main(): Promise<void> {
   const metricsPort = a['metrics-port'] === undefined ? undefined : Number(a['metrics-port']);
   const metrics = metricsPort !== undefined || a['log-dir']
     ? await TrainMetrics.create({ rank: comm.rank, localRank: comm.localRank, worldSize: comm.size, model, port: metricsPort, logDir: a['log-dir'],
+      stragglers: await StragglerMonitor.create(comm),
       ...(await deviceMetrics(a.device, a['param-dtype'] === 'bfloat16' ? 'bf16' : 'fp32')) })
     : undefined;
   if (metrics?.url) console.log(`rank ${comm.rank}: metrics at ${metrics.url}`);

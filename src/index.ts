@@ -26,6 +26,8 @@ export { fp8e4m3ToFloat, floatToFp8e4m3, fp8e5m2ToFloat, floatToFp8e5m2 } from '
 export { resolveJobEnv, type JobEnv } from './launch/env.js';
 export { StoreClient } from './rendezvous/client.js';
 export { StoreServer } from './rendezvous/server.js';
+// Flight records of every communicator, any backend (docs/metrics.md).
+export { dumpTraces, traceDir, type TraceFile } from './comm/flight-record.js';
 // GPU path (docs/gpu.md): device memory, streams, NCCL extras, kernels, health.
 export { DeviceBuffer, PinnedHostBuffer, type AllocOptions } from './gpu/device-buffer.js';
 export { Stream, Event } from './gpu/stream.js';

@@ -19,11 +19,12 @@ import { registerJobspecCommand } from './commands/jobspec-command.js';
 import { registerPlanCommands } from './commands/plan.js';
 import { registerPocCommand } from './commands/poc.js';
 import { registerTopCommand } from './commands/top.js';
+import { registerTraceCommand } from './commands/trace.js';
 
 export type RegisterCommand = (program: Command) => void;
 
 export const SUBCOMMANDS: readonly RegisterCommand[] = [
-  registerRunCommand, registerBenchCommand, registerCkptCommand, registerDataCommand, registerJobspecCommand, registerDoctorCommand, registerPocCommand, registerPlanCommands, registerTopCommand,
+  registerRunCommand, registerBenchCommand, registerCkptCommand, registerDataCommand, registerJobspecCommand, registerDoctorCommand, registerPocCommand, registerPlanCommands, registerTopCommand, registerTraceCommand,
 ];
 
 export const USAGE_EXIT_CODE = 2;

@@ -39,6 +39,7 @@ import { Work } from './work.js';
 import { registerBuffer, registerPinned, type Registration, type RegisterOptions } from './nccl/register.js';
 import type { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
 import { countCollective } from '../metrics/collectives.js';
+import { flightRecord, recordOp, type FlightRecord } from './flight-record.js';
 
 /** What a collective reads or writes: host TypedArrays, or device buffers on the GPU path. */
 export type Buffer = HostArray | DeviceLike;
@@ -119,6 +120,11 @@ export class Communicator {
   /** Operations queued or running. */
   get inFlight(): number {
     return this.#native.inFlight;
+  }
+
+  /** The last operations of this communicator (src/comm/flight-record.ts). */
+  get flightRecord(): FlightRecord {
+    return flightRecord(this.#native);
   }
 
   /** 'ok', or why the communicator can no longer be used. */
@@ -431,6 +437,7 @@ export class Communicator {
       if (!this.#closed && code !== 'ERR_COMM_DESTROYED' && code !== 'ERR_COMM_ABORTED') {
         const message = err instanceof Error ? err.message : String(err);
         try {
+          if (this.#native.reject) flightRecord(this.#native).refused(call);
           this.#native.reject?.(OpKind[call], code, message, Number.isInteger(peer) ? peer : -1, this.timeoutMs);
         } catch {
           // The communicator went away under us: nobody left to tell.
@@ -524,7 +531,7 @@ export class Communicator {
       const why = this.#abortReason ? ` (${this.#abortReason.message})` : '';
       throw new NcclNodeError('ERR_COMM_ABORTED', `${this.#where(call)}: the communicator was aborted${why}`);
     }
-    return this.#native.submit(
+    const done = this.#native.submit(
       OpKind[call],
       DTYPE_CODE[s.dtype],
       REDUCE_OP_CODE[s.op ?? 'sum'],
@@ -539,6 +546,8 @@ export class Communicator {
       s.recvCounts,
       s.preMulScalar,
     );
+    recordOp(this.#native, call, s.count, s.dtype, s.root ?? -1, done, s.color);
+    return done;
   }
 
   #submit(call: OpName, s: Submission): Work {

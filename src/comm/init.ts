@@ -15,6 +15,7 @@ import { StoreServer } from '../rendezvous/server.js';
 import { Communicator } from './communicator.js';
 import { chooseBackend, createNcclComm } from './nccl/nccl-init.js';
 import { createGlooComm } from './gloo/gloo-init.js';
+import { watchTraceRequests } from './trace-signal.js';
 import { initSchema, parse, type InitOptions } from './call-options.js';
 import { explainFailure, releaseCommunicator, startFailureDetection, stopFailureDetection, watchCommunicator } from './heartbeat.js';
 
@@ -97,7 +98,9 @@ export async function init(options?: InitOptions): Promise<Communicator> {
   const store = await openStore(job, token, timeoutMs);
   const storeToken = store.token;
   let world: Communicator | undefined;
+  const stopTraces = watchTraceRequests(store.client);
   const close = async () => {
+    stopTraces();
     // Heartbeats stop (a last one says so) before the store connection closes.
     if (world !== undefined) await releaseCommunicator(world);
     await store.client.close().catch(() => {});

@@ -16,6 +16,8 @@ import { collectiveTotals, type CollectiveTotals } from './collectives.js';
 import { mfu, modelFlops, type PeakFlops } from './flops.js';
 import { serveMetrics, trainRegistry, type TrainRegistry } from './prometheus.js';
 import { PHASES, type Phase, type StepMetrics, type StepRecord } from './types.js';
+import type { StragglerMonitor } from './straggler-monitor.js';
+import type { StragglerVerdict } from './stragglers.js';
 
 export interface TrainMetricsOptions {
   rank: number;
@@ -31,6 +33,8 @@ export interface TrainMetricsOptions {
   logDir?: string;
   /** Bytes in use on this rank's GPU, sampled at most once a second (e.g. NVML's memory.used). */
   deviceMemory?: () => Promise<number | null>;
+  /** Scores stragglers from every step (StragglerMonitor.create(comm)); close() closes it. */
+  stragglers?: StragglerMonitor;
 }
 
 /** One finished step as this rank saw it; times in seconds. */
@@ -80,6 +84,10 @@ export class TrainMetrics implements StepMetrics {
     this.prom = trainRegistry({ rank: String(rank) });
     this.flopsPerToken = modelFlops(options.model).perToken;
     this.prom.flopsPerToken.set(this.flopsPerToken);
+    // No verdict yet (or no monitor): no state is 1, no culprit.
+    this.prom.stragglerCulprit.set(-1);
+    for (const state of STRAGGLER_STATES) this.prom.stragglerState.set({ state }, 0);
+    options.stragglers?.onVerdict((v) => this.#straggler(v));
     if (options.peak) this.prom.peakFlops.set({ device: options.peak.device, precision: options.peak.precision, source: options.peak.source }, options.peak.flops);
     if (options.logDir) {
       mkdirSync(options.logDir, { recursive: true });
@@ -169,6 +177,7 @@ export class TrainMetrics implements StepMetrics {
     this.#sampleDevice(now);
     const s: StepSample = { step: r.step, loss: r.loss, gradNorm: r.gradNorm, tokens: r.tokens, seconds, phases, tokensPerSecond, mfu: u, rssBytes, deviceMemoryBytes: this.#device };
     this.samples.push(s);
+    this.options.stragglers?.endStep(r.step, seconds);
 
     const p = this.prom;
     p.step.set(r.step + 1);
@@ -196,6 +205,20 @@ export class TrainMetrics implements StepMetrics {
       checkpoint_seconds: phases.checkpoint, tokens_per_second: tokensPerSecond, mfu: u, rss_bytes: rssBytes,
       device_memory_bytes: this.#device,
     }, 'step');
+  }
+
+  /** This rank's row of a new straggler verdict, and the job's culprit. */
+  #straggler(v: StragglerVerdict): void {
+    const me = v.ranks[this.options.rank];
+    const p = this.prom;
+    p.stragglerCulprit.set(v.culprit ?? -1);
+    if (!me) return;
+    p.stragglerScore.set(me.score);
+    p.stragglerLateness.set(me.latenessSeconds);
+    p.stragglerWait.set(me.waitSeconds);
+    p.stragglerLateSteps.set(me.lateSteps);
+    const state = me.pattern ?? me.role;
+    for (const k of STRAGGLER_STATES) p.stragglerState.set({ state: k }, k === state ? 1 : 0);
   }
 
   /** Counter increments since the last step, from the process-wide collective totals. */
@@ -228,20 +251,24 @@ export class TrainMetrics implements StepMetrics {
     return this.#coll;
   }
 
-  /** Resolves once every checkpoint handed to checkpoint() is recorded (committed or failed). */
+  /** Resolves once every checkpoint handed to checkpoint() is recorded (committed or failed) and every step is straggler-scored. */
   async settle(): Promise<void> {
     while (this.#pendingCkpt.size) await Promise.all([...this.#pendingCkpt]);
+    await this.options.stragglers?.settle();
   }
 
-  /** Waits for the outstanding checkpoint records, stops serving and flushes the log. */
+  /** Waits for the outstanding checkpoint records, closes the straggler monitor, stops serving and flushes the log. */
   async close(): Promise<void> {
     await this.settle();
+    await this.options.stragglers?.close();
     const server = this.#server;
     this.#server = null;
     if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
     this.logger?.flush();
   }
 }
+
+const STRAGGLER_STATES = ['chronic', 'intermittent', 'one-off', 'victim', 'ok'] as const;
 
 function zeroPhases(): Record<Phase, number> {
   return { data: 0, compute: 0, comm: 0, checkpoint: 0 };

@@ -11,3 +11,6 @@ export { LossHistory, SpikeDetector, DivergenceDetector, zScore, relativeRise, t
 export { SdcSentinel, outvoted, replicaTensors, crc32cOf, type SdcOptions, type SdcEvent } from './sdc.js';
 export { FaultInjector, corrupt, FAULT_SITES, type Fault, type FaultSite, type FiredFault } from './sdc-inject.js';
 export type { StepProbe, StepContext } from './probe.js';
+export { StragglerScores, stepLateness, formatVerdict, type StepReport, type StragglerOptions, type StragglerVerdict, type RankStraggler, type StragglerPattern } from './stragglers.js';
+export { StragglerMonitor } from './straggler-monitor.js';
+export { analyzeTraceDir, analyzeTraces, formatTraceAnalysis, type TraceAnalysis, type CommAnalysis, type Divergence } from './trace-analyze.js';

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import type { CollectiveTotals } from './collectives.js';
 import type { CheckpointSample, StepSample, TrainMetrics } from './collector.js';
 import { PHASES, type Phase } from './types.js';
+import { formatVerdict, type RankStraggler, type StragglerVerdict } from './stragglers.js';
 
 export interface RankSummary {
   rank: number;
@@ -29,6 +30,8 @@ export interface RankSummary {
   maxDeviceMemoryBytes: number | null;
   collectives: Record<string, CollectiveTotals & { bandwidth: number }>;
   checkpoints: CheckpointSample[];
+  /** This rank's straggler scores, when a StragglerMonitor ran. */
+  straggler: RankStraggler | null;
 }
 
 export interface RunSummary {
@@ -38,6 +41,8 @@ export interface RunSummary {
   /** Mean of the ranks' MFU. */
   mfu: number | null;
   ranks: RankSummary[];
+  /** The straggler verdict after the last step, when a StragglerMonitor ran. */
+  stragglers: StragglerVerdict | null;
 }
 
 export function rankSummary(m: TrainMetrics): RankSummary {
@@ -67,16 +72,18 @@ export function rankSummary(m: TrainMetrics): RankSummary {
     maxDeviceMemoryBytes: dev.length ? Math.max(...dev) : null,
     collectives: Object.fromEntries(Object.entries(m.collectives).map(([k, t]) => [k, { ...t, bandwidth: t.seconds > 0 ? t.bytes / t.seconds : 0 }])),
     checkpoints: [...m.checkpoints],
+    straggler: m.options.stragglers?.verdict.ranks[m.options.rank] ?? null,
   };
 }
 
-export function runSummary(ranks: RankSummary[]): RunSummary {
+export function runSummary(ranks: RankSummary[], stragglers: StragglerVerdict | null = null): RunSummary {
   const mfus = ranks.map((r) => r.mfu).filter((x): x is number => x !== null);
   return {
     worldSize: ranks.length,
     tokensPerSecond: ranks.reduce((a, r) => a + r.tokensPerSecond, 0),
     mfu: mfus.length === ranks.length && mfus.length ? mfus.reduce((a, b) => a + b, 0) / mfus.length : null,
     ranks,
+    stragglers,
   };
 }
 
@@ -95,6 +102,7 @@ export function formatSummary(r: RunSummary): string {
   const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i]!)).join('  ');
   const ck = r.ranks[0]?.checkpoints ?? [];
   const tail = [`${r.worldSize} ranks: ${r.tokensPerSecond.toFixed(0)} tokens/s, MFU ${r.mfu === null ? '-' : pct(r.mfu)} of ${r.ranks[0]?.peakSource ?? 'no known peak'}`];
+  if (r.stragglers) tail.push(formatVerdict(r.stragglers));
   if (ck.length) tail.push(`checkpoints: ${ck.length}, last ${mib(ck.at(-1)!.bytes)}, commit ${ck.at(-1)!.commitSeconds.toFixed(2)} s`);
   return [line(head), ...rows.map(line), ...tail].join('\n');
 }
@@ -104,10 +112,11 @@ export function formatSummary(r: RunSummary): string {
  * logDir (when set) and returns the summary; other ranks return null.
  */
 export async function summarize(m: TrainMetrics, comm: { rank: number; size: number; allGatherObject<T>(v: T): Promise<T[]> }, logDir?: string): Promise<RunSummary | null> {
+  await m.options.stragglers?.settle(); // the last steps' straggler scores
   const mine = rankSummary(m);
   const all = comm.size > 1 ? await comm.allGatherObject(mine) : [mine];
   if (comm.rank !== 0) return null;
-  const run = runSummary(all);
+  const run = runSummary(all, m.options.stragglers?.verdict ?? null);
   if (logDir) writeFileSync(join(logDir, 'summary.json'), `${JSON.stringify(run, null, 2)}\n`);
   m.logger?.info({ event: 'summary', step: all[0]!.steps, tokens_per_second: run.tokensPerSecond, mfu: run.mfu }, 'summary');
   return run;

@@ -52,6 +52,10 @@ describe('nccl backend on the stand-ins', () => {
     expect(entries.map((e: { state: string }) => e.state)).toEqual(['completed', 'timeout']);
     expect(entries[1]).toMatchObject({ seq: 1, op: 'allReduce', count: 3, dtype: 'float32' });
     expect(record.communicators[0].lastCompletedSeq).toBe(0);
+    // The JS record (every backend) numbers the calls as the native one and is dumped beside it.
+    const js = JSON.parse(readFileSync(join(dir, readdirSync(dir).find((f) => f.startsWith('nccl-node-trace-rank0-'))!), 'utf8'));
+    expect(js.communicators[0].entries.map((e: { seq: number; op: string; state: string }) => [e.seq, e.op, e.state]))
+      .toEqual(entries.map((e: { seq: number; op: string; state: string }) => [e.seq, e.op, e.state]));
   }, 60000);
 
   it('peer death: the surviving rank fails with ERR_NCCL quickly, naming the peer', async () => {

@@ -1,7 +1,8 @@
 // One rank of a GPU test (spawned by helpers.ts runRanks). Runs SCENARIO on the NCCL
 // backend over the stand-in libraries and prints one line: RESULT <json>.
+import { readFileSync } from 'node:fs';
 import {
-  DeviceBuffer, allReducePreMulSum, arrayTypeOf, bf16ToFloat, floatToBf16, floatToHalf, group, halfToFloat, init,
+  DeviceBuffer, allReducePreMulSum, dumpFlightRecords, dumpTraces, arrayTypeOf, bf16ToFloat, floatToBf16, floatToHalf, group, halfToFloat, init,
   type Communicator, type DType, type HostArray,
 } from '../../src/index.js';
 
@@ -93,6 +94,12 @@ async function collectives(comm: Communicator) {
     await expectEq('split allReduce', c, [members.reduce((s, r) => s + r, 0)]);
     await group(() => { child.allReduce(c); });
   }
+  // The JS flight record numbers collectives (group ends included) as the native one does.
+  const collectivesOf = (c: { entries: { seq: number; op: string }[] }) =>
+    c.entries.filter((e) => e.op !== 'send' && e.op !== 'recv' && e.op !== 'split').map((e) => `${e.seq}:${e.op}`).join(' ');
+  const native = JSON.parse(readFileSync(dumpFlightRecords('check'), 'utf8')).communicators[0];
+  const js = JSON.parse(readFileSync(dumpTraces('check'), 'utf8')).communicators.find((c: { comm: string }) => c.comm === 'world');
+  if (collectivesOf(js) !== collectivesOf(native)) failures.push(`flight records differ: js ${collectivesOf(js)} native ${collectivesOf(native)}`);
   return { backend: comm.backend, version: comm.backendVersion };
 }
 

@@ -6,6 +6,7 @@
 import type { NativeBuffer, NativeComm } from '../../native.js';
 import { GroupFlag, OpKind } from '../../native.js';
 import type { NativeNcclControl } from '../../native/contract.js';
+import { recordOp } from '../flight-record.js';
 
 /** native/core/op.h Op::Group, as the contract declares it. */
 export { GroupFlag };
@@ -50,8 +51,11 @@ export class NcclComm implements NativeComm {
 
   /** Closes this communicator's part of a group: an op that runs ncclGroupEnd and completes with the group. */
   endGroup(timeoutMs: number): Promise<unknown> {
-    return this.#native.submit(OpKind.barrier, 1, 0, undefined, undefined, 0, -1, timeoutMs, undefined, undefined,
+    const p = this.#native.submit(OpKind.barrier, 1, 0, undefined, undefined, 0, -1, timeoutMs, undefined, undefined,
       undefined, undefined, undefined, GroupFlag.end);
+    // It takes a collective sequence number natively: the flight record counts it too.
+    recordOp(this, 'groupEnd', 0, 'uint8', -1, p);
+    return p;
   }
 
   abort(): void { this.#native.abort(); }
