@@ -24,7 +24,7 @@ describe('nccl-node top', () => {
     try {
       // Rank 1's data source sleeps: its step time is the longer one; the job waits for a scrape after its last step.
       const job = runRanks<{ samples: StepSample[] }>('test/metrics/train-worker.ts', 2, {
-        payload: { steps: STEPS, globalBatch: 8, delayMs: { 1: 120 }, port, logDir: dir, waitScrape: true },
+        payload: { steps: STEPS, globalBatch: 8, delayMs: { 1: 120 }, port, logDir: dir, waitScrape: true, stragglers: true },
         check: true, timeoutMs: 60_000,
       });
       let last: JobView | undefined;
@@ -46,6 +46,9 @@ describe('nccl-node top', () => {
         expect(view.residentBytes).toBe(s.rssBytes);
         expect(view.commShare).toBeCloseTo(s.phases.comm / s.seconds, 12);
       }
+      // The straggler verdict the ranks agree on: rank 1, whose data source sleeps every step, is the culprit.
+      expect(last!.ranks.map((r) => r.stragglerState)).toEqual(['victim', 'chronic']);
+      expect(last!.ranks[1]!.stragglerScore!).toBeGreaterThan(last!.ranks[0]!.stragglerScore!);
       expect(last!.slowestRank).toBe(last!.ranks[0]!.stepSeconds! > last!.ranks[1]!.stepSeconds! ? 0 : 1);
       expect(last!.tokensPerSecond).toBeCloseTo(last!.ranks[0]!.tokensPerSecond! + last!.ranks[1]!.tokensPerSecond!, 6);
       // The table (the live view's frame, drawn here from the same scrape): a row per rank with its step.

@@ -8,7 +8,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { init } from '../../src/comm/init.js';
 import { globalBatch, rowsOf } from '../../src/models/tiny-lm/synthetic-corpus.js';
-import { collectiveTotals, measureCpuPeak, summarize, formatSummary, TrainMetrics } from '../../src/metrics/index.js';
+import { collectiveTotals, measureCpuPeak, summarize, formatSummary, StragglerMonitor, TrainMetrics } from '../../src/metrics/index.js';
 import { MODELS, train } from '../../src/train/loop.js';
 import { readPayload, writeResult } from '../helpers/ranks.js';
 
@@ -23,6 +23,8 @@ interface Payload {
   ckptDir?: string;
   ckptEvery?: number;
   waitScrape?: boolean;
+  /** Score stragglers (StragglerMonitor). */
+  stragglers?: boolean;
 }
 
 const p = readPayload<Payload>();
@@ -31,6 +33,7 @@ const model = MODELS.tiny!;
 const metrics = await TrainMetrics.create({
   rank: comm.rank, localRank: comm.localRank, worldSize: comm.size, model, peak: measureCpuPeak(),
   ...(p.port !== undefined ? { port: p.port } : {}), ...(p.logDir ? { logDir: p.logDir } : {}),
+  ...(p.stragglers ? { stragglers: await StragglerMonitor.create(comm) } : {}),
 });
 // An outside clock on the step boundaries: from the first begin() to the last end().
 let first = NaN, last = NaN;
