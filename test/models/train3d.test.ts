@@ -73,6 +73,24 @@ async function reference(): Promise<{ losses: number[]; norms: number[]; data: M
   return { losses, norms, data: new Map(m.params.map((p) => [p.name, p.data])) };
 }
 
+/** Each element within float32 rounding of the single-process reference. */
+function expectNear(got: Map<string, Float32Array>, want: Map<string, Float32Array>): void {
+  for (const [name, w] of want) {
+    const g = got.get(name)!;
+    for (let i = 0; i < w.length; i++) expect(Math.abs(g[i]! - w[i]!), `${name}[${i}]`).toBeLessThanOrEqual(2e-5 * Math.max(1, Math.abs(w[i]!)));
+  }
+}
+
+/** Trains 2 steps at a layout saving at step 2; the checkpoint, read back whole here, holds the run's final parameters bit for bit. */
+async function saveAndReadBack(dir: string, payload: Record<string, unknown>, like: Map<string, Float32Array>): Promise<void> {
+  const first = await runRanks<Out>('test/models/train3d-worker.ts', 4, { payload: { ...payload, steps: 2, ckpt: { dir, at: [2] } } });
+  expect(first.every((x) => x.code === 0), describeRanks(first)).toBe(true);
+  const saved = assemble(first as never, like);
+  const targets = Object.fromEntries([...saved].map(([k, v]) => [k, { data: new Float32Array(v.length), offset: 0 }]));
+  expect((await load(dir, targets)).step).toBe(2);
+  for (const [k, v] of saved) expect(Buffer.from(targets[k]!.data.buffer).equals(Buffer.from(v.buffer)), k).toBe(true);
+}
+
 describe('train3d: data x tensor x pipeline parallel', { timeout: 120_000 }, () => {
   const layouts = [[2, 2, 1, 0], [1, 2, 2, 0], [2, 1, 2, 0], [1, 1, 4, 0], [4, 1, 1, 0], [2, 1, 2, 2], [2, 2, 1, 1], [4, 1, 1, 2],
     [2, 2, 1, 3], [2, 1, 2, 3], [4, 1, 1, 3], [2, 2, 1, 0, 'sequence parallel'], [1, 2, 2, 1, 'sequence parallel, recompute'], [2, 1, 2, 2, 'zb-h1'], [1, 2, 2, 0, 'zb-h1']] as const;
@@ -100,62 +118,31 @@ describe('train3d: data x tensor x pipeline parallel', { timeout: 120_000 }, () 
       }
       const got = assemble(ranks as never, ref.data);
       expect(ref.norms[0]).toBeGreaterThan(CLIP); // clipping was active
-      for (const [name, want] of ref.data) {
-        const g = got.get(name)!;
-        for (let i = 0; i < want.length; i++) expect(Math.abs(g[i]! - want[i]!), `${name}[${i}]`).toBeLessThanOrEqual(2e-5 * Math.max(1, Math.abs(want[i]!)));
-      }
+      expectNear(got, ref.data);
     });
   }
 
-  it('a checkpoint saved under ZeRO-3 at (4, 1, 1) holds the gathered parameters exactly and resumes at (1, 1, 4)', async () => {
-    const ref = await reference();
-    const dir = mkdtempSync(join(tmpdir(), 'nccl-node-3d-'));
-    try {
-      const common = { model: CFG, globalBatch: BATCH, micro: MICRO, schedule: '1f1b', optimizer: { kind: 'adamw', lr: LR, weightDecay: WD }, clipNorm: CLIP, batches };
-      const first = await runRanks<Out>('test/models/train3d-worker.ts', 4, { payload: { ...common, mesh: { dp: 4, tp: 1, pp: 1 }, zero: 3, steps: 2, ckpt: { dir, at: [2] } } });
-      expect(first.every((x) => x.code === 0), describeRanks(first)).toBe(true);
-      const saved = assemble(first as never, ref.data);
-      const targets = Object.fromEntries([...saved].map(([k, v]) => [k, { data: new Float32Array(v.length), offset: 0 }]));
-      expect((await load(dir, targets)).step).toBe(2);
-      for (const [k, v] of saved) expect(Buffer.from(targets[k]!.data.buffer).equals(Buffer.from(v.buffer)), k).toBe(true);
-      const resumed = await runRanks<Out>('test/models/train3d-worker.ts', 4, { payload: { ...common, mesh: { dp: 1, tp: 1, pp: 4 }, zero: 0, steps: STEPS, ckpt: { from: dir } } });
-      expect(resumed.every((x) => x.code === 0), describeRanks(resumed)).toBe(true);
-      for (const x of resumed) expect(x.result!.losses[0]).toBeCloseTo(ref.losses[2]!, 5);
-      const got = assemble(resumed as never, ref.data);
-      for (const [name, want] of ref.data) {
-        const g = got.get(name)!;
-        for (let i = 0; i < want.length; i++) expect(Math.abs(g[i]! - want[i]!), `${name}[${i}]`).toBeLessThanOrEqual(2e-5 * Math.max(1, Math.abs(want[i]!)));
-      }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
-
-  it('a checkpoint saved at (2, 2, 1) under ZeRO-2 holds the exact global tensors and resumes at (2, 1, 2) with ZeRO-3, (1, 2, 2) with ZeRO-1, and (1, 1, 4)', async () => {
-    const ref = await reference();
-    const dir = mkdtempSync(join(tmpdir(), 'nccl-node-3d-'));
-    try {
-      const common = { model: CFG, globalBatch: BATCH, micro: MICRO, schedule: '1f1b', optimizer: { kind: 'adamw', lr: LR, weightDecay: WD }, clipNorm: CLIP, batches };
-      const first = await runRanks<Out>('test/models/train3d-worker.ts', 4, { payload: { ...common, mesh: { dp: 2, tp: 2, pp: 1 }, zero: 2, steps: 2, ckpt: { dir, at: [2] } } });
-      expect(first.every((x) => x.code === 0), describeRanks(first)).toBe(true);
-      // The saved parameters, read back whole in this process, are the run's final ones bit for bit.
-      const saved = assemble(first as never, ref.data);
-      const targets = Object.fromEntries([...saved].map(([k, v]) => [k, { data: new Float32Array(v.length), offset: 0 }]));
-      const r = await load(dir, targets);
-      expect(r.step).toBe(2);
-      for (const [k, v] of saved) expect(Buffer.from(targets[k]!.data.buffer).equals(Buffer.from(v.buffer)), k).toBe(true);
-      for (const [mesh, zero] of [[{ dp: 2, tp: 1, pp: 2 }, 3], [{ dp: 1, tp: 2, pp: 2 }, 1], [{ dp: 1, tp: 1, pp: 4 }, 0]] as const) {
-        const resumed = await runRanks<Out>('test/models/train3d-worker.ts', 4, { payload: { ...common, mesh, zero, steps: STEPS, ckpt: { from: dir } } });
-        expect(resumed.every((x) => x.code === 0), describeRanks(resumed)).toBe(true);
-        for (const x of resumed) expect(x.result!.losses[0]).toBeCloseTo(ref.losses[2]!, 5);
-        const got = assemble(resumed as never, ref.data);
-        for (const [name, want] of ref.data) {
-          const g = got.get(name)!;
-          for (let i = 0; i < want.length; i++) expect(Math.abs(g[i]! - want[i]!), `${name}[${i}]`).toBeLessThanOrEqual(2e-5 * Math.max(1, Math.abs(want[i]!)));
+  const moves = [
+    { saved: { mesh: { dp: 2, tp: 2, pp: 1 }, zero: 2 }, resumed: [[{ dp: 2, tp: 1, pp: 2 }, 3], [{ dp: 1, tp: 2, pp: 2 }, 1], [{ dp: 1, tp: 1, pp: 4 }, 0]] },
+    { saved: { mesh: { dp: 4, tp: 1, pp: 1 }, zero: 3 }, resumed: [[{ dp: 1, tp: 1, pp: 4 }, 0]] },
+  ] as const;
+  for (const { saved, resumed } of moves) {
+    const at = (m: { dp: number; tp: number; pp: number }, zero: number) => `(${m.dp}, ${m.tp}, ${m.pp})${zero ? ` with ZeRO-${zero}` : ''}`;
+    it(`a checkpoint saved at ${at(saved.mesh, saved.zero)} holds the exact global tensors and resumes at ${resumed.map(([m, z]) => at(m, z)).join(', ')}`, async () => {
+      const ref = await reference();
+      const dir = mkdtempSync(join(tmpdir(), 'nccl-node-3d-'));
+      try {
+        const common = { model: CFG, globalBatch: BATCH, micro: MICRO, schedule: '1f1b', optimizer: { kind: 'adamw', lr: LR, weightDecay: WD }, clipNorm: CLIP, batches };
+        await saveAndReadBack(dir, { ...common, ...saved }, ref.data);
+        for (const [mesh, zero] of resumed) {
+          const ranks = await runRanks<Out>('test/models/train3d-worker.ts', 4, { payload: { ...common, mesh, zero, steps: STEPS, ckpt: { from: dir } } });
+          expect(ranks.every((x) => x.code === 0), describeRanks(ranks)).toBe(true);
+          for (const x of ranks) expect(x.result!.losses[0]).toBeCloseTo(ref.losses[2]!, 5);
+          expectNear(assemble(ranks as never, ref.data), ref.data);
         }
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
       }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+    });
+  }
 });
