@@ -16,6 +16,7 @@
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes, randomInt } from 'node:crypto';
+import { alive } from './cli.js';
 
 const PREFIX = 'ncn';
 const ipBin = 'ip';
@@ -57,14 +58,6 @@ function tc(ns: string, args: string[]): void {
   ip(['netns', 'exec', ns, 'tc', ...args]);
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 /** The pids of every process in namespace `ns`. */
 export function nsPids(ns: string): number[] {

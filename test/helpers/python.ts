@@ -13,6 +13,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { promisify } from 'node:util';
+import { alive } from './cli.js';
 
 const run = promisify(execFile);
 const LOCK_WAIT_MS = 20 * 60_000;
@@ -24,14 +25,6 @@ export interface Venv {
   bin(name: string): string;
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 async function install(dir: string, packages: string[]): Promise<void> {
   rmSync(dir, { recursive: true, force: true });

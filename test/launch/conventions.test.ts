@@ -4,16 +4,13 @@
  * the same log layout, --local-ranks-filter, torchrun's environment variables, and a free
  * store port on one node so that two jobs on one host do not clash.
  */
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { ROOT, runCli } from '../helpers/cli.js';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const BIN = path.join(ROOT, 'bin/nccl-node.js');
 const ENV_JOB = 'test/launch/fixtures/env.mjs';
 const JOB = 'test/launch/fixtures/job.mts';
 const STANDINS = path.join(ROOT, 'build', 'standins');
@@ -25,19 +22,9 @@ interface Done {
   envs: Array<Record<string, string>>;
 }
 
-function cli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Done> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [BIN, 'run', ...args], { cwd: ROOT, env: { ...process.env, NCCL_NODE_TOKEN: undefined, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, out, err, envs: envsOf(out) });
-    });
-  });
+async function cli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Done> {
+  const r = await runCli(['run', ...args], env);
+  return { ...r, envs: envsOf(r.out) };
 }
 
 function envsOf(text: string): Array<Record<string, string>> {

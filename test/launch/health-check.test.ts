@@ -3,16 +3,12 @@
  * node whose store connection or local collective fails is refused and named, and its
  * ranks never start; a healthy node runs the job as without the flag.
  */
-import { spawn } from 'node:child_process';
 import os from 'node:os';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runHealthCheck } from '../../src/launch/health-check.js';
 import { StoreServer } from '../../src/rendezvous/server.js';
+import { runCli } from '../helpers/cli.js';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const BIN = path.join(ROOT, 'bin/nccl-node.js');
 const FIXTURE = 'test/launch/fixtures/heartbeat-rank.mts';
 
 let server: StoreServer;
@@ -23,20 +19,7 @@ afterAll(async () => {
   await server.close();
 });
 
-function cli(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; out: string; err: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [BIN, 'run', ...args], { cwd: ROOT, env: { ...process.env, NCCL_NODE_TOKEN: undefined, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 40_000);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, out, err });
-    });
-  });
-}
+const cli = (args: string[], env: NodeJS.ProcessEnv) => runCli(['run', ...args], env, 40_000);
 
 describe('node health check', { timeout: 60_000 }, () => {
   it('passes on this machine: the store answers and a 3-rank all-reduce of 1..3 gives 6', async () => {
