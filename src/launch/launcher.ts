@@ -9,15 +9,11 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { createRequire } from 'node:module';
 import os from 'node:os';
-import path from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { isNcclNodeError } from '../errors.js';
 import { scopeKeyPrefix, scopedToken } from '../rendezvous/scope.js';
 import type { StoreServer } from '../rendezvous/server.js';
-import { HEARTBEAT_INTERVAL_ENV } from '../comm/heartbeat.js';
 import { refusal } from './health-check.js';
 import { HealthMonitor } from './health-monitor.js';
 import { hostOrJoinStore } from './host.js';
@@ -25,6 +21,7 @@ import { doneKey, joinKey, publishFailure, watchFailure, watchJoins, type Failur
 import { prefixedView, type KeyView } from './keyview.js';
 import { resolveOptions, resolveToken, type LaunchOptions, type Resolved } from './options.js';
 import { rankOutput } from './output.js';
+import { GUARD_FD, nodeArgs, rankEnv } from './rank-process.js';
 import { groupAlive, killGroup, signalExitCode } from './process-group.js';
 import { EtcdRendezvous } from './etcd.js';
 import { roundStore, watchGang } from './round-store.js';
@@ -43,9 +40,6 @@ export interface LaunchResult {
   attempts: number;
 }
 
-const TS_EXTENSIONS = new Set(['.ts', '.mts', '.cts']);
-/** The fd on which each rank sees its end of the orphan-guard socket pair. */
-const GUARD_FD = 3;
 /** After SIGKILL, how long to wait for the kernel to report the exits. */
 const KILL_WAIT_MS = 3_000;
 /** How long to wait for a dead rank's output pipes to drain (a leftover grandchild may hold them). */
@@ -68,20 +62,6 @@ interface Rank {
   drained: Promise<void>;
 }
 
-
-/** `node` arguments that load the orphan guard, and tsx where TypeScript must run. */
-function nodeArgs(script: string): string[] {
-  const here = fileURLToPath(import.meta.url);
-  const ext = path.extname(here); // .ts when the launcher itself runs from source via tsx
-  const preload = pathToFileURL(path.join(path.dirname(here), `preload${ext === '.ts' ? '.ts' : '.js'}`)).href;
-  const args: string[] = [];
-  if (ext === '.ts' || TS_EXTENSIONS.has(path.extname(script))) {
-    // An absolute URL, so ranks find tsx whatever their cwd.
-    args.push('--import', pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href);
-  }
-  args.push('--import', preload);
-  return args;
-}
 
 function listRanks(ranks: readonly number[]): string {
   return `${ranks.length === 1 ? 'rank' : 'ranks'} ${ranks.join(', ')}`;
@@ -274,30 +254,8 @@ export class Launcher {
     const output = { ...o.output, attempt: gang.attempt };
     for (let localRank = 0; localRank < o.nprocPerNode; localRank++) {
       const rank = gang.rankOffset + localRank;
-      const env: NodeJS.ProcessEnv = {
-        ...o.env,
-        RANK: String(rank),
-        WORLD_SIZE: String(this.worldSize),
-        LOCAL_RANK: String(localRank),
-        LOCAL_WORLD_SIZE: String(o.nprocPerNode),
-        GROUP_RANK: String(gang.nodeRank),
-        GROUP_WORLD_SIZE: String(gang.nnodes),
-        // One role, "default", as torchrun without --role.
-        ROLE_NAME: 'default',
-        ROLE_RANK: String(rank),
-        ROLE_WORLD_SIZE: String(this.worldSize),
-        TORCHELASTIC_RUN_ID: o.runId,
-        TORCHELASTIC_RESTART_COUNT: String(gang.attempt),
-        TORCHELASTIC_MAX_RESTARTS: String(o.maxRestarts),
-        MASTER_ADDR: this.storeHost,
-        MASTER_PORT: String(this.port),
-        NCCL_NODE_TOKEN: rankToken,
-        NCCL_NODE_STORE_HOSTED: '1',
-        NCCL_NODE_LAUNCHER: '1',
-        NCCL_NODE_LAUNCHER_FD: String(GUARD_FD),
-        NCCL_NODE_GRACE_MS: String(o.gracePeriodMs),
-        [HEARTBEAT_INTERVAL_ENV]: String(o.heartbeatIntervalMs),
-      };
+      const env = rankEnv(o, { rank, localRank, worldSize: this.worldSize, nodeRank: gang.nodeRank, nnodes: gang.nnodes, attempt: gang.attempt,
+        storeHost: this.storeHost, storePort: this.port, token: rankToken });
       const out = rankOutput(output, rank, localRank);
       // detached: the rank leads its own process group (see process-group.ts).
       const child = spawn(process.execPath, args, { cwd: o.cwd, env, detached: true, stdio: ['ignore', ...out.stdio, 'pipe'] });
