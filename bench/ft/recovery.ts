@@ -58,7 +58,7 @@ async function trial(cluster: Cluster, ranks: number, fault: string, restore: st
   const reports = path.join(work, 'reports');
   mkdirSync(reports);
   const lines: Line[] = [];
-  const env = { ...process.env, NCCL_NODE_TOKEN: 'ft-bench', CHAOS_STEPS: '60', CHAOS_STEP_MS: o['step-ms'], CHAOS_REPORTS: reports,
+  const env = { ...process.env, NCCL_NODE_TOKEN: 'ft-bench', CHAOS_STEPS: '400', CHAOS_STEP_MS: o['step-ms'], CHAOS_REPORTS: reports,
     CHAOS_CKPT_DIR: path.join(work, 'ckpt'), CHAOS_CKPT_EVERY: '4', CHAOS_TIMEOUT_MS: '20000', ...(restore === 'memory' ? { CHAOS_MEM_EVERY: '1' } : {}) };
   const flags = ['--prefix', '--nnodes', '2', '--nproc-per-node', String(ranks / 2), '--rdzv-backend', 'c10d', '--rdzv-endpoint', `${a.addr}:${PORT}`,
     '--max-restarts', restore === 'full' ? '0' : '3', '--heartbeat-interval', '0.25', '--heartbeat-timeout', '1', '--grace-period', '1',
@@ -95,7 +95,8 @@ async function trial(cluster: Cluster, ranks: number, fault: string, restore: st
     }
     const healed = Date.now();
     const notice = /; stopping |missed heartbeats|is gone|attempt \d+ failed/;
-    const detect = await waitFor('a notice or a step', () => after(tf, notice) ?? (fault === 'partition' ? lines.find((l) => l.t > healed + 3000 && step(l) !== undefined) : undefined), 60_000);
+    const detect = await waitFor('a notice or a step', () => after(tf, notice)
+      ?? (fault === 'partition' && Date.now() > healed + 5000 ? lines.find((l) => l.t > tf && step(l) !== undefined) : undefined), 60_000);
     const restart = notice.test(detect.text);
     const ph: Record<string, number | null> = Object.fromEntries(PHASES.map((p) => [p, null]));
     if (!restart) {
