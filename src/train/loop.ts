@@ -270,6 +270,9 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
       // Overlapped: the copy runs beside the next forward/backward (awaited before dp.step()).
       const t1 = performance.now();
       const overlap = cfg.ckpt!.overlap ?? true;
+      // Saves due faster than they commit wait for the previous one (back-pressure)
+      // rather than overrunning the checkpointer's pending limit; its failure was logged.
+      if (lastSave) await lastSave.committed.catch(() => undefined);
       lastSave = await ck.save(stateAt(), { async: true, overlap });
       lastSave.committed.catch((err: Error) => cfg.log?.(`checkpoint step ${done} failed: ${err.message}`));
       sm?.checkpoint(lastSave);

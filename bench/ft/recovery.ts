@@ -1,0 +1,171 @@
+/**
+ * Recovery time of a training gang, broken down by phase, per fault and restore path:
+ *
+ *   node --import tsx bench/ft/recovery.ts [--ranks 2,4] [--faults kill-rank,hang,kill-node,partition]
+ *     [--restore disk,memory,full] [--trials 3] [--step-ms 40] [--json out.json]
+ *
+ * Needs root (two nodes as network namespaces, test/helpers/netns.ts). Each trial trains
+ * TinyLM (test/launch/fixtures/chaos-train.mts) on 2 nodes x ranks/2 under
+ * `nccl-node run --nnodes 2 --max-restarts ... --heartbeat-interval 0.25 --heartbeat-timeout 1`,
+ * waits a few steps past a checkpoint, injects the fault and times, from the lines each
+ * launcher and rank 0 print:
+ *   detect      fault -> the first launcher notice ("...; stopping ranks", "missed heartbeats", "is gone")
+ *   abort       -> "attempt N failed ...; restarting the gang" (the old ranks stopped)
+ *   rendezvous  -> "rendezvous: attempt N+1 formed" (or the abort line where none is printed)
+ *   restore     -> rank 0's "resumed from" / "restored step" (process start, init, load)
+ *   first step  -> rank 0's first step line after it
+ * Restore paths: 'disk' (the launcher restarts the gang, ranks resume from the newest
+ * durable checkpoint), 'memory' (the same plus in-memory snapshots every step, restored
+ * from when a copy survives), 'full' (torchrun-style: on the fault every launcher is
+ * stopped and all are started again from scratch with --resume; detect is the same,
+ * abort is the teardown of the launchers). A partition healed before anything notices
+ * costs only the stall (reported as restart: false).
+ */
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { createCluster, type Cluster, type NetNode, type Spawned } from '../../test/helpers/netns.js';
+
+const { values: o } = parseArgs({ options: {
+  ranks: { type: 'string', default: '2,4' }, faults: { type: 'string', default: 'kill-rank,hang,kill-node,partition' },
+  restore: { type: 'string', default: 'disk,memory,full' }, trials: { type: 'string', default: '3' },
+  'step-ms': { type: 'string', default: '40' }, json: { type: 'string' },
+} });
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const BIN = path.join(ROOT, 'bin/nccl-node.js');
+const FIXTURE = 'test/launch/fixtures/chaos-train.mts';
+const PORT = 29500;
+const PHASES = ['detect', 'abort', 'rendezvous', 'restore', 'firstStep'] as const;
+
+interface Line { t: number; text: string }
+interface Row { ranks: number; fault: string; restore: string; trial: number; restart: boolean; sources?: string; totalMs: number | null; phases: Record<string, number | null> }
+
+async function waitFor<T>(what: string, get: () => T | undefined, ms: number): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = get();
+    if (v !== undefined) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+async function trial(cluster: Cluster, ranks: number, fault: string, restore: string, trialNo: number): Promise<Row> {
+  const [a, b] = cluster.nodes as [NetNode, NetNode];
+  const work = mkdtempSync(path.join(os.tmpdir(), 'ft-recovery-'));
+  const reports = path.join(work, 'reports');
+  mkdirSync(reports);
+  const lines: Line[] = [];
+  const env = { ...process.env, NCCL_NODE_TOKEN: 'ft-bench', CHAOS_STEPS: '400', CHAOS_STEP_MS: o['step-ms'], CHAOS_REPORTS: reports,
+    CHAOS_CKPT_DIR: path.join(work, 'ckpt'), CHAOS_CKPT_EVERY: '4', CHAOS_TIMEOUT_MS: '20000', ...(restore === 'memory' ? { CHAOS_MEM_EVERY: '1' } : {}) };
+  const flags = ['--prefix', '--nnodes', '2', '--nproc-per-node', String(ranks / 2), '--rdzv-backend', 'c10d', '--rdzv-endpoint', `${a.addr}:${PORT}`,
+    '--max-restarts', restore === 'full' ? '0' : '3', '--heartbeat-interval', '0.25', '--heartbeat-timeout', '1', '--grace-period', '1',
+    '--join-timeout', '30', '--rdzv-last-call', '0.5'];
+  const launch = (n: NetNode): Spawned => {
+    const s = cluster.spawnOn(n, process.execPath, [BIN, 'run', ...flags, FIXTURE], { cwd: ROOT, env, timeoutMs: 120_000 });
+    for (const st of [s.child.stdout!, s.child.stderr!]) {
+      let rest = '';
+      st.on('data', (d: Buffer) => {
+        const parts = (rest + d.toString()).split('\n');
+        rest = parts.pop()!;
+        for (const text of parts) lines.push({ t: Date.now(), text });
+      });
+    }
+    return s;
+  };
+  const step = (l: Line): number | undefined => { const m = /^\[0\] step (\d+) loss/.exec(l.text); return m ? Number(m[1]) : undefined; };
+  const after = (t: number, re: RegExp): Line | undefined => lines.find((l) => l.t >= t && re.test(l.text));
+  try {
+    launch(a);
+    launch(b);
+    await waitFor('step 9', () => lines.find((l) => (step(l) ?? -1) >= 9), 60_000);
+    const { readdirSync, readFileSync } = await import('node:fs');
+    const procs = readdirSync(reports).map((f) => JSON.parse(readFileSync(path.join(reports, f), 'utf8')) as { pid: number; rank: number });
+    const victim = procs.find((p) => p.rank === ranks - 1)!; // a rank on node b
+    const tf = Date.now();
+    if (fault === 'kill-rank') process.kill(victim.pid, 'SIGKILL');
+    else if (fault === 'hang') process.kill(victim.pid, 'SIGSTOP');
+    else if (fault === 'kill-node') cluster.killNode(b);
+    else {
+      cluster.partition(b);
+      await new Promise((r) => setTimeout(r, 3000));
+      cluster.heal(b);
+    }
+    const healed = Date.now();
+    const notice = /; stopping |missed heartbeats|is gone|attempt \d+ failed/;
+    const detect = await waitFor('a notice or a step', () => after(tf, notice)
+      ?? (fault === 'partition' && Date.now() > healed + 5000 ? lines.find((l) => l.t > tf && step(l) !== undefined) : undefined), 60_000);
+    const restart = notice.test(detect.text);
+    const ph: Record<string, number | null> = Object.fromEntries(PHASES.map((p) => [p, null]));
+    if (!restart) {
+      const first = lines.find((l) => l.t > tf && step(l) !== undefined)!;
+      return { ranks, fault, restore, trial: trialNo, restart, totalMs: first.t - tf, phases: { ...ph, firstStep: first.t - tf } };
+    }
+    ph.detect = detect.t - tf;
+    let t = detect.t;
+    if (restore === 'full') {
+      // A torchrun-style restart: every launcher goes, then all start again from disk.
+      cluster.killAll();
+      ph.abort = Date.now() - t;
+      t = Date.now();
+      launch(a);
+      launch(b);
+    } else {
+      if (fault === 'kill-node') {
+        await waitFor('the failed attempt', () => after(tf, /attempt \d+ failed/), 30_000);
+        launch(b);
+      }
+      const ab = await waitFor('the abort', () => after(tf, /attempt \d+ failed/), 30_000);
+      ph.abort = ab.t - t;
+      t = ab.t;
+    }
+    const formed = await waitFor('the new gang', () => after(t, /formed|resumed from|restored step/), 60_000);
+    if (/formed/.test(formed.text)) {
+      ph.rendezvous = formed.t - t;
+      t = formed.t;
+    }
+    const restored = await waitFor('the restore', () => after(t, /resumed from|restored step|^\[0\] step 0 /), 60_000);
+    ph.restore = restored.t - t;
+    const first = await waitFor('the first step', () => lines.find((l) => l.t >= restored.t && step(l) !== undefined && l !== restored), 60_000);
+    ph.firstStep = first.t - restored.t;
+    const sources = /restored step \d+ from (\S+)/.exec(restored.text)?.[1];
+    return { ranks, fault, restore, trial: trialNo, restart, ...(sources ? { sources } : {}), totalMs: first.t - tf, phases: ph };
+  } finally {
+    cluster.killAll();
+    cluster.heal();
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+const median = (xs: number[]): number | null => (xs.length ? [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]! : null);
+const cluster = createCluster(2, 'b');
+const rows: Row[] = [];
+try {
+  for (const ranks of o.ranks.split(',').map(Number)) {
+    for (const fault of o.faults.split(',')) {
+      for (const restore of o.restore.split(',')) {
+        for (let i = 0; i < Number(o.trials); i++) {
+          const r = await trial(cluster, ranks, fault, restore, i);
+          rows.push(r);
+          process.stderr.write(`${JSON.stringify(r)}\n`);
+        }
+      }
+    }
+  }
+} finally {
+  cluster.destroy();
+}
+const fmt = (v: number | null): string => (v === null ? '-' : String(Math.round(v)));
+console.log(`| ranks | fault | restore | restarts | ${PHASES.join(' | ')} | total (ms, median of ${o.trials}) |`);
+console.log(`|---|---|---|---|${PHASES.map(() => '---').join('|')}|---|`);
+const keys = [...new Set(rows.map((r) => `${r.ranks}|${r.fault}|${r.restore}`))];
+for (const k of keys) {
+  const rs = rows.filter((r) => `${r.ranks}|${r.fault}|${r.restore}` === k);
+  const [ranks, fault, restore] = k.split('|');
+  const m = (f: (r: Row) => number | null): string => fmt(median(rs.map(f).filter((v): v is number => v !== null)));
+  const src = [...new Set(rs.map((r) => r.sources).filter(Boolean))].join(' ');
+  console.log(`| ${ranks} | ${fault} | ${restore}${src ? ` (${src})` : ''} | ${rs.filter((r) => r.restart).length}/${rs.length} | ${PHASES.map((p) => m((r) => r.phases[p] ?? null)).join(' | ')} | ${m((r) => r.totalMs)} |`);
+}
+if (o.json) writeFileSync(o.json, `${JSON.stringify({ machine: { cpus: os.cpus().length }, stepMs: Number(o['step-ms']), rows }, null, 2)}\n`);
