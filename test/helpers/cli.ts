@@ -16,9 +16,10 @@ export interface CliResult {
   err: string;
 }
 
-export function runCli(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 60_000): Promise<CliResult> {
+/** Runs `file args` from the checkout without an inherited NCCL_NODE_TOKEN, collecting its output; SIGKILL after timeoutMs. */
+export function runProcess(file: string, args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 60_000): Promise<CliResult> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env: { ...process.env, NCCL_NODE_TOKEN: undefined, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(file, args, { cwd: ROOT, env: { ...process.env, NCCL_NODE_TOKEN: undefined, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -29,6 +30,11 @@ export function runCli(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 
       resolve({ code, out, err });
     });
   });
+}
+
+/** `node bin/nccl-node.js args`. */
+export function runCli(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 60_000): Promise<CliResult> {
+  return runProcess(process.execPath, [BIN, ...args], env, timeoutMs);
 }
 
 /** Whether a process exists (EPERM: it does, owned by someone else). */

@@ -21,6 +21,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { listCheckpoints, verify } from '../../src/checkpoint/index.js';
 import { createCluster, netnsAvailable, type Cluster, type NetNode, type Spawned } from '../helpers/netns.js';
+import { mulberry32 } from '../../src/util/prng.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const BIN = path.join(ROOT, 'bin/nccl-node.js');
@@ -34,17 +35,8 @@ const STEP_MS = 40;
 const CKPT_EVERY = 4;
 const STEPS = 30 + ROUNDS * KINDS.length * 14;
 
-/** mulberry32: a small seeded generator, so a schedule replays from its seed. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** A seeded generator, so a schedule replays from its seed. */
+const rng = mulberry32;
 
 interface Line { t: number; node: number; text: string }
 interface Proc { pid: number; rank: number; host: string; attempt: number }

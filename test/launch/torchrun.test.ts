@@ -15,6 +15,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { TcpStoreClient } from '../../src/rendezvous/tcpstore.js';
 import { freePort } from '../helpers/ranks.js';
 import { torchVenv, type TorchVenv } from './torch-venv.js';
+import { runProcess } from '../helpers/cli.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const JOB = 'test/launch/fixtures/job.mts';
@@ -36,33 +37,19 @@ interface Done {
  * not the shared stdout, where two ranks' writes can interleave. A report that does not
  * parse is kept as { unparsed } so the assertions, not a throw in a callback, say so.
  */
-function exec(file: string, args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 120_000): Promise<Done> {
+async function exec(file: string, args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 120_000): Promise<Done> {
   const reportDir = mkdtempSync(path.join(os.tmpdir(), 'nccl-node-reports-'));
-  return new Promise((resolve) => {
-    const child = spawn(file, args, {
-      cwd: ROOT,
-      env: { ...process.env, NCCL_NODE_TOKEN: undefined, NCCL_NODE_TEST_REPORTS: reportDir, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      const lines = readdirSync(reportDir).flatMap((f) => readFileSync(path.join(reportDir, f), 'utf8').split('\n').filter(Boolean));
-      rmSync(reportDir, { recursive: true, force: true });
-      const reports = lines.map((l): Record<string, unknown> => {
-        try {
-          return JSON.parse(l) as Record<string, unknown>;
-        } catch {
-          return { unparsed: l };
-        }
-      });
-      resolve({ code, out, err, reports });
-    });
+  const r = await runProcess(file, args, { NCCL_NODE_TEST_REPORTS: reportDir, ...env }, timeoutMs);
+  const lines = readdirSync(reportDir).flatMap((f) => readFileSync(path.join(reportDir, f), 'utf8').split('\n').filter(Boolean));
+  rmSync(reportDir, { recursive: true, force: true });
+  const reports = lines.map((l): Record<string, unknown> => {
+    try {
+      return JSON.parse(l) as Record<string, unknown>;
+    } catch {
+      return { unparsed: l };
+    }
   });
+  return { ...r, reports };
 }
 
 /** torchrun [flags] node <job.mts> <args>: the job runs as torchrun's workers. */
