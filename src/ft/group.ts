@@ -12,6 +12,11 @@
  * Joiners (a restarted rank, a spare) register in the store's pending list; the closer
  * of the next round admits them (membership.ts onClose), so spares are taken in both
  * when the group grows at a step boundary and when it re-forms after a failure.
+ *
+ * Under `nccl-node run` every member heartbeats (src/comm/heartbeat.ts) so the
+ * launcher can tell a stopped process from a busy one, and a rank the launcher
+ * restarted alone (--restart-scope rank, NCCL_NODE_FT_REJOIN=1) joins from start(),
+ * so one training script serves both its first life and the later ones.
  */
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
@@ -20,6 +25,8 @@ import { openStore, DEFAULT_TIMEOUT_MS } from '../comm/init.js';
 import { NcclNodeError } from '../errors.js';
 import { resolveJobEnv } from '../launch/env.js';
 import { announceJoin } from '../launch/join.js';
+import { REJOIN_ENV } from '../launch/rank-process.js';
+import { startFailureDetection, stopFailureDetection } from '../comm/heartbeat.js';
 import { binding } from '../native.js';
 import { createNcclComm } from '../comm/nccl/nccl-init.js';
 import type { StoreClient } from '../rendezvous/client.js';
@@ -80,14 +87,19 @@ export class ElasticGroup {
     return this.#store.client;
   }
 
-  /** The founding members (RANK / WORLD_SIZE from the environment, as init()) form generation 0. */
+  /**
+   * The founding members (RANK / WORLD_SIZE from the environment, as init()) form
+   * generation 0; a rank the launcher restarted alone joins the running group instead.
+   */
   static async start(o: ElasticGroupOptions = {}): Promise<ElasticGroup> {
+    if (process.env[REJOIN_ENV] === '1') return ElasticGroup.join(o);
     const job = resolveJobEnv(process.env, {});
     if (job.token === undefined) throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'ElasticGroup.start: no job token; set NCCL_NODE_TOKEN or start the job with nccl-node run');
     const timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     const g = new ElasticGroup(await openStore(job, job.token, timeoutMs), o, job.localRank);
     // As init(): a launcher fails ranks that never announce themselves.
     await announceJoin(g.store, { rank: job.rank, pid: process.pid, host: hostname(), localRank: job.localRank });
+    startFailureDetection(g.store, job.rank);
     // Generation 0 waits for the whole founding world (startup is slow), not one window.
     await g.#form(0, { id: g.id, prevRank: job.rank, step: 0 }, job.worldSize, timeoutMs);
     return g;
@@ -104,6 +116,11 @@ export class ElasticGroup {
     const timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     // Never host the store: the group already has one.
     const g = new ElasticGroup(await openStore({ ...job, rank: 1, worldSize: Math.max(2, job.worldSize) }, job.token, timeoutMs), o, job.localRank);
+    if (process.env['NCCL_NODE_LAUNCHER'] === '1') {
+      // A restarted rank: its launcher's join record and heartbeats now name this process.
+      await announceJoin(g.store, { rank: job.rank, pid: process.pid, host: hostname(), localRank: job.localRank });
+      startFailureDetection(g.store, job.rank);
+    }
     const list = o.spare ? SPARES : PENDING;
     g.#ticket = Number(await g.store.add(list, 1));
     await g.store.set(`${list}/${g.#ticket}`, g.id);
@@ -132,6 +149,8 @@ export class ElasticGroup {
 
   async close(): Promise<void> {
     await this.comm?.destroy().catch(() => {});
+    // A last beat says this rank is done with its communicators (before the store goes).
+    await stopFailureDetection();
     await this.#store.client.close().catch(() => {});
     await this.#store.server?.close().catch(() => {});
   }

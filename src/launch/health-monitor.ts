@@ -6,6 +6,10 @@
  * fatal-error report to the failure's message, and lets the launcher wait, briefly,
  * until the surviving ranks have aborted their collectives before it stops them.
  *
+ * Under --restart-scope rank the monitor keeps watching the others after a miss, and
+ * a restarted rank replaces its entry: beats that still carry the dead process's pid
+ * are not the new process's, so they neither count as beating nor as missing.
+ *
  * Times are the monitor's own: it notes when a rank's heartbeat value last changed,
  * so clocks on other hosts do not matter, and a monitor that was itself held up does
  * not blame a rank that kept beating meanwhile.
@@ -39,6 +43,9 @@ interface Seen {
   closed: boolean;
 }
 
+/** Returns true to keep watching the other ranks (the failed one is skipped until replaced). */
+export type OnMissed = (record: FailureRecord) => boolean | void;
+
 function parse<T>(text: string | undefined): T | undefined {
   if (text === undefined) return undefined;
   try {
@@ -50,54 +57,70 @@ function parse<T>(text: string | undefined): T | undefined {
 
 export class HealthMonitor {
   private readonly seen = new Map<number, Seen>();
+  /** Per rank: the pid of a previous life, whose beats are ignored. */
+  private readonly stale = new Map<number, number>();
+  /** Ranks reported missing and not replaced yet. */
+  private readonly reported = new Set<number>();
+  private readonly ranks: MonitoredRank[];
 
   private constructor(
     private readonly view: KeyView,
-    private readonly ranks: readonly MonitoredRank[],
+    ranks: readonly MonitoredRank[],
     private readonly o: MonitorOptions,
     private readonly signal: AbortSignal,
-  ) {}
+  ) {
+    this.ranks = [...ranks];
+  }
 
-  /** Starts watching `ranks` until `signal` aborts; `onFailure` gets at most one record. */
+  /**
+   * Starts watching `ranks` until `signal` aborts; `onFailure` gets the first rank that
+   * missed its heartbeats, and more ranks' only while it returns true.
+   */
   static start(
     view: KeyView,
     ranks: readonly MonitoredRank[],
     o: MonitorOptions,
     signal: AbortSignal,
-    onFailure: (record: FailureRecord) => void,
+    onFailure: OnMissed,
   ): HealthMonitor {
     const m = new HealthMonitor(view, ranks, o, signal);
-    if (o.intervalMs > 0) {
-      m.loop().then(
-        (record) => {
-          if (record !== undefined && !signal.aborted) onFailure(record);
-        },
-        () => {}, // a lost store is the launcher's other watches' to report
-      );
-    }
+    if (o.intervalMs > 0) m.loop(onFailure).catch(() => {}); // a lost store is the launcher's other watches' to report
     return m;
   }
 
-  /** Polls a few times per interval; resolves with the first rank that missed its heartbeats. */
-  private async loop(): Promise<FailureRecord | undefined> {
+  /** A restarted rank takes the place of its previous life (`previousPid`). */
+  replace(rank: MonitoredRank, previousPid: number | undefined): void {
+    const i = this.ranks.findIndex((r) => r.rank === rank.rank);
+    if (i < 0) return;
+    this.ranks[i] = rank;
+    this.seen.delete(rank.rank);
+    this.reported.delete(rank.rank);
+    if (previousPid !== undefined) this.stale.set(rank.rank, previousPid);
+  }
+
+  /** Polls a few times per interval, reporting ranks that missed their heartbeats. */
+  private async loop(onFailure: OnMissed): Promise<void> {
     const pollMs = Math.min(500, Math.max(20, this.o.intervalMs / 4));
     while (!this.signal.aborted) {
       await sleep(pollMs);
-      for (const r of this.ranks) {
-        if (this.signal.aborted) return undefined;
-        if (r.exited() || this.seen.get(r.rank)?.closed) continue;
+      for (const r of [...this.ranks]) {
+        if (this.signal.aborted) return;
+        if (r.exited() || this.reported.has(r.rank) || this.seen.get(r.rank)?.closed) continue;
         const text = await this.view.read(heartbeatKey(r.rank));
         const now = Date.now();
         const last = this.seen.get(r.rank);
-        if (text === undefined) continue; // not beating yet: --join-timeout covers a rank that never starts
+        // Not beating yet (--join-timeout covers a rank that never starts), or a previous life's beat.
+        if (text === undefined || (this.stale.has(r.rank) && parse<Heartbeat>(text)?.pid === this.stale.get(r.rank))) continue;
         if (last === undefined || last.text !== text) {
           this.seen.set(r.rank, { text, at: now, closed: parse<Heartbeat>(text)?.closed === true });
           continue;
         }
-        if (now - last.at > this.o.timeoutMs && !r.exited()) return this.missed(r, now - last.at);
+        if (now - last.at > this.o.timeoutMs && !r.exited() && !this.signal.aborted) {
+          this.reported.add(r.rank);
+          if (onFailure(this.missed(r, now - last.at)) !== true) return;
+        }
       }
     }
-    return undefined;
   }
 
   private missed(r: MonitoredRank, silentMs: number): FailureRecord {

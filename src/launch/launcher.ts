@@ -5,7 +5,8 @@
  * node is stopped. Then, with restarts left, every launcher joins a new rendezvous round
  * (rounds.ts) and the gang runs again with the next TORCHELASTIC_RESTART_COUNT in a store
  * scope of its own; otherwise each launcher exits with the failing rank's code. See
- * join.ts for the keys of one attempt.
+ * join.ts for the keys of one attempt. With --restart-scope rank a failed rank is
+ * restarted alone while the others keep running (rank-restart.ts).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -22,6 +23,7 @@ import { prefixedView, type KeyView } from './keyview.js';
 import { resolveOptions, resolveToken, type LaunchOptions, type Resolved } from './options.js';
 import { rankOutput } from './output.js';
 import { GUARD_FD, nodeArgs, rankEnv } from './rank-process.js';
+import { RankRestarts } from './rank-restart.js';
 import { groupAlive, killGroup, signalExitCode } from './process-group.js';
 import { EtcdRendezvous } from './etcd.js';
 import { roundStore, watchGang } from './round-store.js';
@@ -105,6 +107,12 @@ export class Launcher {
   private hangups = 0;
   private exits = 0;
   private settling = false;
+  /** --restart-scope rank: which ranks were restarted alone, and whether one may be. */
+  private readonly rankRestarts: RankRestarts;
+  /** Previous lives of ranks restarted alone (their pipes are closed when the attempt ends). */
+  private retired: Rank[] = [];
+  /** The token this attempt's ranks reach the store with. */
+  private rankToken = '';
   private resolveDone!: (r: LaunchResult) => void;
   /** Settles once every local rank is gone and the store is closed. */
   readonly done: Promise<LaunchResult>;
@@ -134,6 +142,7 @@ export class Launcher {
     this.view = baseView;
     this.storeView = baseView;
     this.storeHost = o.masterAddr;
+    this.rankRestarts = new RankRestarts(o);
     this.done = new Promise((resolve) => (this.resolveDone = resolve));
   }
 
@@ -240,6 +249,7 @@ export class Launcher {
     this.hangups = 0;
     this.exits = 0;
     this.settling = false;
+    this.rankRestarts.reset();
     this.phase = 'running';
     // After a restart the ranks get a store scope of their own: nothing of the failed attempt is in their way.
     const scope = ticket.attempt === 0 ? undefined : `attempt_${ticket.attempt}`;
@@ -248,44 +258,46 @@ export class Launcher {
   }
 
   private startRanks(rankToken: string): void {
+    this.rankToken = rankToken;
+    for (let localRank = 0; localRank < this.o.nprocPerNode; localRank++) this.ranks.push(this.spawnRank(this.gang!.rankOffset + localRank, localRank, 0));
+    this.watch();
+  }
+
+  /** Starts one rank process; `restarts`: how many times it was restarted alone before. */
+  private spawnRank(rank: number, localRank: number, restarts: number): Rank {
     const o = this.o;
     const gang = this.gang!;
     const args = [...nodeArgs(o.script), o.script, ...o.scriptArgs];
-    const output = { ...o.output, attempt: gang.attempt };
-    for (let localRank = 0; localRank < o.nprocPerNode; localRank++) {
-      const rank = gang.rankOffset + localRank;
-      const env = rankEnv(o, { rank, localRank, worldSize: this.worldSize, nodeRank: gang.nodeRank, nnodes: gang.nnodes, attempt: gang.attempt,
-        storeHost: this.storeHost, storePort: this.port, token: rankToken });
-      const out = rankOutput(output, rank, localRank);
-      // detached: the rank leads its own process group (see process-group.ts).
-      const child = spawn(process.execPath, args, { cwd: o.cwd, env, detached: true, stdio: ['ignore', ...out.stdio, 'pipe'] });
-      child.once('exit', (code, signal) => {
-        r.exit = { code, signal };
-        r.exitOrder = this.exits++;
-        this.onExit(r);
-      });
-      child.once('error', (err) => {
-        // Only a failed spawn gets here without 'exit' following.
-        if (child.pid !== undefined || r.exit !== undefined) return;
-        o.stderr.write(`nccl-node run: could not start rank ${rank}: ${err.message}\n`);
-        r.exit = { code: 127, signal: null };
-        this.onExit(r);
-      });
-      const drained = out.connect(child.stdout, child.stderr, o.stdout, o.stderr);
-      // Our end of the guard pair just has to stay open while we live.
-      const guard = child.stdio[GUARD_FD];
-      // It hangs up when the rank starts to exit (see settleFailure).
-      const hungUp = (): void => {
-        r.hangup ??= this.hangups++;
-      };
-      guard?.on('error', hungUp);
-      guard?.on('end', hungUp);
-      guard?.on('close', hungUp);
-      guard?.on('data', () => {});
-      const r: Rank = { rank, localRank, child, pid: child.pid, drained };
-      this.ranks.push(r);
-    }
-    this.watch();
+    const env = rankEnv(o, { rank, localRank, worldSize: this.worldSize, nodeRank: gang.nodeRank, nnodes: gang.nnodes, attempt: gang.attempt,
+      storeHost: this.storeHost, storePort: this.port, token: this.rankToken, restarts });
+    const out = rankOutput({ ...o.output, attempt: gang.attempt, restart: restarts }, rank, localRank);
+    // detached: the rank leads its own process group (see process-group.ts).
+    const child = spawn(process.execPath, args, { cwd: o.cwd, env, detached: true, stdio: ['ignore', ...out.stdio, 'pipe'] });
+    child.once('exit', (code, signal) => {
+      r.exit = { code, signal };
+      r.exitOrder = this.exits++;
+      this.onExit(r);
+    });
+    child.once('error', (err) => {
+      // Only a failed spawn gets here without 'exit' following.
+      if (child.pid !== undefined || r.exit !== undefined) return;
+      o.stderr.write(`nccl-node run: could not start rank ${rank}: ${err.message}\n`);
+      r.exit = { code: 127, signal: null };
+      this.onExit(r);
+    });
+    const drained = out.connect(child.stdout, child.stderr, o.stdout, o.stderr);
+    // Our end of the guard pair just has to stay open while we live.
+    const guard = child.stdio[GUARD_FD];
+    // It hangs up when the rank starts to exit (see settleFailure).
+    const hungUp = (): void => {
+      r.hangup ??= this.hangups++;
+    };
+    guard?.on('error', hungUp);
+    guard?.on('end', hungUp);
+    guard?.on('close', hungUp);
+    guard?.on('data', () => {});
+    const r: Rank = { rank, localRank, child, pid: child.pid, drained };
+    return r;
   }
 
   private watch(): void {
@@ -310,7 +322,17 @@ export class Launcher {
     const monitored = this.ranks.map((r) => ({ rank: r.rank, pid: r.pid, exited: () => r.exit !== undefined }));
     const health = { intervalMs: o.heartbeatIntervalMs, timeoutMs: o.heartbeatTimeoutMs, node: this.nodeRank, host: this.host };
     this.monitor = HealthMonitor.start(this.view, monitored, health, signal, (record) => {
-      if (this.phase === 'running' || this.phase === 'finishing') this.fail(record, true);
+      if (this.phase !== 'running' && this.phase !== 'finishing') return false;
+      const r = this.ranks.find((x) => x.rank === record.rank);
+      if (r?.pid !== undefined && !this.settling && this.rankRestarts.allowed(this.attempt)) {
+        // Killed, its exit restarts it (restartAlone); its peers' connections to it close.
+        this.rankRestarts.noteMissed(record);
+        o.stderr.write(`nccl-node run: ${record.message}; killing it (SIGKILL)\n`);
+        killGroup(r.pid, 'SIGKILL');
+        return true;
+      }
+      this.fail(record, true);
+      return false;
     });
     watchFailure(this.view, signal).then(
       (record) => {
@@ -376,10 +398,27 @@ export class Launcher {
       this.track(this.rankSucceeded(r));
       return;
     }
+    if (this.restartAlone(r)) return;
     if (!this.settling) {
       this.settling = true;
       void this.settleFailure();
     }
+  }
+
+  /** --restart-scope rank: starts a new life of failed rank `r` alone when allowed (rank-restart.ts). */
+  private restartAlone(r: Rank): boolean {
+    if (this.settling || !this.rankRestarts.allowed(this.attempt, r.exit)) return false;
+    const record = this.rankRestarts.failureOf(r.rank, r.pid, r.exit!, { node: this.nodeRank, host: this.host });
+    const { restarts, line } = this.rankRestarts.take(record, this.attempt);
+    this.o.stderr.write(`nccl-node run: ${line}\n`);
+    // Whatever the dead rank started goes with it.
+    if (r.pid !== undefined && groupAlive(r.pid)) killGroup(r.pid, 'SIGKILL');
+    const next = this.spawnRank(r.rank, r.localRank, restarts);
+    this.ranks[this.ranks.indexOf(r)] = next;
+    this.retired.push(r);
+    this.monitor?.replace({ rank: next.rank, pid: next.pid, exited: () => next.exit !== undefined }, r.pid);
+    this.track(this.rankRestarts.publish(this.view, record, restarts, next.pid).catch(() => {}));
+    return true;
   }
 
   /**
@@ -540,19 +579,21 @@ export class Launcher {
     // Let a failure record reach the store, briefly.
     await Promise.race([Promise.allSettled([...this.pendingWrites]), sleep(2_000)]);
     if (this.etcd !== undefined && result.exitCode !== 0) await this.dropRoundStore();
-    for (const r of this.ranks) {
+    for (const r of [...this.ranks, ...this.retired.splice(0)]) {
       r.child.stdout?.destroy();
       r.child.stderr?.destroy();
       r.child.stdio[GUARD_FD]?.destroy();
     }
+    // Ranks restarted alone used up restarts too.
+    const used = this.attempt + this.rankRestarts.count;
     const restart = result.exitCode !== 0 && !FINAL_REASONS.has(result.failure?.reason ?? 'error')
-      && this.attempt < this.o.maxRestarts && this.interrupts === 0;
+      && used < this.o.maxRestarts && this.interrupts === 0;
     if (!restart) {
       await this.finalize(result);
       return;
     }
     this.lastFailure = result;
-    this.o.stderr.write(`nccl-node run: attempt ${this.attempt} failed: ${result.message}; restarting the gang (restart ${this.attempt + 1} of ${this.o.maxRestarts})\n`);
+    this.o.stderr.write(`nccl-node run: attempt ${this.attempt} failed: ${result.message}; restarting the gang (restart ${used + 1} of ${this.o.maxRestarts})\n`);
     this.coordinator?.open(this.attempt + 1);
     await this.rendezvous();
   }

@@ -11,6 +11,8 @@ import { NcclNodeError } from '../errors.js';
 import { DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT } from './env.js';
 import type { OutputPolicy, StdMask } from './output.js';
 
+export type RestartScope = 'gang' | 'rank';
+
 export const SCRIPT_EXTENSIONS = ['.js', '.mjs', '.cjs', '.ts', '.mts', '.cts'];
 
 export interface LaunchOptions {
@@ -41,6 +43,12 @@ export interface LaunchOptions {
   leaseTtlMs?: number;
   /** Re-run the whole gang up to this many times after a failure (torchrun's --max-restarts). Default 0. */
   maxRestarts?: number;
+  /**
+   * What a failed rank restarts: 'gang' (default), every rank of every node; 'rank', only
+   * that rank, the others left running to re-form their group in-process (src/ft); see
+   * rank-restart.ts. Both count against maxRestarts.
+   */
+  restartScope?: RestartScope;
   masterAddr?: string;
   /** 0 picks a free port (single node only). Default: 0 on one node (as torchrun --standalone), 29500 on several. */
   masterPort?: number;
@@ -92,6 +100,7 @@ export interface Resolved {
   maxNodes: number;
   lastCallMs: number;
   maxRestarts: number;
+  restartScope: RestartScope;
   masterAddr: string;
   masterPort: number;
   runId: string;
@@ -123,6 +132,11 @@ function checkInt(name: string, v: number, min: number, max = Number.MAX_SAFE_IN
 
 function checkMs(name: string, v: number, min: number): number {
   if (!Number.isFinite(v) || v < min) throw invalid(`${name} must be at least ${min} ms, got ${v}`, { option: name, received: v });
+  return v;
+}
+
+function checkScope(v: string): RestartScope {
+  if (v !== 'gang' && v !== 'rank') throw invalid(`restartScope must be 'gang' or 'rank', got ${JSON.stringify(v)}`, { option: 'restartScope', received: v });
   return v;
 }
 
@@ -180,6 +194,7 @@ export function resolveOptions(o: LaunchOptions): Resolved {
     maxNodes: elastic ? maxNodes : nnodes,
     lastCallMs: checkMs('lastCallMs', o.lastCallMs ?? 30_000, 0),
     maxRestarts: checkInt('maxRestarts', o.maxRestarts ?? 0, 0, 1_000_000),
+    restartScope: checkScope(o.restartScope ?? 'gang'),
     masterAddr,
     masterPort,
     runId,

@@ -2,7 +2,9 @@
  * Where each rank's stdout and stderr go, with torchrun's options: --redirects (to the
  * rank's log files only), --tee (to the files and the console), --local-ranks-filter
  * (whose output reaches the console) and the "[rank] " prefix (off unless asked for).
- * Files: <log-dir>/<run-id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log, as torchrun.
+ * Files: <log-dir>/<run-id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log, as torchrun;
+ * a rank restarted alone (--restart-scope rank) writes its k-th new life's under
+ * <local rank>/restart_<k>/, so the log of the life that failed is kept.
  */
 import { createWriteStream, mkdirSync } from 'node:fs';
 import path from 'node:path';
@@ -57,6 +59,8 @@ export interface OutputPolicy {
   /** <log-dir>/<run-id>_<random>; files are only written when set. */
   runLogDir?: string;
   attempt: number;
+  /** Restarts of this rank alone (--restart-scope rank); 0 or absent on its first life. */
+  restart?: number;
 }
 
 type Stdio = 'inherit' | 'pipe' | 'ignore';
@@ -70,7 +74,7 @@ function plan(p: OutputPolicy, localRank: number, bit: number, name: string): St
   const redirected = (p.redirects(localRank) & bit) !== 0;
   const teed = (p.tee(localRank) & bit) !== 0;
   const file = p.runLogDir !== undefined && (redirected || teed)
-    ? path.join(p.runLogDir, `attempt_${p.attempt}`, String(localRank), `${name}.log`)
+    ? path.join(p.runLogDir, `attempt_${p.attempt}`, String(localRank), ...((p.restart ?? 0) > 0 ? [`restart_${p.restart}`] : []), `${name}.log`)
     : undefined;
   const console = !redirected && (p.consoleRanks === undefined || p.consoleRanks.has(localRank));
   return { console, file };

@@ -10,6 +10,11 @@ import { HEARTBEAT_INTERVAL_ENV } from '../comm/heartbeat.js';
 import type { Resolved } from './options.js';
 
 const TS_EXTENSIONS = new Set(['.ts', '.mts', '.cts']);
+/** Set to 1 for a rank the launcher restarted alone (--restart-scope rank): it rejoins a running group (ElasticGroup.start). */
+export const REJOIN_ENV = 'NCCL_NODE_FT_REJOIN';
+/** How many times the launcher restarted this rank alone (0 on its first life). */
+export const RANK_RESTART_COUNT_ENV = 'NCCL_NODE_RANK_RESTART_COUNT';
+
 /** The fd on which each rank sees its end of the orphan-guard socket pair. */
 export const GUARD_FD = 3;
 
@@ -37,6 +42,8 @@ export interface RankPlace {
   storeHost: string;
   storePort: number;
   token: string;
+  /** Restarts of this rank alone so far (--restart-scope rank). */
+  restarts?: number;
 }
 
 /** The rank's environment: the launcher's own on top of torchrun's set (one role, "default", as torchrun without --role). */
@@ -63,5 +70,8 @@ export function rankEnv(o: Resolved, p: RankPlace): NodeJS.ProcessEnv {
     NCCL_NODE_LAUNCHER_FD: String(GUARD_FD),
     NCCL_NODE_GRACE_MS: String(o.gracePeriodMs),
     [HEARTBEAT_INTERVAL_ENV]: String(o.heartbeatIntervalMs),
+    [RANK_RESTART_COUNT_ENV]: String(p.restarts ?? 0),
+    // undefined drops one inherited from the launcher's own environment.
+    [REJOIN_ENV]: (p.restarts ?? 0) > 0 ? '1' : undefined,
   };
 }

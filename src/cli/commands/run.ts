@@ -17,6 +17,7 @@ interface RunFlags {
   nnodes: Nodes;
   nodeRank?: number;
   maxRestarts: number;
+  restartScope: 'gang' | 'rank';
   rdzvBackend: 'static' | 'c10d' | 'etcd';
   rdzvLeaseTtl: number;
   rdzvEndpoint?: { host: string; port: number };
@@ -154,6 +155,10 @@ SIGKILL after --grace-period) and the launcher exits with the failing rank's exi
 With --max-restarts N the whole gang is re-run instead, up to N times, after a new
 rendezvous; TORCHELASTIC_RESTART_COUNT says which attempt runs (0, 1, ...), log files go
 to attempt_<k>/, and the exit code after the last failed attempt names its first failure.
+With --restart-scope rank only the failed rank is restarted (same RANK, with
+NCCL_NODE_FT_REJOIN=1 and NCCL_NODE_RANK_RESTART_COUNT), the others keep running and
+re-form their group in-process (ElasticGroup, docs/fault-tolerance.md); each restart
+counts against --max-restarts; exit code 75, a lost node or store still stop the gang.
 
 Elastic: --nnodes MIN:MAX (or --rdzv-backend c10d) with the same --rdzv-endpoint (or
 --master-addr/--master-port) and no --node-rank on every node. The first launcher on the
@@ -177,6 +182,7 @@ export function registerRunCommand(program: Command): void {
     .addOption(new Option('--nnodes <n>', 'number of nodes: N, or MIN:MAX for an elastic job').argParser(nodesArg).default({ min: 1, max: 1, elastic: false }, '1'))
     .option('--node-rank <k>', 'this node\'s index, 0 .. nnodes-1 (static rendezvous only; default 0)', integer(0))
     .option('--max-restarts <n>', 're-run the whole gang up to n times after a failure', integer(0), 0)
+    .addOption(new Option('--restart-scope <scope>', 'what a failed rank restarts: gang (every rank) or rank (only it; the others re-form in-process, src/ft)').choices(['gang', 'rank']).default('gang'))
     .option('--rdzv-backend <name>', 'static (node ranks given), c10d (node ranks in join order; implied by --nnodes MIN:MAX) or etcd (the rendezvous in etcd at --rdzv-endpoint)', backendArg, 'static')
     .option('--rdzv-lease-ttl <seconds>', 'etcd: a launcher whose lease is not renewed for this long is out of the job', secondsArg(1), 10)
     .option('--rdzv-endpoint <host:port>', 'where the launchers meet: the same as --master-addr/--master-port', endpointArg)
@@ -245,6 +251,7 @@ async function run(script: string, scriptArgs: string[], flags: RunFlags): Promi
       nprocPerNode: resolveNproc(flags.nprocPerNode),
       ...(elastic ? { minNodes: flags.nnodes.min, maxNodes: flags.nnodes.max } : { nnodes: flags.nnodes.min, nodeRank: flags.nodeRank ?? 0 }),
       maxRestarts: flags.maxRestarts,
+      restartScope: flags.restartScope,
       ...(etcd ? { rdzvBackend: 'etcd' as const, leaseTtlMs: flags.rdzvLeaseTtl * 1000 } : {}),
       lastCallMs: flags.rdzvLastCall * 1000,
       masterAddr: flags.rdzvEndpoint?.host ?? flags.masterAddr,
