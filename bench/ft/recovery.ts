@@ -2,7 +2,7 @@
  * Recovery time of a training gang, broken down by phase, per fault and restore path:
  *
  *   node --import tsx bench/ft/recovery.ts [--ranks 2,4] [--faults kill-rank,hang,kill-node,partition]
- *     [--restore disk,memory,full] [--trials 3] [--step-ms 40] [--json out.json]
+ *     [--restore disk,memory,full,in-process] [--trials 3] [--step-ms 40] [--json out.json]
  *
  * Needs root (two nodes as network namespaces, test/helpers/netns.ts). Each trial trains
  * TinyLM (test/launch/fixtures/chaos-train.mts) on 2 nodes x ranks/2 under
@@ -18,8 +18,15 @@
  * durable checkpoint), 'memory' (the same plus in-memory snapshots every step, restored
  * from when a copy survives), 'full' (torchrun-style: on the fault every launcher is
  * stopped and all are started again from scratch with --resume; detect is the same,
- * abort is the teardown of the launchers). A partition healed before anything notices
- * costs only the stall (reported as restart: false).
+ * abort is the teardown of the launchers), 'in-process' (`--restart-scope rank` on an
+ * elastic fixture, test/launch/fixtures/chaos-elastic.mts: only the lost rank is
+ * restarted; the survivors re-form and keep training, the restarted rank rejoins with
+ * live state transfer). Its phases: detect as above; abort -> rank 0's first step in
+ * the shrunk generation ("formed generation"); rendezvous -> rank 0's first step with
+ * the group grown back (the new process started, joined, and received the state);
+ * restore: none; first step -> rank 0's first step line after it. The fault of a node
+ * (kill-node, partition) still takes the gang path there. A partition healed before
+ * anything notices costs only the stall (reported as restart: false).
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -27,6 +34,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { createCluster, type Cluster, type NetNode, type Spawned } from '../../test/helpers/netns.js';
+import { corpus } from '../../test/ft/fixture.js';
 
 const { values: o } = parseArgs({ options: {
   ranks: { type: 'string', default: '2,4' }, faults: { type: 'string', default: 'kill-rank,hang,kill-node,partition' },
@@ -36,6 +44,7 @@ const { values: o } = parseArgs({ options: {
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const BIN = path.join(ROOT, 'bin/nccl-node.js');
 const FIXTURE = 'test/launch/fixtures/chaos-train.mts';
+const ELASTIC_FIXTURE = 'test/launch/fixtures/chaos-elastic.mts';
 const PORT = 29500;
 const PHASES = ['detect', 'abort', 'rendezvous', 'restore', 'firstStep'] as const;
 
@@ -58,13 +67,15 @@ async function trial(cluster: Cluster, ranks: number, fault: string, restore: st
   const reports = path.join(work, 'reports');
   mkdirSync(reports);
   const lines: Line[] = [];
+  const inProcess = restore === 'in-process';
   const env = { ...process.env, NCCL_NODE_TOKEN: 'ft-bench', CHAOS_STEPS: '400', CHAOS_STEP_MS: o['step-ms'], CHAOS_REPORTS: reports,
-    CHAOS_CKPT_DIR: path.join(work, 'ckpt'), CHAOS_CKPT_EVERY: '4', CHAOS_TIMEOUT_MS: '20000', ...(restore === 'memory' ? { CHAOS_MEM_EVERY: '1' } : {}) };
+    CHAOS_CKPT_DIR: path.join(work, 'ckpt'), CHAOS_CKPT_EVERY: '4', CHAOS_TIMEOUT_MS: '20000', ...(restore === 'memory' ? { CHAOS_MEM_EVERY: '1' } : {}),
+    ...(inProcess ? { CHAOS_DATASET: await corpus(), CHAOS_WINDOW_MS: '1000' } : {}) };
   const flags = ['--prefix', '--nnodes', '2', '--nproc-per-node', String(ranks / 2), '--rdzv-backend', 'c10d', '--rdzv-endpoint', `${a.addr}:${PORT}`,
     '--max-restarts', restore === 'full' ? '0' : '3', '--heartbeat-interval', '0.25', '--heartbeat-timeout', '1', '--grace-period', '1',
-    '--join-timeout', '30', '--rdzv-last-call', '0.5'];
+    '--join-timeout', '30', '--rdzv-last-call', '0.5', ...(inProcess ? ['--restart-scope', 'rank'] : [])];
   const launch = (n: NetNode): Spawned => {
-    const s = cluster.spawnOn(n, process.execPath, [BIN, 'run', ...flags, FIXTURE], { cwd: ROOT, env, timeoutMs: 120_000 });
+    const s = cluster.spawnOn(n, process.execPath, [BIN, 'run', ...flags, inProcess ? ELASTIC_FIXTURE : FIXTURE], { cwd: ROOT, env, timeoutMs: 120_000 });
     for (const st of [s.child.stdout!, s.child.stderr!]) {
       let rest = '';
       st.on('data', (d: Buffer) => {
@@ -94,7 +105,7 @@ async function trial(cluster: Cluster, ranks: number, fault: string, restore: st
       cluster.heal(b);
     }
     const healed = Date.now();
-    const notice = /; stopping |missed heartbeats|is gone|attempt \d+ failed/;
+    const notice = /; stopping |missed heartbeats|is gone|attempt \d+ failed|restarting rank/;
     const detect = await waitFor('a notice or a step', () => after(tf, notice)
       ?? (fault === 'partition' && Date.now() > healed + 5000 ? lines.find((l) => l.t > tf && step(l) !== undefined) : undefined), 60_000);
     const restart = notice.test(detect.text);
@@ -105,6 +116,17 @@ async function trial(cluster: Cluster, ranks: number, fault: string, restore: st
     }
     ph.detect = detect.t - tf;
     let t = detect.t;
+    if (inProcess && !/is gone|; stopping |attempt \d+ failed/.test(detect.text)) {
+      // Only the lost rank restarts: the survivors shrink, then the group grows back.
+      const formed = (size: number) => (l: Line): boolean => new RegExp(`^\\[0\\] formed generation \\d+ size ${size}$`).test(l.text);
+      const shrunk = await waitFor('the shrink', () => lines.find((l) => l.t >= tf && formed(ranks - 1)(l)), 30_000);
+      ph.abort = shrunk.t - t;
+      const grown = await waitFor('the grow', () => lines.find((l) => l.t >= shrunk.t && formed(ranks)(l)), 60_000);
+      ph.rendezvous = grown.t - shrunk.t;
+      const first = await waitFor('the first step', () => lines.find((l) => l.t >= grown.t && step(l) !== undefined), 60_000);
+      ph.firstStep = first.t - grown.t;
+      return { ranks, fault, restore, trial: trialNo, restart, totalMs: first.t - tf, phases: ph };
+    }
     if (restore === 'full') {
       // A torchrun-style restart: every launcher goes, then all start again from disk.
       cluster.killAll();

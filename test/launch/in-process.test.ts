@@ -17,6 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
+import { resolveOptions } from '../../src/launch/options.js';
 import type { RankResult } from '../helpers/ranks.js';
 import { committedIds, config, corpus, expectedIds, referenceChain } from '../ft/fixture.js';
 
@@ -34,10 +35,10 @@ afterEach(() => {
   for (const c of started.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
 });
 
-async function launch(fault: 'kill' | 'stop', cfg: ReturnType<typeof config>): Promise<{ code: number | null; stderr: string; out: string }> {
+async function launch(fault: 'kill' | 'stop' | 'exit75', cfg: ReturnType<typeof config>, maxRestarts = 2): Promise<{ code: number | null; stderr: string; out: string }> {
   const out = mkdtempSync(path.join(os.tmpdir(), 'nccl-node-inproc-'));
   const payload = { cfg, windowMs: 1000, timeoutMs: 20_000, faultRank: 1, faultAt: K, fault, growAt: GROW_AT };
-  const child = spawn(process.execPath, [BIN, 'run', '--nproc-per-node', '3', '--restart-scope', 'rank', '--max-restarts', '2',
+  const child = spawn(process.execPath, [BIN, 'run', '--nproc-per-node', '3', '--restart-scope', 'rank', '--max-restarts', String(maxRestarts),
     '--heartbeat-interval', '0.25', '--grace-period', '1', '--join-timeout', '30', FIXTURE], {
     cwd: ROOT,
     env: { ...process.env, NCCL_NODE_TOKEN: undefined, FT_OUT: out, FT_PAYLOAD: JSON.stringify(payload) },
@@ -109,4 +110,20 @@ describe('nccl-node run --restart-scope rank', () => {
       for (const [s, v] of ids) expect(v, `step ${s}`).toEqual(ref.ids.get(s));
     }, 60_000);
   }
+
+  it('falls back to the gang path for exit code 75 and when restarts are used up', async () => {
+    const cfg = config(await corpus(), N);
+    // 75 (EXIT_FULL_RESTART): the gang restarts; its new rank 1 is on a first life again, exits 75 again, and that ends the job.
+    const full = await launch('exit75', cfg, 1);
+    expect(full.code, full.stderr).toBe(75);
+    expect(full.stderr).toMatch(/attempt 0 failed: rank 1 \(pid \d+\) exited with code 75; stopped ranks 0, 2; restarting the gang \(restart 1 of 1\)/);
+    expect(full.stderr).not.toMatch(/restarting rank/);
+    expect(read<Start>(full.out, 'start')).toHaveLength(6);
+    // No restarts left: a SIGKILL stops the gang and ends the job with 128 + 9.
+    const none = await launch('kill', cfg, 0);
+    expect(none.code, none.stderr).toBe(137);
+    expect(none.stderr).toMatch(/rank 1 \(pid \d+\) was killed by signal SIGKILL; stopping ranks 0, 2/);
+    expect(none.stderr).not.toMatch(/restarting/);
+    expect(() => resolveOptions({ script: FIXTURE, cwd: ROOT, nprocPerNode: 1, restartScope: 'node' as 'rank' })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARGUMENT' }));
+  }, 40_000);
 });
