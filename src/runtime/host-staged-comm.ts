@@ -8,7 +8,8 @@
  * The copies are asynchronous and a pipeline does not await its sends, so two
  * calls could otherwise reach NCCL in the order their copies finish: every call
  * goes through one SubmitQueue, and NCCL sees the operations in call order, as
- * every rank must submit them.
+ * every rank must submit them. As with any Communicator call, an input must stay
+ * unchanged until the returned promise settles (its copy may start later).
  */
 import type { Communicator } from '../comm/communicator.js';
 import type { ReduceOp } from '../dtypes.js';

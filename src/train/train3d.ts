@@ -93,6 +93,11 @@ export interface Train3DResult {
 
 export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<Train3DResult> {
   const { dp, tp, pp } = cfg.mesh;
+  const device = cfg.device === 'cuda';
+  if (device !== (world.backend === 'nccl')) {
+    throw new NcclNodeError('ERR_INVALID_ARGUMENT', `train3d: device '${cfg.device ?? 'cpu'}' does not fit a ${world.backend} world (NCCL trains with device 'cuda', Gloo with 'cpu')`);
+  }
+  if (device && cfg.ckpt) throw new NcclNodeError('ERR_UNAVAILABLE', "train3d: checkpoints are written from host storage; device 'cuda' runs without ckpt");
   const mesh = await DeviceMesh.create(world, { dp, tp, pp });
   const T = cfg.model.seqLen;
   const rowsPerReplica = cfg.globalBatch / dp, microRows = rowsPerReplica / cfg.micro;
@@ -103,9 +108,6 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
     throw new NcclNodeError('ERR_INVALID_ARGUMENT', `train3d: sequence parallelism splits a micro-batch's ${microRows * T} token rows over tp ${tp}: they must divide`);
   }
   const chunks = cfg.chunks ?? 1;
-  const device = cfg.device === 'cuda';
-  if (device && world.backend !== 'nccl') throw new NcclNodeError('ERR_INVALID_ARGUMENT', `train3d: device 'cuda' needs an NCCL world, received ${world.backend}`);
-  if (device && cfg.ckpt) throw new NcclNodeError('ERR_UNAVAILABLE', "train3d: checkpoints are written from host storage; device 'cuda' runs without ckpt");
   // The layers compute on host arrays: on NCCL their collectives and sends are staged through device memory.
   const hostComm = (c: Communicator) => (device ? new HostStagedComm(c) : c);
   const pipe = await Pipeline.create(hostComm(mesh.get('pp')), { chunks });

@@ -29,12 +29,16 @@ const DTOH_TRACE = join(mkdtempSync(join(tmpdir(), 'nccl-node-3d-dtoh-')), 'trac
 
 type GpuOut = Out & { stepDtoHMax: number | null; dtohMax: number | null };
 
-async function run(world: number, layout: Record<string, unknown>, device: 'cpu' | 'cuda'): Promise<RankResult<GpuOut>[]> {
-  const ranks = await runRanks<GpuOut>(WORKER, world, {
-    env: device === 'cuda' ? standinEnv({ CUDA_STANDIN_DTOH_TRACE: DTOH_TRACE }) : {},
+function launch(world: number, layout: Record<string, unknown>, device: 'cpu' | 'cuda'): Promise<RankResult<GpuOut>[]> {
+  return runRanks<GpuOut>(WORKER, world, {
+    env: device === 'cuda' || layout.backend === 'nccl' ? standinEnv({ CUDA_STANDIN_DTOH_TRACE: DTOH_TRACE }) : {},
     timeoutMs: 60_000,
     payload: { model: CFG, steps: STEPS, globalBatch: BATCH, micro: MICRO, schedule: '1f1b', optimizer: { kind: 'adamw', lr: LR, weightDecay: WD }, clipNorm: CLIP, batches, device, ...layout },
   });
+}
+
+async function run(world: number, layout: Record<string, unknown>, device: 'cpu' | 'cuda'): Promise<RankResult<GpuOut>[]> {
+  const ranks = await launch(world, layout, device);
   expect(ranks.every((x) => x.code === 0), describeRanks(ranks)).toBe(true);
   return ranks;
 }
@@ -79,4 +83,16 @@ describe('train3d on the device storage over NCCL (stand-ins)', { timeout: 60_00
       });
     });
   }
+
+  it('the device must fit the world: cuda on NCCL, cpu on Gloo (ERR_INVALID_ARGUMENT); no checkpoints on the device (ERR_UNAVAILABLE)', async () => {
+    const mesh = { dp: 1, tp: 1, pp: 1 };
+    const failure = async (layout: Record<string, unknown>, device: 'cpu' | 'cuda'): Promise<string> => {
+      const [x] = await launch(1, { mesh, ...layout }, device);
+      expect(x!.code, x!.stderr).not.toBe(0);
+      return x!.stderr;
+    };
+    expect(await failure({ backend: 'gloo' }, 'cuda')).toMatch(/ERR_INVALID_ARGUMENT[^]*device 'cuda' does not fit a gloo world|device 'cuda' does not fit a gloo world[^]*ERR_INVALID_ARGUMENT/);
+    expect(await failure({ backend: 'nccl' }, 'cpu')).toMatch(/ERR_INVALID_ARGUMENT[^]*device 'cpu' does not fit a nccl world|device 'cpu' does not fit a nccl world[^]*ERR_INVALID_ARGUMENT/);
+    expect(await failure({ ckpt: { from: '/nonexistent' } }, 'cuda')).toMatch(/ERR_UNAVAILABLE[^]*checkpoints are written from host storage|checkpoints are written from host storage[^]*ERR_UNAVAILABLE/);
+  });
 });

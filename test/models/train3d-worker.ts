@@ -10,9 +10,11 @@ import { TPParam } from '../../src/models/gpt/tensor-parallel.js';
 import { train3d, type Train3DConfig } from '../../src/train/train3d.js';
 import { readPayload, writeResult } from '../helpers/ranks.js';
 
-const { batches, ...cfg } = readPayload<Omit<Train3DConfig, 'batch'> & { batches: number[][] }>();
-const comm = await init({ backend: cfg.device === 'cuda' ? 'nccl' : 'gloo' });
-if (comm.backend !== (cfg.device === 'cuda' ? 'nccl' : 'gloo')) throw new Error(`unexpected backend ${comm.backend}`);
+// `backend` overrides the one the device implies (to test the mismatch).
+const { batches, backend = undefined, ...cfg } = readPayload<Omit<Train3DConfig, 'batch'> & { batches: number[][]; backend?: 'gloo' | 'nccl' }>();
+const want = backend ?? (cfg.device === 'cuda' ? 'nccl' : 'gloo');
+const comm = await init({ backend: want });
+if (comm.backend !== want) throw new Error(`unexpected backend ${comm.backend}`);
 const trace = process.env.CUDA_STANDIN_DTOH_TRACE ? `${process.env.CUDA_STANDIN_DTOH_TRACE}.${process.pid}` : null;
 const copies = (): number[] => (trace && existsSync(trace) ? readFileSync(trace, 'utf8').split('\n').filter(Boolean).map(Number) : []);
 let stepDtoHMax = trace ? 0 : null;
