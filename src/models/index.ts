@@ -5,3 +5,4 @@ export { globalBatch, rowsOf } from './tiny-lm/synthetic-corpus.js';
 export { GPT, GPT_TEST_CONFIG, unitsForwardBackward, type GPTConfig, type GPTUnits } from './gpt/gpt.js';
 export { TensorParallelGPT, TPParam, sliceOf, placeSlice, type TensorShard as TPShard } from './gpt/tensor-parallel.js';
 export { GPTPipelineStage, stageBlocks } from './gpt/gpt-pipeline-stage.js';
+export { DeviceGPT } from './gpt/device-gpt.js';

@@ -28,7 +28,6 @@
  * still receive the gradient its neighbour sends back (1F1B's crossing traffic),
  * and the interleaved ring cannot wait on itself.
  */
-import type { Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
 
 export interface Action {
@@ -106,15 +105,28 @@ export interface PipelineStageModule {
   weight?(m: number, chunk: number): void | Promise<void>;
 }
 
+/**
+ * What the pipeline uses of its group: a Communicator, or a HostStagedComm
+ * (host-staged-comm.ts) when the stages compute on host arrays over NCCL.
+ */
+export interface PipelineComm {
+  readonly rank: number;
+  readonly size: number;
+  send(buf: Float32Array, peer: number): PromiseLike<unknown>;
+  recv(buf: Float32Array, peer: number): PromiseLike<unknown>;
+  split(options: { color: number }): PromiseLike<PipelineComm | null>;
+  destroy(): Promise<void>;
+}
+
 /** A one-direction link to a neighbour: its own communicator, and the neighbour's rank in it. */
 interface Link {
-  comm: Communicator;
+  comm: PipelineComm;
   peer: number;
 }
 
 export class Pipeline {
   private constructor(
-    readonly group: Communicator,
+    readonly group: PipelineComm,
     /** Activations from the previous and to the next rank; gradients back the other way. */
     readonly links: { actIn: Link; actOut: Link; gradIn: Link; gradOut: Link } | null,
     readonly chunks: number,
@@ -134,7 +146,7 @@ export class Pipeline {
    * also feeds the first, and a ring of rendezvous sends on one in-order channel
    * could wait on itself.
    */
-  static async create(group: Communicator, options: { chunks?: number } = {}): Promise<Pipeline> {
+  static async create(group: PipelineComm, options: { chunks?: number } = {}): Promise<Pipeline> {
     const chunks = options.chunks ?? 1;
     const P = group.size, s = group.rank;
     if (P === 1) return new Pipeline(group, null, chunks);
@@ -142,7 +154,7 @@ export class Pipeline {
     // Only interleaved schedules use the wrap-around link P-1 -> 0 (the last rank feeds the first
     // rank's next chunk); with one chunk it is not made.
     const links = chunks > 1 ? P : P - 1;
-    const pairs: Array<Communicator | null> = [];
+    const pairs: Array<PipelineComm | null> = [];
     for (const direction of [0, 1]) {
       for (let i = 0; i < links; i++) {
         const member = s === i || s === (i + 1) % P;
@@ -208,7 +220,7 @@ export class Pipeline {
 }
 
 /** Stands where the wrap-around link is not made; a call on it would be a schedule error. */
-const unusedLink = new Proxy({} as Communicator, {
+const unusedLink = new Proxy({} as PipelineComm, {
   get: () => { throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'pipeline: the wrap-around link exists only for interleaved schedules (chunks > 1)'); },
 });
 

@@ -19,47 +19,82 @@
  * The flat layout is this rank's parameters (its stage, its TP shard) end to end,
  * padded to a multiple of dp. Checkpoints still see per-parameter state: the
  * shards are gathered over dp first, so a checkpoint does not depend on zero.
+ *
+ * Written once over the runtime's Storage (runtime/storage.ts): hostStorage keeps
+ * the parameters, gradients and optimizer state in typed arrays over Gloo,
+ * deviceStorage in DeviceBuffers over NCCL, where the copies, reductions, sums of
+ * squares, clipping and the optimizer step are device collectives and kernels
+ * with the host loops' arithmetic. The checkpoint methods read the host optimizer
+ * and work on the host storage only.
  */
 import type { Communicator } from '../comm/communicator.js';
-import type { Param } from '../models/tiny-lm/tiny-lm.js';
-import type { Optimizer } from '../runtime/index.js';
+import { NcclNodeError } from '../errors.js';
+import type { DeviceBuffer } from '../gpu/device-buffer.js';
+import type { Optimizer } from '../runtime/optim.js';
+import { hostStorage, type RuntimeParam, type SlotOptimizer, type Sized, type Storage } from '../runtime/storage.js';
 
 export type ZeroStage = 0 | 1 | 2 | 3;
 
-const RELEASED = new Float32Array(0);
+type Buf = Float32Array | DeviceBuffer;
+/** A parameter as the optimizer binds it: a host Param, or a DeviceParam (data null while ZeRO-3 keeps only the shard). */
+export type DPParam<B extends Buf = Float32Array> = RuntimeParam<B, B | null>;
+/** A storage as the optimizer uses it: hostStorage or deviceStorage. */
+export type DPStorage<B extends Buf> = Storage<B, Sized, B | null>;
 
-export class DataParallelOptimizer {
+const SUM = { op: 'sum', dtype: 'float32' } as const;
+
+export class DataParallelOptimizer<B extends Buf = Float32Array> {
+  readonly #s: DPStorage<B>;
   readonly #n: number;
   readonly #shard: number;
+  #opt!: SlotOptimizer<B>;
+  /** ZeRO-3: this replica's 1/dp of the flat parameters, the only copy kept between steps. */
+  #paramShard: B | null = null;
+  /** ZeRO-3: the stage's parameters gathered for a step (the params are views of it). */
+  #gathered: B | null = null;
+  /** The reduced gradient of this replica's 1/dp, from reduce() to step(). */
+  #gradShard: B | null = null;
+  /** The all-reduced flat gradients #gradShard is a view of (ZeRO-1), freed after the step. */
+  #reduced: B | null = null;
 
   /** counted(p): whether p's elements count toward the global norm on this rank (TP-replicated ones on tp rank 0 only). */
-  constructor(readonly dp: Communicator, readonly optimizer: Optimizer, readonly zero: ZeroStage, readonly params: readonly Param[],
-    readonly counted: (p: Param) => boolean) {
+  private constructor(storage: DPStorage<B>, readonly dp: Communicator, readonly optimizer: Optimizer, readonly zero: ZeroStage,
+    readonly params: readonly DPParam<B>[], readonly counted: (p: DPParam<B>) => boolean) {
+    this.#s = storage;
     this.#n = params.reduce((a, p) => a + p.size, 0);
     this.#shard = Math.ceil(this.#n / dp.size);
-    if (zero === 3) {
-      this.#paramShard = this.#flat((p) => p.data).slice(dp.rank * this.#shard, (dp.rank + 1) * this.#shard);
-      for (const p of params) p.data = RELEASED;
-    }
   }
 
-  /** ZeRO-3: this replica's 1/dp of the flat parameters, the only copy kept between steps. */
-  #paramShard: Float32Array | null = null;
+  /** The optimizer over `storage` (ZeRO-3: keeps this replica's shard of the parameters and releases the rest). */
+  static async create<B extends Buf>(storage: DPStorage<B>, dp: Communicator, optimizer: Optimizer, zero: ZeroStage,
+    params: readonly DPParam<B>[], counted: (p: DPParam<B>) => boolean): Promise<DataParallelOptimizer<B>> {
+    const o = new DataParallelOptimizer(storage, dp, optimizer, zero, params, counted);
+    o.#opt = await storage.optimizer(optimizer, o.#slots());
+    if (zero === 3) {
+      const flat = await o.#flat((p) => p.data!);
+      o.#paramShard = await o.#copyOf(storage.view(flat, dp.rank * o.#shard, o.#shard));
+      storage.free(flat);
+      for (const p of params) (storage.free(p.data), (p.data = storage.unbound));
+    }
+    return o;
+  }
+
+  #slots(): { key: string; size: number }[] {
+    return this.zero === 0 ? this.params.map((p) => ({ key: p.name, size: p.size })) : [{ key: 'flat', size: this.#shard }];
+  }
 
   /** Parameter elements this rank holds now (ZeRO-3 between steps: its shard only). */
   get residentParamElements(): number {
-    return this.#paramShard && this.params.every((p) => p.data.length === 0) ? this.#paramShard.length : this.#n;
+    return this.#paramShard && this.params.every((p) => !p.data?.length) ? this.#paramShard.length : this.#n;
   }
 
   /** Float32 elements allocated now for parameters, gradients (the model's and the reduced shard) and optimizer state. */
   heldElements(): { params: number; grads: number; optimizer: number } {
-    const sum = (xs: Iterable<Float32Array>) => [...xs].reduce((a, x) => a + x.length, 0);
-    const slots = this.zero === 0 ? this.params.map((p) => ({ key: p.name, size: p.size })) : [{ key: 'flat', size: this.#shard }];
-    const model = sum(this.params.map((p) => p.data));
+    const sum = (xs: Iterable<Sized | null>) => [...xs].reduce((a, x) => a + (x?.length ?? 0), 0);
     return {
-      params: model + (this.#paramShard?.length ?? 0),
+      params: sum(this.params.map((p) => p.data)) + (this.#paramShard?.length ?? 0),
       grads: sum(this.params.map((p) => p.grad)) + (this.#gradShard?.length ?? 0),
-      optimizer: sum(Object.values(this.optimizer.state(slots).tensors)),
+      optimizer: sum(Object.values(this.#opt.state(this.#slots()).tensors)),
     };
   }
 
@@ -69,23 +104,30 @@ export class DataParallelOptimizer {
    * this rank's stage all-gathered back into the model (collective over dp).
    */
   async gather(): Promise<void> {
+    const s = this.#s;
     if (this.#paramShard) {
-      const flat = new Float32Array(this.#shard * this.dp.size);
-      if (this.dp.size > 1) await this.dp.allGather(this.#paramShard, flat);
-      else flat.set(this.#paramShard);
+      const flat = await s.zeros(this.#shard * this.dp.size);
+      if (this.dp.size > 1) await s.allGather(this.dp, this.#paramShard, flat, 'float32');
+      else await s.copy(flat, this.#paramShard);
+      this.#gathered = flat;
       let o = 0;
-      for (const p of this.params) (p.data = flat.subarray(o, o + p.size)), (o += p.size);
+      for (const p of this.params) (p.data = s.view(flat, o, p.size)), (o += p.size);
     }
     for (const p of this.params) {
-      if (p.grad.length === p.size) p.grad.fill(0);
-      else p.grad = new Float32Array(p.size);
+      if (p.grad?.length === p.size) await s.zero(p.grad);
+      else p.grad = await s.zeros(p.size);
     }
   }
 
   /** Drops what this stage keeps only during a step: ZeRO-2/3 the model's gradients, ZeRO-3 the gathered parameters too. */
   reshard(): void {
-    if (this.zero >= 2) for (const p of this.params) p.grad = RELEASED;
-    if (this.#paramShard) for (const p of this.params) p.data = RELEASED;
+    const s = this.#s;
+    if (this.zero >= 2) for (const p of this.params) (s.free(p.grad), (p.grad = s.unbound));
+    if (this.#paramShard) {
+      for (const p of this.params) p.data = s.unbound;
+      s.free(this.#gathered);
+      this.#gathered = null;
+    }
   }
 
   /** This replica's part of the flat layout: [lo, hi). */
@@ -100,51 +142,69 @@ export class DataParallelOptimizer {
    */
   async reduce(): Promise<number> {
     const { dp, params } = this;
-    const flat = this.#flat((p) => p.grad);
+    const s = this.#s;
+    const flat = await this.#flat((p) => p.grad!);
     if (this.zero >= 2 && dp.size > 1) {
-      this.#gradShard = new Float32Array(this.#shard);
-      await dp.reduceScatter(flat, this.#gradShard, { op: 'sum' });
+      this.#gradShard = await s.zeros(this.#shard);
+      await s.reduceScatter(dp, flat, this.#gradShard, SUM);
+      s.free(flat);
     } else {
-      if (dp.size > 1) await dp.allReduce(flat, { op: 'sum' });
-      this.#gradShard = flat.subarray(this.dp.rank * this.#shard, (this.dp.rank + 1) * this.#shard);
+      if (dp.size > 1) await s.allReduce(dp, flat, SUM);
       if (this.zero === 0) {
-        scatter(flat, params.map((p) => p.grad));
-        return params.reduce((a, p) => a + (this.counted(p) ? sumSq(p.grad) : 0), 0);
+        await this.#scatter(flat, (p) => p.grad!);
+        s.free(flat);
+        return s.sumSquares(params.filter((p) => this.counted(p)).map((p) => p.grad!));
       }
+      this.#reduced = flat;
+      this.#gradShard = s.view(flat, dp.rank * this.#shard, this.#shard);
     }
     if (this.zero >= 2) this.reshard();
     // Sharded: each replica squares its own slice, the slices add up over dp.
     const [lo, hi] = this.#range;
-    const sq = new Float64Array([this.#overlaps(lo, hi).reduce((a, [p, from, to]) => a + (this.counted(p) ? sumSq(this.#gradShard!.subarray(from - lo, to - lo)) : 0), 0)]);
-    if (dp.size > 1) await dp.allReduce(sq, { op: 'sum' });
-    return sq[0]!;
+    const mine = this.#overlaps(lo, hi).filter(([p]) => this.counted(p)).map(([, from, to]) => s.view(this.#gradShard!, from - lo, to - from));
+    return s.allReduceScalar(dp, await s.sumSquares(mine));
   }
-
-  #gradShard: Float32Array | null = null;
 
   /** Scales the reduced gradients by `scale` (clipping) and steps. */
   async step(scale: number): Promise<void> {
-    const { params, optimizer } = this;
+    const { params, dp } = this;
+    const s = this.#s;
     const g = this.#gradShard!;
     this.#gradShard = null; // the reduced gradient (or the flat copy it is part of) is not kept past the step
     if (this.zero === 0) {
-      if (scale !== 1) for (const p of params) for (let i = 0; i < p.size; i++) p.grad[i] = p.grad[i]! * scale;
-      optimizer.step(params.map((p) => ({ key: p.name, param: p.data, grad: p.grad })));
+      if (scale !== 1) await s.scaleBy(params.map((p) => p.grad!), scale);
+      await this.#opt.step(params.map((p) => ({ key: p.name, param: p.data!, grad: p.grad! })));
       return;
     }
-    if (scale !== 1) for (let i = 0; i < g.length; i++) g[i] = g[i]! * scale;
-    if (this.#paramShard) return optimizer.step([{ key: 'flat', param: this.#paramShard, grad: g }]);
-    const flat = this.#flat((p) => p.data);
-    const mine = flat.slice(this.dp.rank * this.#shard, (this.dp.rank + 1) * this.#shard);
-    optimizer.step([{ key: 'flat', param: mine, grad: g }]);
-    if (this.dp.size > 1) await this.dp.allGather(mine, flat);
-    else flat.set(mine);
-    scatter(flat, params.map((p) => p.data));
+    if (scale !== 1) await s.scaleBy([g], scale);
+    if (this.#paramShard) {
+      await this.#opt.step([{ key: 'flat', param: this.#paramShard, grad: g }]);
+    } else {
+      const flat = await this.#flat((p) => p.data!);
+      const mine = await this.#copyOf(s.view(flat, dp.rank * this.#shard, this.#shard));
+      await this.#opt.step([{ key: 'flat', param: mine, grad: g }]);
+      if (dp.size > 1) await s.allGather(dp, mine, flat, 'float32');
+      else await s.copy(flat, mine);
+      await this.#scatter(flat, (p) => p.data!);
+      s.free(flat);
+      s.free(mine);
+    }
+    s.free(this.#reduced ?? g);
+    this.#reduced = null;
+  }
+
+  /** The host storage's optimizer, which the checkpoint methods read and write directly. */
+  #host(what: string): { params: readonly DPParam<Float32Array>[]; paramShard: Float32Array | null } {
+    if ((this.#s as unknown) !== hostStorage) {
+      throw new NcclNodeError('ERR_UNAVAILABLE', `DataParallelOptimizer.${what}: checkpoints are read and written from the host storage; this optimizer keeps its state on the device`);
+    }
+    return { params: this.params as readonly DPParam<Float32Array>[], paramShard: this.#paramShard as Float32Array | null };
   }
 
   /** Collective over dp: every parameter's optimizer state, full (this rank's TP shard of it), named `${p.name}.${what}`. */
   async fullState(): Promise<Record<string, Float32Array>> {
-    if (this.zero === 0) return Object.assign({}, ...this.params.map((p) => this.optimizer.state([{ key: p.name, size: p.size }]).tensors));
+    const { params } = this.#host('fullState');
+    if (this.zero === 0) return Object.assign({}, ...params.map((p) => this.optimizer.state([{ key: p.name, size: p.size }]).tensors));
     const out: Record<string, Float32Array> = {};
     for (const [name, shard] of Object.entries(this.optimizer.state([{ key: 'flat', size: this.#shard }]).tensors)) {
       const what = name.slice('flat.'.length);
@@ -152,7 +212,7 @@ export class DataParallelOptimizer {
       if (this.dp.size > 1) await this.dp.allGather(shard, flat);
       else flat.set(shard);
       let o = 0;
-      for (const p of this.params) (out[`${p.name}.${what}`] = flat.slice(o, o + p.size), (o += p.size));
+      for (const p of params) (out[`${p.name}.${what}`] = flat.slice(o, o + p.size), (o += p.size));
     }
     return out;
   }
@@ -164,33 +224,36 @@ export class DataParallelOptimizer {
 
   /** Loads per-parameter state (as fullState() names it) and the step count. */
   loadState(step: number, tensors: Record<string, Float32Array>): void {
+    const { params } = this.#host('loadState');
     if (this.zero === 0) return this.optimizer.loadState({ step, tensors });
     const whats = new Set(Object.keys(tensors).map((n) => n.slice(n.lastIndexOf('.') + 1)));
     const mine: Record<string, Float32Array> = {};
     for (const what of whats) {
       const flat = new Float32Array(this.#shard * this.dp.size);
       let o = 0;
-      for (const p of this.params) (flat.set(tensors[`${p.name}.${what}`]!, o), (o += p.size));
+      for (const p of params) (flat.set(tensors[`${p.name}.${what}`]!, o), (o += p.size));
       mine[`flat.${what}`] = flat.slice(this.dp.rank * this.#shard, (this.dp.rank + 1) * this.#shard);
     }
     this.optimizer.loadState({ step, tensors: mine });
   }
 
   /** Sets the parameters (this rank's full TP shard of its stage, per Param) wherever this stage keeps them. */
-  loadParams(data: ReadonlyMap<Param, Float32Array>): void {
-    if (!this.#paramShard) {
-      for (const p of this.params) p.data.set(data.get(p)!);
+  loadParams(data: ReadonlyMap<DPParam<B>, Float32Array>): void {
+    const { params, paramShard } = this.#host('loadParams');
+    const of = (p: DPParam<Float32Array>) => data.get(p as unknown as DPParam<B>)!;
+    if (!paramShard) {
+      for (const p of params) p.data!.set(of(p));
       return;
     }
     const flat = new Float32Array(this.#shard * this.dp.size);
     let o = 0;
-    for (const p of this.params) (flat.set(data.get(p)!, o), (o += p.size));
-    this.#paramShard.set(flat.subarray(this.dp.rank * this.#shard, (this.dp.rank + 1) * this.#shard));
+    for (const p of params) (flat.set(of(p), o), (o += p.size));
+    paramShard.set(flat.subarray(this.dp.rank * this.#shard, (this.dp.rank + 1) * this.#shard));
   }
 
   /** Parameters overlapping flat [lo, hi), with the overlap's flat range. */
-  #overlaps(lo: number, hi: number): Array<[Param, number, number]> {
-    const out: Array<[Param, number, number]> = [];
+  #overlaps(lo: number, hi: number): Array<[DPParam<B>, number, number]> {
+    const out: Array<[DPParam<B>, number, number]> = [];
     let o = 0;
     for (const p of this.params) {
       const from = Math.max(lo, o), to = Math.min(hi, o + p.size);
@@ -200,21 +263,23 @@ export class DataParallelOptimizer {
     return out;
   }
 
-  #flat(of: (p: Param) => Float32Array): Float32Array {
-    const out = new Float32Array(this.#shard * this.dp.size);
+  /** The params' `of` end to end in one zero-padded buffer of the flat layout. */
+  async #flat(of: (p: DPParam<B>) => B): Promise<B> {
+    const out = await this.#s.zeros(this.#shard * this.dp.size);
     let o = 0;
-    for (const p of this.params) (out.set(of(p), o), (o += p.size));
+    for (const p of this.params) (await this.#s.copy(this.#s.view(out, o, p.size), of(p)), (o += p.size));
     return out;
   }
-}
 
-function sumSq(x: Float32Array): number {
-  let s = 0;
-  for (const v of x) s += v * v;
-  return s;
-}
+  /** The inverse of #flat: each param's `into` from its range of the flat layout. */
+  async #scatter(flat: B, into: (p: DPParam<B>) => B): Promise<void> {
+    let o = 0;
+    for (const p of this.params) (await this.#s.copy(into(p), this.#s.view(flat, o, p.size)), (o += p.size));
+  }
 
-function scatter(flat: Float32Array, into: Float32Array[]): void {
-  let o = 0;
-  for (const x of into) (x.set(flat.subarray(o, o + x.length)), (o += x.length));
+  async #copyOf(src: B): Promise<B> {
+    const out = await this.#s.zeros(src.length);
+    await this.#s.copy(out, src);
+    return out;
+  }
 }

@@ -13,17 +13,26 @@
  * rounding aside): gradScale is 1 / (tokens of the global batch), so summing the
  * replicas' gradients is the mean, and the norm counts every element once
  * (TP-replicated tensors only on tp rank 0).
+ *
+ * device 'cuda' (on an NCCL world) keeps the parameters, gradients and optimizer
+ * state in DeviceBuffers and runs the dp reduction, the norm, clipping and the
+ * step on the device storage; the layers compute on a host mirror
+ * (models/gpt/device-gpt.ts), their tp and pp traffic staged through DeviceBuffers
+ * over NCCL (runtime/host-staged-comm.ts). The same code, the same results as on the host.
  */
 import { Checkpointer, flatShard, load, type TensorShard } from '../checkpoint/index.js';
 import type { Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
+import type { DeviceBuffer } from '../gpu/device-buffer.js';
 import { GPT, type GPTConfig, type GPTUnits } from '../models/gpt/gpt.js';
 import { GPTPipelineStage, stageUnits } from '../models/gpt/gpt-pipeline-stage.js';
 import { placeSlice, sliceOf, TensorParallelGPT, TPParam } from '../models/gpt/tensor-parallel.js';
 import type { Param } from '../models/tiny-lm/tiny-lm.js';
-import { createOptimizer, DeviceMesh, type OptimizerOptions } from '../runtime/index.js';
+import { DeviceGPT } from '../models/gpt/device-gpt.js';
+import { createOptimizer, deviceStorage, DeviceMesh, hostStorage, type OptimizerOptions } from '../runtime/index.js';
+import { HostStagedComm } from '../runtime/host-staged-comm.js';
 import { Pipeline, schedule, type ScheduleName } from '../runtime/pipeline.js';
-import { DataParallelOptimizer, type ZeroStage } from './dp-optimizer.js';
+import { DataParallelOptimizer, type DPStorage, type ZeroStage } from './dp-optimizer.js';
 
 export interface Train3DConfig {
   model: GPTConfig;
@@ -55,6 +64,13 @@ export interface Train3DConfig {
    * checkpoint) before the first step and continues from its step.
    */
   ckpt?: { dir?: string; at?: number[]; from?: string };
+  /**
+   * 'cuda': parameters, gradients and optimizer state in DeviceBuffers, the world an
+   * NCCL communicator (see the file comment); 'cpu' (default): host arrays.
+   */
+  device?: 'cpu' | 'cuda';
+  /** Called before each step's dp reduction; what it returns is called after the optimizer step (e.g. to trace copies). */
+  traceStep?: () => () => void;
   log?: (line: string) => void;
 }
 
@@ -77,6 +93,11 @@ export interface Train3DResult {
 
 export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<Train3DResult> {
   const { dp, tp, pp } = cfg.mesh;
+  const device = cfg.device === 'cuda';
+  if (device !== (world.backend === 'nccl')) {
+    throw new NcclNodeError('ERR_INVALID_ARGUMENT', `train3d: device '${cfg.device ?? 'cpu'}' does not fit a ${world.backend} world (NCCL trains with device 'cuda', Gloo with 'cpu')`);
+  }
+  if (device && cfg.ckpt) throw new NcclNodeError('ERR_UNAVAILABLE', "train3d: checkpoints are written from host storage; device 'cuda' runs without ckpt");
   const mesh = await DeviceMesh.create(world, { dp, tp, pp });
   const T = cfg.model.seqLen;
   const rowsPerReplica = cfg.globalBatch / dp, microRows = rowsPerReplica / cfg.micro;
@@ -87,18 +108,25 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
     throw new NcclNodeError('ERR_INVALID_ARGUMENT', `train3d: sequence parallelism splits a micro-batch's ${microRows * T} token rows over tp ${tp}: they must divide`);
   }
   const chunks = cfg.chunks ?? 1;
-  const pipe = await Pipeline.create(mesh.get('pp'), { chunks });
+  // The layers compute on host arrays: on NCCL their collectives and sends are staged through device memory.
+  const hostComm = (c: Communicator) => (device ? new HostStagedComm(c) : c);
+  const pipe = await Pipeline.create(hostComm(mesh.get('pp')), { chunks });
   // Each rank allocates only its stage's parameters (the others' initial values are drawn and dropped).
   const units = stageUnits(cfg.model.layers, pipe.stages, pipe.stage, chunks);
   const model: GPTUnits<{ out: Float32Array }> = tp > 1
-    ? new TensorParallelGPT(cfg.model, mesh.get('tp'), cfg.sequenceParallel, units) : new GPT(cfg.model, units);
+    ? new TensorParallelGPT(cfg.model, hostComm(mesh.get('tp')), cfg.sequenceParallel, units) : new GPT(cfg.model, units);
   const { dp: dpRank, tp: tpRank } = mesh.coords;
   const losses: number[] = [], gradNorms: number[] = [];
   let activationsPeak = 0;
   // This rank's parameters are its stage's, whatever the step: a stage built only to list them.
   const params: Param[] = new GPTPipelineStage(model, pipe.stage, pipe.stages, [], microRows, 1, chunks).params;
-  const counted = (p: Param): boolean => isSharded(p) || tpRank === 0; // the global norm counts each element once
-  const optimizer = new DataParallelOptimizer(mesh.get('dp'), createOptimizer(cfg.optimizer), cfg.zero ?? 0, params, counted);
+  // The global norm counts each element once: TP-replicated tensors on tp rank 0 only.
+  const counted = new Set(params.filter((p) => isSharded(p) || tpRank === 0).map((p) => p.name));
+  const onDevice = device ? await DeviceGPT.create(params) : null;
+  const storage: DPStorage<Float32Array | DeviceBuffer> = device ? deviceStorage : hostStorage;
+  const optimizer = await DataParallelOptimizer.create<Float32Array | DeviceBuffer>(storage, mesh.get('dp'), createOptimizer(cfg.optimizer),
+    cfg.zero ?? 0, onDevice?.params ?? params, (p) => counted.has(p.name));
+  onDevice?.release(cfg.zero === 3);
   let start = 0;
   if (cfg.ckpt?.from) start = await load3d(cfg.ckpt.from, params, optimizer);
   const ck = cfg.ckpt?.dir && cfg.ckpt.at?.length ? await Checkpointer.create(cfg.ckpt.dir, { comm: world }) : null;
@@ -108,23 +136,26 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
     const micro = Array.from({ length: cfg.micro }, (_, m) => rows.subarray(m * microRows * (T + 1), (m + 1) * microRows * (T + 1)));
     const stage = new GPTPipelineStage(model, pipe.stage, pipe.stages, micro, microRows, 1 / (cfg.globalBatch * T), chunks, cfg.recompute);
     await optimizer.gather(); // zeroes the gradients (ZeRO-3: after gathering the parameters)
+    await onDevice?.pull(); // the host mirror the layers compute on
     await pipe.run(schedule(cfg.schedule, pipe.stages, pipe.stage, cfg.micro, chunks), stage);
     if (model instanceof TensorParallelGPT) await model.finishGrads(params); // sequence parallel: norms' gradients over tp
     activationsPeak = Math.max(activationsPeak, stage.peakSavedElements);
+    if (onDevice) (await onDevice.push(), onDevice.release(cfg.zero === 3));
 
     // Data parallel: gradients reduced over the replicas (all-reduce, or reduce-scatter under ZeRO-2).
     // The global norm: its squares summed over dp there, then over tp and pp here.
-    const sq = new Float64Array([await optimizer.reduce()]);
-    if (tp > 1) await mesh.get('tp').allReduce(sq, { op: 'sum' });
-    if (pp > 1) await mesh.get('pp').allReduce(sq, { op: 'sum' });
-    const norm = Math.sqrt(sq[0]!);
+    const traced = cfg.traceStep?.();
+    let sq = await optimizer.reduce();
+    if (tp > 1) sq = await storage.allReduceScalar(mesh.get('tp'), sq);
+    if (pp > 1) sq = await storage.allReduceScalar(mesh.get('pp'), sq);
+    const norm = Math.sqrt(sq);
     gradNorms.push(norm);
     await optimizer.step(cfg.clipNorm ? Math.min(1, cfg.clipNorm / (norm + 1e-6)) : 1);
+    traced?.();
 
     // The mean loss: the last stage of each replica holds its summed token loss.
-    const loss = new Float64Array([pipe.stage === pipe.stages - 1 && tpRank === 0 ? stage.losses.reduce((a, b) => a + b, 0) : 0]);
-    await world.allReduce(loss, { op: 'sum' });
-    losses.push(loss[0]! / (cfg.globalBatch * T));
+    const loss = await storage.allReduceScalar(world, pipe.stage === pipe.stages - 1 && tpRank === 0 ? stage.losses.reduce((a, b) => a + b, 0) : 0);
+    losses.push(loss / (cfg.globalBatch * T));
     cfg.log?.(`step ${step} loss ${losses.at(-1)!.toFixed(4)} grad_norm ${norm.toFixed(4)}`);
     if (ck && cfg.ckpt!.at!.includes(step + 1)) {
       await optimizer.gather();
@@ -140,6 +171,7 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
   const modelParams = model.units.flat().reduce((a, p) => a + p.data.length, 0);
   const memory = { ...optimizer.heldElements(), activationsPeak, modelParams };
   await optimizer.gather(); // the returned params hold their values, whatever the stage
+  await onDevice?.pull();
   return { start, losses, gradNorms, mesh, params, residentParamElements, memory };
 }
 
@@ -148,7 +180,7 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
  * over the tp group, and each tp rank saves 1/tp of the full tensor as one flat
  * range, so the file holds global tensors in pieces that any layout can read.
  */
-async function globalPieces(mesh: DeviceMesh, params: Param[], optimizer: DataParallelOptimizer): Promise<Record<string, TensorShard>> {
+async function globalPieces(mesh: DeviceMesh, params: Param[], optimizer: DataParallelOptimizer<Float32Array | DeviceBuffer>): Promise<Record<string, TensorShard>> {
   const { tp: tpSize } = mesh.sizes;
   const { tp: tpRank, dp: dpRank } = mesh.coords;
   const state = await optimizer.fullState();
@@ -175,7 +207,7 @@ async function globalPieces(mesh: DeviceMesh, params: Param[], optimizer: DataPa
 }
 
 /** Loads a checkpoint saved at any layout into this rank's shard of its stage; returns its step. */
-async function load3d(from: string, params: Param[], optimizer: DataParallelOptimizer): Promise<number> {
+async function load3d(from: string, params: Param[], optimizer: DataParallelOptimizer<Float32Array | DeviceBuffer>): Promise<number> {
   const full = new Map<string, Float32Array>();
   const targets: Record<string, { data: Float32Array; offset: number }> = {};
   const stateNames = optimizer.stateNames();

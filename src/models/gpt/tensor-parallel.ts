@@ -19,7 +19,6 @@
  * the same config and seed, so it is the same model as one process trains.
  * Optionally sequence parallel (see the constructor).
  */
-import type { Communicator } from '../../comm/communicator.js';
 import type { ModelHooks } from '../../runtime/index.js';
 import { linear, linearBackward, linearBackwardSplit, type DeferredWeightGrads } from '../tiny-lm/kernels.js';
 import { Param } from '../tiny-lm/tiny-lm.js';
@@ -71,6 +70,18 @@ export function placeSlice(full: Float32Array, local: Float32Array, shard: Tenso
   }
 }
 
+/**
+ * What the model uses of its tensor-parallel group: a Communicator, or a
+ * HostStagedComm (runtime/host-staged-comm.ts) when these host layers run over NCCL.
+ */
+export interface TPGroup {
+  readonly rank: number;
+  readonly size: number;
+  allReduce(buf: Float32Array, options: { op: 'sum' | 'max' }): PromiseLike<unknown>;
+  reduceScatter(send: Float32Array, recv: Float32Array, options: { op: 'sum' }): PromiseLike<unknown>;
+  allGather(send: Float32Array, recv: Float32Array): PromiseLike<unknown>;
+}
+
 /** The same activations as the full model keeps, at the rank's local widths. */
 export type TPBlockSaved = BlockSaved;
 
@@ -93,7 +104,7 @@ export class TensorParallelGPT {
    * reduce-scatter plus an all-gather (the same bytes). `units`: as GPT's, the only
    * units this rank allocates (its pipeline stage's).
    */
-  constructor(readonly cfg: GPTConfig, readonly tp: Communicator, readonly sequenceParallel = false, units?: ReadonlySet<number>) {
+  constructor(readonly cfg: GPTConfig, readonly tp: TPGroup, readonly sequenceParallel = false, units?: ReadonlySet<number>) {
     const P = (this.#P = tp.size), r = (this.#r = tp.rank);
     const { vocab: V, heads, hidden: H } = cfg;
     for (const [what, n] of [['vocab', V], ['heads', heads], ['hidden', H]] as const) {
