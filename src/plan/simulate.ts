@@ -217,14 +217,14 @@ export function simulate(input: SimulateInput): SimulateResult {
     const advance = (until: number) => {
       const y = offset + Math.max(0, Math.min(segEnd, until) - t);
       const p = I.pos(y);
-      lost.snapshots += y - offset - (p.x - pending);
+      if (I.m > 0) lost.snapshots += y - offset - (p.x - pending);
       if (p.done > I.pos(offset).done) snapWall = t + p.done * (I.s + I.m) - offset;
       pending = p.x;
       return p;
     };
     if (Math.min(ckptEnd, H) <= failAt) {
       if (ckptEnd > H) { advance(H); lost.checkpointing += Math.max(0, H - segEnd); break; }
-      lost.snapshots += I.end - offset - (tau - pending);
+      if (I.m > 0) lost.snapshots += I.end - offset - (tau - pending);
       committed += tau; pending = 0; offset = 0; lost.checkpointing += C; t = ckptEnd; snapWall = ckptEnd;
       continue;
     }
