@@ -132,12 +132,38 @@ export const benchFileSchema = z.object({
 export type BenchFile = z.input<typeof benchFileSchema>;
 type BenchRow = z.output<typeof benchRowSchema>;
 
+interface RungSource {
+  /** Restore paths of the benchmark, the first one present used. */
+  restores: readonly string[];
+  /** Faults standing for each class, the first one present used. */
+  faults: Record<FaultClass, readonly string[]>;
+  /** Where none of those faults is present: the path's rows of any fault (else the rung keeps its default). */
+  anyFault: boolean;
+  /** Phases that are not an outage of this rung. */
+  drop?: readonly Phase[];
+  /** Whether the rung moves the state (a restore or a transfer to a new member). */
+  movesState: boolean;
+}
+
+const GANG = { software: ['kill-rank'], hardware: ['kill-node'] } as const;
+/**
+ * In-process rows (bench/ft/recovery.ts --restore in-process): only the lost rank
+ * restarts; abort is until the survivors train shrunk, rendezvous until the restarted
+ * rank has rejoined with the state, restore none. A killed node or a partition takes
+ * the gang's path there, so only rank faults stand for the in-process rungs; a spare
+ * swapping in costs what the lost rank's return does.
+ */
+const IN_PROCESS = { software: ['kill-rank', 'hang'], hardware: ['kill-rank', 'hang'] } as const;
+
 /** Which benchmark rows cost which rung: the launcher's restart from disk is the ladder's full restart (torchrun-style 'full' where no 'disk' rows are). */
-export const RUNG_SOURCES: Partial<Record<Rung, readonly string[]>> = {
-  'full-restart': ['disk', 'full'], 'in-memory': ['memory'], 'restart-in-place': ['in-process'], 'shrink': ['in-process'],
+export const RUNG_SOURCES: Partial<Record<Rung, RungSource>> = {
+  'full-restart': { restores: ['disk', 'full'], faults: GANG, anyFault: true, movesState: true },
+  'in-memory': { restores: ['memory'], faults: GANG, anyFault: true, movesState: true },
+  'restart-in-place': { restores: ['in-process'], faults: IN_PROCESS, anyFault: false, movesState: true },
+  // A shrunk job trains while the lost rank comes back: the rejoin is not its outage,
+  // and the survivors hold the same step, so no state moves.
+  'shrink': { restores: ['in-process'], faults: IN_PROCESS, anyFault: false, drop: ['rendezvous'], movesState: false },
 };
-/** The benchmark fault standing for each fault class; other faults of the path where it is missing. */
-export const CLASS_FAULT: Record<FaultClass, string> = { software: 'kill-rank', hardware: 'kill-node' };
 
 /** The benchmark's own median (bench/ft/recovery.ts): the upper middle of an even count. */
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
@@ -150,10 +176,14 @@ export function medianPhases(rows: readonly BenchRow[]): Phases {
   })));
 }
 
+/** The rows one rung and class was costed from, and their medians (ms, before scaling; dropped phases 0). */
+export interface Source { restore: string; fault: string; ranks: number; trials: number; medianMs: Phases }
+
 export interface ScaledCosts {
-  costs: RecoveryCostsInput;
-  /** Per rung and class, the rows used: restore path, fault, rank count, trials. */
-  sources: Partial<Record<Rung, Record<FaultClass, { restore: string; fault: string; ranks: number; trials: number; medianMs: Phases }>>>;
+  /** Seconds per phase at the simulated scale: simulate()'s recoveryCosts. */
+  costs: Partial<Record<Rung, Record<FaultClass, Phases>>>;
+  /** Per rung and class, the rows used. */
+  sources: Partial<Record<Rung, Record<FaultClass, Source>>>;
 }
 
 /**
@@ -164,41 +194,47 @@ export interface ScaledCosts {
  * - rendezvous × log2(nodes) / log2(benchmark nodes);
  * - restore as measured (process start, init; the benchmark's checkpoint is a few KB)
  *   plus one node's share of the state over the path's bandwidth: storage (shared by
- *   all nodes) for disk and full, network for memory and in-process;
+ *   all nodes) for disk and full, network for memory and restart in place (none for a
+ *   shrink: the survivors hold the same step);
  * - first step less one benchmark step (the warm-up beyond a step; the step itself is
  *   training time in the simulation).
- * Rows at the largest rank count are used; rows with restart false are skipped.
+ * Rows at the largest rank count are used; rows with restart false are skipped; which
+ * rows cost which rung is RUNG_SOURCES.
  */
 export function scaleBenchCosts(file: BenchFile, s: Scale): ScaledCosts {
   const f = parseInput('recovery costs', benchFileSchema, file);
   const rows = f.rows.filter((r) => r.restart);
   const ranks = Math.max(...rows.map((r) => r.ranks));
-  const costs: Record<string, Record<FaultClass, Phases>> = {};
+  const costs: ScaledCosts['costs'] = {};
   const sources: ScaledCosts['sources'] = {};
   for (const rung of RUNGS) {
-    const restore = RUNG_SOURCES[rung]?.find((p) => rows.some((r) => r.restore === p && r.ranks === ranks));
-    if (!restore) continue;
+    const src = RUNG_SOURCES[rung];
+    const restore = src?.restores.find((p) => rows.some((r) => r.restore === p && r.ranks === ranks));
+    if (!src || !restore) continue;
     const path = rows.filter((r) => r.restore === restore && r.ranks === ranks);
     const bw = restore === 'disk' || restore === 'full' ? s.storageBandwidth / s.nodes : s.networkBandwidth;
     const byClass = {} as Record<FaultClass, Phases>;
-    const src = {} as Record<FaultClass, { restore: string; fault: string; ranks: number; trials: number; medianMs: Phases }>;
+    const from = {} as Record<FaultClass, Source>;
     for (const cls of ['software', 'hardware'] as const) {
-      const own = path.filter((r) => r.fault === CLASS_FAULT[cls]);
-      const use = own.length ? own : path;
+      const fault = src.faults[cls].find((x) => path.some((r) => r.fault === x));
+      const use = fault ? path.filter((r) => r.fault === fault) : src.anyFault ? path : [];
+      if (!use.length) break;
       const m = medianPhases(use);
+      for (const p of src.drop ?? []) m[p] = 0;
       byClass[cls] = {
         detect: (m.detect / 1000) * (s.heartbeatTimeoutSeconds / f.heartbeatTimeoutSeconds),
         abort: m.abort / 1000,
         rendezvous: (m.rendezvous / 1000) * logFactor(s.nodes, f.nodes),
-        restore: m.restore / 1000 + s.stateBytes / s.nodes / bw,
+        restore: m.restore / 1000 + (src.movesState ? s.stateBytes / s.nodes / bw : 0),
         firstStep: Math.max(0, m.firstStep - f.stepMs) / 1000,
       };
-      src[cls] = { restore, fault: own.length ? CLASS_FAULT[cls] : 'any', ranks, trials: use.length, medianMs: m };
+      from[cls] = { restore, fault: fault ?? 'any', ranks, trials: use.length, medianMs: m };
     }
+    if (!byClass.software || !byClass.hardware) continue;
     costs[rung] = byClass;
-    sources[rung] = src;
+    sources[rung] = from;
   }
-  return { costs: costs as RecoveryCostsInput, sources };
+  return { costs, sources };
 }
 
 /** Reads and validates a recovery benchmark's JSON (`bench/ft/recovery.ts --json FILE`), then scales it. */

@@ -184,11 +184,12 @@ export function simulate(input: SimulateInput): SimulateResult {
   const I = new SnapshotInterval(tau, snapshots ? o.snapshotEverySteps * step : Infinity, snapshots ? o.snapshotSeconds : 0);
   const trace = failureTrace(o, H);
   type Kind = SimOptions['faults'][number];
-  const cost = (rung: Rung, k: Kind): number => {
+  // Outage of a rung for a fault kind: its detection, then the rest (a kind's own times override).
+  const restOf = (rung: Rung, k: Kind): number => {
     const p = costs[rung][k.hardware ? 'hardware' : 'software'];
-    const rest = rung === 'full-restart' && k.restartSeconds !== undefined ? k.restartSeconds : total(p) - p.detect;
-    return (k.detectSeconds ?? p.detect) + rest;
+    return rung === 'full-restart' && k.restartSeconds !== undefined ? k.restartSeconds : total(p) - p.detect;
   };
+  const cost = (rung: Rung, k: Kind): number => (k.detectSeconds ?? costs[rung][k.hardware ? 'hardware' : 'software'].detect) + restOf(rung, k);
   const spares: number[] = new Array(o.hotSpares).fill(0); // time each spare is free again
   const takeSpare = (at: number): boolean => {
     const i = spares.findIndex((free) => free <= at);
@@ -238,7 +239,7 @@ export function simulate(input: SimulateInput): SimulateResult {
     if (kind.planned) {
       // Maintenance is announced: checkpoint, stop, restart; nothing is recomputed.
       committed += pending; pending = 0; offset = 0; lost.checkpointing += C; snapWall = failAt + C;
-      const restart = cost('full-restart', kind) - (kind.detectSeconds ?? costs['full-restart'].software.detect);
+      const restart = restOf('full-restart', kind);
       down = C + restart; lost.detectAndRestart += restart;
     } else {
       const peer = (f!.node + 1) % nodes;

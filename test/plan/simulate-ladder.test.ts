@@ -187,7 +187,10 @@ describe('per-rung costs from the recovery benchmark', () => {
       row(4, 'kill-node', 'disk', 0, [140, 300, 1500, 2200, 60]),
       row(4, 'kill-node', 'disk', 1, [100, 500, 1300, 2000, 40]),
       row(4, 'kill-rank', 'memory', 0, [15, 300, null, 800, 60]),
-      row(4, 'hang', 'in-process', 0, [800, 2, 820, 20, 50]),
+      // In-process: abort until the survivors train shrunk, rendezvous until the rank is back.
+      row(4, 'hang', 'in-process', 0, [800, 900, 1700, 0, 50]),
+      // A killed node takes the gang's path even there: not an in-process cost.
+      row(4, 'kill-node', 'in-process', 0, [100, 400, 1500, 2000, 60]),
       { ranks: 4, fault: 'partition', restore: 'disk', trial: 0, restart: false, totalMs: 3200, phases: { detect: null, abort: null, rendezvous: null, restore: null, firstStep: 3200 } },
     ],
   };
@@ -214,9 +217,17 @@ describe('per-rung costs from the recovery benchmark', () => {
     // In-memory: the memory rows, the peer's copy over the network.
     expect(costs['in-memory']!.software!.restore).toBeCloseTo(0.8 + 4e12 / nodes / 5e10, 9);
     expect(sources['in-memory']!.hardware.fault).toBe('any');
-    // In-process rows cost both in-process rungs; retry and grow keep their defaults.
-    expect(costs['restart-in-place']!.software!.rendezvous).toBeCloseTo(0.82 * 7, 9);
-    expect(costs.shrink).toEqual(costs['restart-in-place']);
+    // In-process rows cost both in-process rungs for both classes (rank faults only);
+    // a shrunk job trains while the rank rejoins, so the shrink's outage leaves that out.
+    const rip = costs['restart-in-place']!;
+    expect(sources['restart-in-place']!.hardware).toMatchObject({ fault: 'hang', trials: 1 });
+    expect(rip.hardware).toEqual(rip.software);
+    expect(rip.software.detect).toBeCloseTo(0.8 * 60, 9);
+    expect(rip.software.abort).toBeCloseTo(0.9, 9);
+    expect(rip.software.rendezvous).toBeCloseTo(1.7 * 7, 9);
+    expect(rip.software.restore).toBeCloseTo(4e12 / nodes / 5e10, 9);
+    expect(costs.shrink!.software).toEqual({ ...rip.software, rendezvous: 0, restore: 0 });
+    // Retry and grow are not measured: they keep their defaults.
     expect(costs.retry).toBeUndefined();
     expect(costs.grow).toBeUndefined();
   });

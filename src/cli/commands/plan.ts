@@ -182,7 +182,7 @@ export function registerPlanCommands(program: Command): void {
         const byPath = Boolean(f.sweep) && (f.paths !== undefined || f.spares !== undefined);
         const recoveryPath = f.recoveryPath as RecoveryPath | undefined;
         const pathSwept = byPath
-          ? sweepPaths(defined({ ...input, seeds: num(f.seeds), intervals, paths: list(f.paths) as RecoveryPath[] | undefined, spares: list(f.spares)?.map(Number) }))
+          ? sweepPaths(defined({ ...input, recoveryPath, seeds: num(f.seeds), intervals, paths: list(f.paths) as RecoveryPath[] | undefined, spares: list(f.spares)?.map(Number) }))
           : null;
         const swept = !byPath && (f.sweep || typeof f.svg === 'string') ? sweep(defined({ ...input, recoveryPath, seeds: num(f.seeds), intervals })) : null;
         if (pathSwept) {
