@@ -137,6 +137,32 @@ describe('falling back a rung', () => {
     expect(r.lost.replacement).toBeLessThanOrEqual(600 * r.byKind.node!);
   });
 
+  it('in-memory falls back to disk as often as a lost node\'s ring peer failed since the last snapshot', () => {
+    // Lost nodes only, always a spare. A failure finds the last snapshot older than the
+    // previous failure with probability q = 1 − e^{−λs} (s of training after each
+    // resume before the next snapshot), so failures come in runs: the k-th of a run
+    // (fraction (1 − q)·q^{k−1}) falls back if one of the k − 1 before it hit its peer,
+    // each with probability 1/N: P = 1 − (1 − q) / (1 − q·(1 − 1/N)).
+    const lam = 1 / 3600, snap = 1800; // q = 0.39: runs are common (P at 2 nodes 0.245, against q/2 = 0.197 counting the previous failure only)
+    const q = 1 - Math.exp(-lam * snap);
+    for (const nodes of [2, 8]) {
+      let fallbacks = 0, failures = 0;
+      for (const seed of [1, 2, 3]) {
+        const r = simulate({
+          gpus: 8 * nodes, gpusPerNode: 8, hours: 2000, checkpointIntervalSeconds: 7200, checkpointSeconds: 0, detectSeconds: 30, restartSeconds: 60,
+          stepSeconds: 60, snapshotEverySteps: 30, hotSpares: 100, spareRepairHours: 1, recoveryPath: 'in-memory', seed,
+          faults: [{ name: 'node', ratePerGpuHour: (lam * 3600) / (8 * nodes), hardware: true }],
+        });
+        expect(r.byRung['in-memory'] + r.byRung['full-restart']).toBe(r.interruptions);
+        fallbacks += r.byRung['full-restart'];
+        failures += r.interruptions;
+      }
+      const p = 1 - (1 - q) / (1 - q * (1 - 1 / nodes));
+      expect(Math.abs(fallbacks - failures * p), `${nodes} nodes: ${fallbacks} of ${failures}, expected ${failures * p}`)
+        .toBeLessThan(4 * Math.sqrt(failures * p * (1 - p)));
+    }
+  });
+
   it('in-process without spare or slack on one node follows the full-restart run', () => {
     const inProcess = simulate({ ...rare(0.1, 0), gpusPerNode: 64, recoveryPath: 'in-process', seed: 5 });
     const full = simulate({ ...rare(0.1, 0), gpusPerNode: 64, recoveryPath: 'full-restart', seed: 5 });
