@@ -2,6 +2,7 @@
 import type { PlanResult } from './plan.js';
 import type { SimulateResult } from './simulate.js';
 import type { SweepResult } from './sweep.js';
+import type { PathSweepResult } from './sweep-paths.js';
 import type { HardwareProfile } from './profile.js';
 import type { Prediction } from './predict.js';
 
@@ -70,7 +71,22 @@ export function formatSimulation(r: SimulateResult): string {
     ['  rework', secs(r.lost.rework)],
     ['  detect + restart', secs(r.lost.detectAndRestart)],
     ['  node replacement', secs(r.lost.replacement)],
+    ['  in-memory snapshots', secs(r.lost.snapshots)],
+    ['  running shrunk', secs(r.lost.shrunk)],
+    ['recovery path', r.recoveryPath],
+    ...Object.entries(r.byRung).filter(([, n]) => n > 0).map(([rung, n]): [string, string] =>
+      [`  ${rung}`, `${n} x ${secs(r.rungSeconds[rung as keyof typeof r.rungSeconds].software)} (software) / ${secs(r.rungSeconds[rung as keyof typeof r.rungSeconds].hardware)} (hardware)`]),
   ]);
+}
+
+export function formatPathSweep(r: PathSweepResult): string {
+  const label = (p: { path: string; hotSpares: number }) => `${p.path}, ${p.hotSpares} spares`;
+  const rows: [string, string][] = r.best.map((p) => [label(p),
+    `best interval ${secs(p.intervalSeconds)}: ETTR ${pct(p.meanEttr)} ± ${(100 * p.halfWidth).toFixed(2)}${p.goodputTokensPerSecond === null ? '' : `, ${si(p.goodputTokensPerSecond)} tokens/s`}`]);
+  rows.push(['optimum', `${label(r.optimum)}, interval ${secs(r.optimum.intervalSeconds)}: ETTR ${pct(r.optimum.meanEttr)}`]);
+  rows.push(['indistinguishable', r.indistinguishable.length === 1 ? 'none (the optimum is resolved)' : r.indistinguishable.map((p) => `${label(p)} @ ${secs(p.intervalSeconds)}`).join('; ')]);
+  rows.push(['Young', `${secs(r.youngIntervalSeconds)} (${r.seeds} seeds per point)`]);
+  return table(rows);
 }
 
 export function formatSweep(r: SweepResult): string {

@@ -2,7 +2,8 @@
  * Plots of a plan or a checkpoint-interval sweep, as Vega-Lite charts rendered to
  * standalone SVG by the POC report's renderer (src/poc/report.ts):
  * - goodput vs checkpoint interval (plan: the first-order ETTR model around Young's
- *   interval; simulate: the sweep's mean ETTR per interval);
+ *   interval; simulate: the sweep's mean ETTR per interval, one line per recovery path
+ *   and spare count for a path sweep);
  * - MFU vs data-parallel size (plan() re-run with the chosen layout at dp = 1, 2, 4, …);
  * - memory per GPU per layout (the chosen layout and the search's alternatives,
  *   stacked by weights, gradients, optimizer state and activations).
@@ -14,6 +15,7 @@ import { plan, type PlanResult } from './plan.js';
 import { firstOrderEttr } from './reliability.js';
 import { parseInput, planSchema, type PlanInput } from './schema.js';
 import type { SweepResult } from './sweep.js';
+import type { PathSweepResult } from './sweep-paths.js';
 
 /** Multiples of Young's interval the plan's goodput curve is drawn at. */
 export const INTERVAL_FACTORS = [0.25, 0.35, 0.5, 0.71, 1, 1.41, 2, 2.83, 4];
@@ -78,6 +80,19 @@ export function planPlots(input: PlanInput, r: PlanResult): Plot[] {
 export function sweepPlots(s: SweepResult, tokensPerSecond?: number): Plot[] {
   const rows = s.points.map((p) => ({ intervalSeconds: p.intervalSeconds, goodput: tokensPerSecond === undefined ? 100 * p.meanEttr : tokensPerSecond * p.meanEttr }));
   return [goodputPlot('Goodput vs checkpoint interval (simulated, mean over seeds)', rows, tokensPerSecond === undefined ? 'ETTR (%)' : 'goodput (tokens/s)')];
+}
+
+/** Goodput per swept interval, one line per recovery path (and spare count when several were swept). */
+export function pathSweepPlots(s: PathSweepResult, tokensPerSecond?: number): Plot[] {
+  const many = new Set(s.points.map((p) => p.hotSpares)).size > 1;
+  const rows = s.points.map((p) => ({
+    intervalSeconds: p.intervalSeconds,
+    goodput: tokensPerSecond === undefined ? 100 * p.meanEttr : tokensPerSecond * p.meanEttr,
+    path: many ? `${p.path}, ${p.hotSpares} spares` : p.path,
+  }));
+  const title = 'Goodput vs checkpoint interval per recovery path (simulated, mean over seeds)';
+  const spec = line(title, 'intervalSeconds', 'checkpoint interval (s)', 'goodput', tokensPerSecond === undefined ? 'ETTR (%)' : 'goodput (tokens/s)');
+  return [{ id: 'goodput-vs-interval-by-path', title, spec: { ...spec, encoding: { ...spec.encoding, color: { field: 'path', type: 'nominal', title: 'recovery path' } } }, rows }];
 }
 
 /** Renders each plot to DIR/<id>.svg; returns the files written. */

@@ -32,7 +32,7 @@ const T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.
   2.12, 2.11, 2.101, 2.093, 2.086, 2.08, 2.074, 2.069, 2.064, 2.06, 2.056, 2.052, 2.048, 2.045, 2.042];
 const t975 = (df: number) => T975[df - 1] ?? 1.96;
 
-function meanHalfWidth(xs: readonly number[]): { mean: number; half: number } {
+export function meanHalfWidth(xs: readonly number[]): { mean: number; half: number } {
   const n = xs.length;
   const mean = xs.reduce((s, x) => s + x, 0) / n;
   const sd = Math.sqrt(xs.reduce((s, x) => s + (x - mean) ** 2, 0) / (n - 1));

@@ -1,12 +1,16 @@
 /**
  * `nccl-node plan` (analytic capacity plan) and `nccl-node simulate` (seeded failure
- * simulation, optionally a checkpoint-interval sweep), over src/plan. Flags map onto
+ * simulation along a recovery path, optionally a sweep of the checkpoint interval, or
+ * of recovery path × spares × interval), over src/plan. Flags map onto
  * the API inputs; --json prints the result object instead of the table.
  */
 import { readFileSync } from 'node:fs';
 import { Command, Option } from 'commander';
 import { isNcclNodeError, NcclNodeError } from '../../errors.js';
-import { formatPlan, formatSimulation, formatSweep, GPU_TYPES, plan, simulate, sweep, type PlanInput } from '../../plan/index.js';
+import {
+  formatPathSweep, formatPlan, formatSimulation, formatSweep, GPU_TYPES, plan, readRecoveryCosts, RECOVERY_PATHS, scaleOf, simulate, sweep, sweepPaths,
+  type PlanInput, type RecoveryPath, type SimulateInput,
+} from '../../plan/index.js';
 import { calibrateCommand, withHardware } from './plan-calibrate.js';
 import { readProfile } from '../../plan/profile.js';
 
@@ -141,7 +145,19 @@ export function registerPlanCommands(program: Command): void {
     .option('--hot-spares <n>').option('--spare-repair-hours <h>')
     .option('--tokens-per-second <n>', 'training throughput, for goodput')
     .option('--seed <n>')
-    .option('--sweep', 'sweep the checkpoint interval over seeds')
+    .addOption(new Option('--recovery-path <path>', 'how failures are recovered, falling back a rung when the path cannot (default full-restart)').choices(RECOVERY_PATHS))
+    .option('--recovery-costs <file>', 'per-rung costs from bench/ft/recovery.ts --json FILE (median per fault x restore path), scaled to this job (docs/plan.md)')
+    .option('--step-seconds <s>', 'training step time (what in-process recovery loses)')
+    .option('--snapshot-every <steps>', 'in-memory snapshot every N steps (in-memory and in-process paths)')
+    .option('--snapshot-seconds <s>', 'training stall per in-memory snapshot')
+    .option('--gpus-per-node <n>').option('--shrink-slack <nodes>', 'nodes the job may be short of and keep training (in-process)')
+    .option('--state-bytes <n>', 'training state size: transfers to spares, and the restore term of --recovery-costs')
+    .option('--storage-bw <bytes/s>', 'aggregate checkpoint read bandwidth (with --state-bytes)')
+    .option('--network-bw <bytes/s>', 'per-node network bandwidth (default 50e9)')
+    .option('--heartbeat-timeout <s>', 'detection timeout at this scale, for scaling --recovery-costs (default --detect-seconds)')
+    .option('--sweep', 'sweep the checkpoint interval over seeds (with --paths or --spares: recovery path x spares x interval)')
+    .option('--paths <list>', 'comma-separated recovery paths for the sweep (default all three)')
+    .option('--spares <list>', 'comma-separated hot spare counts for the sweep')
     .option('--seeds <n>', 'seeds per interval in a sweep (default 8)')
     .option('--intervals <list>', 'comma-separated intervals in seconds for the sweep')
     .option('--hardware <file>', 'a hardware profile: with --checkpoint-bytes, the stall is bytes / its storage bandwidth')
@@ -150,22 +166,40 @@ export function registerPlanCommands(program: Command): void {
     .option('--json', 'print the result as JSON')
     .action(async (f: Flags) => {
       try {
-        const input = defined({
+        const input: SimulateInput = defined({
           gpus: num(f.gpus), hours: num(f.hours), rateScale: num(f.rateScale), checkpointSeconds: stallSeconds(f),
           detectSeconds: num(f.detectSeconds), restartSeconds: num(f.restartSeconds), replaceSeconds: num(f.replaceSeconds),
           hotSpares: num(f.hotSpares), spareRepairHours: num(f.spareRepairHours), tokensPerSecond: num(f.tokensPerSecond), seed: num(f.seed),
+          stepSeconds: num(f.stepSeconds), snapshotEverySteps: num(f.snapshotEvery), snapshotSeconds: num(f.snapshotSeconds),
+          gpusPerNode: num(f.gpusPerNode), shrinkSlackNodes: num(f.shrinkSlack), stateBytes: num(f.stateBytes),
+          storageBandwidth: num(f.storageBw), networkBandwidth: num(f.networkBw), heartbeatTimeoutSeconds: num(f.heartbeatTimeout),
         });
-        const intervals = typeof f.intervals === 'string' ? f.intervals.split(',').map(Number) : undefined;
-        const swept = f.sweep || typeof f.svg === 'string' ? sweep(defined({ ...input, seeds: num(f.seeds), intervals })) : null;
-        if (f.sweep) {
-          process.stdout.write(f.json ? json(swept) : formatSweep(swept!));
+        const costs = typeof f.recoveryCosts === 'string' ? readRecoveryCosts(f.recoveryCosts, scaleOf(input)) : null;
+        if (costs) input.recoveryCosts = costs.costs;
+        const from = costs ? { recoveryCostsFrom: { file: f.recoveryCosts, sources: costs.sources } } : {};
+        const list = (v: unknown) => (typeof v === 'string' ? v.split(',').map((x) => x.trim()) : undefined);
+        const intervals = list(f.intervals)?.map(Number);
+        const byPath = Boolean(f.sweep) && (f.paths !== undefined || f.spares !== undefined);
+        const recoveryPath = f.recoveryPath as RecoveryPath | undefined;
+        const pathSwept = byPath
+          ? sweepPaths(defined({ ...input, recoveryPath, seeds: num(f.seeds), intervals, paths: list(f.paths) as RecoveryPath[] | undefined, spares: list(f.spares)?.map(Number) }))
+          : null;
+        const swept = !byPath && (f.sweep || typeof f.svg === 'string') ? sweep(defined({ ...input, recoveryPath, seeds: num(f.seeds), intervals })) : null;
+        if (pathSwept) {
+          process.stdout.write(f.json ? json({ ...pathSwept, ...from }) : formatPathSweep(pathSwept));
+        } else if (f.sweep) {
+          process.stdout.write(f.json ? json({ ...swept, ...from }) : formatSweep(swept!));
         } else {
-          const r = simulate(defined({ ...input, checkpointIntervalSeconds: num(f.checkpointInterval) }));
-          process.stdout.write(f.json ? json(r) : formatSimulation(r));
+          const r = simulate(defined({ ...input, recoveryPath, checkpointIntervalSeconds: num(f.checkpointInterval) }));
+          process.stdout.write(f.json ? json({ ...r, ...from }) : formatSimulation(r));
+        }
+        if (costs && !f.json) {
+          const lines = Object.entries(costs.sources).map(([rung, c]) => `${rung} <- ${c.software.restore}/${c.software.fault} (${c.software.trials}), ${c.hardware.restore}/${c.hardware.fault} (${c.hardware.trials})`);
+          process.stdout.write(`recovery costs from ${String(f.recoveryCosts)} at ${costs.sources['full-restart']?.software.ranks ?? '?'} ranks: ${lines.join('; ')}\n`);
         }
         if (typeof f.svg === 'string') {
-          const { sweepPlots, writePlots } = await import('../../plan/plots.js');
-          const files = await writePlots(f.svg, sweepPlots(swept!, input.tokensPerSecond));
+          const { pathSweepPlots, sweepPlots, writePlots } = await import('../../plan/plots.js');
+          const files = await writePlots(f.svg, pathSwept ? pathSweepPlots(pathSwept, input.tokensPerSecond) : sweepPlots(swept!, input.tokensPerSecond));
           if (!f.json) process.stdout.write(`plots: ${files.join(', ')}\n`);
         }
       } catch (err) { report('simulate', err); }
