@@ -16,6 +16,13 @@
  *            (TorchTitan's FSDP with PP keeps parameters unsharded after forward
  *            for the same reason).
  *
+ * Hybrid sharding (HSDP): `dp` is then the shard group, and `replicate` the ranks
+ * holding the same shard in the other groups. The ZeRO stage applies within the
+ * shard group; the reduced gradient of a rank's shard (zero 0: all of it) is then
+ * all-reduced over `replicate`, so every replica steps with the sum over all of
+ * data parallel while holding only 1/dp of the state. The norm's squares still add
+ * up over the shard group only: the replicas of a shard hold the same values.
+ *
  * The flat layout is this rank's parameters (its stage, its TP shard) end to end,
  * padded to a multiple of dp. Checkpoints still see per-parameter state: the
  * shards are gathered over dp first, so a checkpoint does not depend on zero.
@@ -56,19 +63,25 @@ export class DataParallelOptimizer<B extends Buf = Float32Array> {
   #gradShard: B | null = null;
   /** The all-reduced flat gradients #gradShard is a view of (ZeRO-1), freed after the step. */
   #reduced: B | null = null;
+  /** HSDP: the replicas of this rank's shard (null when there is one). */
+  readonly #replicate: Communicator | null;
 
   /** counted(p): whether p's elements count toward the global norm on this rank (TP-replicated ones on tp rank 0 only). */
   private constructor(storage: DPStorage<B>, readonly dp: Communicator, readonly optimizer: Optimizer, readonly zero: ZeroStage,
-    readonly params: readonly DPParam<B>[], readonly counted: (p: DPParam<B>) => boolean) {
+    readonly params: readonly DPParam<B>[], readonly counted: (p: DPParam<B>) => boolean, replicate: Communicator | null) {
     this.#s = storage;
+    this.#replicate = replicate && replicate.size > 1 ? replicate : null;
     this.#n = params.reduce((a, p) => a + p.size, 0);
     this.#shard = Math.ceil(this.#n / dp.size);
   }
 
-  /** The optimizer over `storage` (ZeRO-3: keeps this replica's shard of the parameters and releases the rest). */
+  /**
+   * The optimizer over `storage` (ZeRO-3: keeps this replica's shard of the parameters and releases the rest).
+   * `replicate`: HSDP's group across shard groups (mesh.get('replicate')); `dp` is then the shard group.
+   */
   static async create<B extends Buf>(storage: DPStorage<B>, dp: Communicator, optimizer: Optimizer, zero: ZeroStage,
-    params: readonly DPParam<B>[], counted: (p: DPParam<B>) => boolean): Promise<DataParallelOptimizer<B>> {
-    const o = new DataParallelOptimizer(storage, dp, optimizer, zero, params, counted);
+    params: readonly DPParam<B>[], counted: (p: DPParam<B>) => boolean, replicate: Communicator | null = null): Promise<DataParallelOptimizer<B>> {
+    const o = new DataParallelOptimizer(storage, dp, optimizer, zero, params, counted, replicate);
     o.#opt = await storage.optimizer(optimizer, o.#slots());
     if (zero === 3) {
       const flat = await o.#flat((p) => p.data!);
@@ -137,26 +150,32 @@ export class DataParallelOptimizer<B extends Buf = Float32Array> {
   }
 
   /**
-   * Reduces the gradients over dp and returns the sum of squares of the reduced
-   * gradient's counted elements (over all of dp: the caller adds tp and pp).
+   * Reduces the gradients over dp (HSDP: then this rank's shard over the replicas)
+   * and returns the sum of squares of the reduced gradient's counted elements (over
+   * all of dp: the caller adds tp and pp).
    */
   async reduce(): Promise<number> {
     const { dp, params } = this;
     const s = this.#s;
+    const rep = this.#replicate;
     const flat = await this.#flat((p) => p.grad!);
     if (this.zero >= 2 && dp.size > 1) {
       this.#gradShard = await s.zeros(this.#shard);
       await s.reduceScatter(dp, flat, this.#gradShard, SUM);
       s.free(flat);
+      if (rep) await s.allReduce(rep, this.#gradShard, SUM);
     } else {
       if (dp.size > 1) await s.allReduce(dp, flat, SUM);
       if (this.zero === 0) {
+        if (rep) await s.allReduce(rep, flat, SUM);
         await this.#scatter(flat, (p) => p.grad!);
         s.free(flat);
         return s.sumSquares(params.filter((p) => this.counted(p)).map((p) => p.grad!));
       }
       this.#reduced = flat;
       this.#gradShard = s.view(flat, dp.rank * this.#shard, this.#shard);
+      // Only this rank's shard is stepped: the rest of the flat gradient need not cross replicas.
+      if (rep) await s.allReduce(rep, this.#gradShard, SUM);
     }
     if (this.zero >= 2) this.reshard();
     // Sharded: each replica squares its own slice, the slices add up over dp.

@@ -2,7 +2,8 @@
  * 3D-parallel training of the GPT: data x tensor x pipeline parallel over a
  * DeviceMesh, read top to bottom:
  *
- *   mesh    tp ranks consecutive (inside a node), then dp, then pp (DeviceMesh's order)
+ *   mesh    tp ranks consecutive (inside a node), then dp, then pp (DeviceMesh's order);
+ *           HSDP splits dp into shard groups (DeviceMesh's dp) x their replicas (replicate)
  *   model   each rank builds its TP shard of its pipeline stage's blocks
  *   step    this dp replica's rows of the global batch, cut into micro-batches, run
  *           through the pipeline by the schedule (TP collectives inside each block);
@@ -51,6 +52,11 @@ export interface Train3DConfig {
    * gradients, 3 also the parameters between steps (FSDP).
    */
   zero?: ZeroStage;
+  /**
+   * Hybrid sharding: the dp ranks as `replicate` groups of dp / replicate. ZeRO (`zero`) shards
+   * within a group; the reduced gradient of each shard is all-reduced across the groups.
+   */
+  hsdp?: { replicate: number };
   clipNorm?: number;
   /** Megatron-style sequence parallelism inside the tp group (TensorParallelGPT's option). */
   sequenceParallel?: boolean;
@@ -82,7 +88,7 @@ export interface Train3DResult {
   mesh: DeviceMesh;
   /** This rank's parameters (its stage, its TP shard); TPParam.shard says where each sits. */
   params: Param[];
-  /** Parameter elements this rank held between steps (ZeRO-3: its 1/dp shard; otherwise all of params). */
+  /** Parameter elements this rank held between steps (ZeRO-3: its 1/dp shard, HSDP 1/(dp / replicate); otherwise all of params). */
   residentParamElements: number;
   /**
    * Float32 elements this rank held after its last step (parameters, gradients,
@@ -98,7 +104,12 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
     throw new NcclNodeError('ERR_INVALID_ARGUMENT', `train3d: device '${cfg.device ?? 'cpu'}' does not fit a ${world.backend} world (NCCL trains with device 'cuda', Gloo with 'cpu')`);
   }
   if (device && cfg.ckpt) throw new NcclNodeError('ERR_UNAVAILABLE', "train3d: checkpoints are written from host storage; device 'cuda' runs without ckpt");
-  const mesh = await DeviceMesh.create(world, { dp, tp, pp });
+  const replicate = cfg.hsdp?.replicate ?? 1;
+  if (!Number.isInteger(replicate) || replicate < 1 || dp % replicate !== 0) {
+    throw new NcclNodeError('ERR_INVALID_ARGUMENT', `train3d: hsdp replicate ${replicate} must be a positive integer dividing dp ${dp}`);
+  }
+  // HSDP: the mesh's dp is the shard group, replicate the groups; a replica's rows are indexed across both.
+  const mesh = await DeviceMesh.create(world, { dp: dp / replicate, replicate, tp, pp });
   const T = cfg.model.seqLen;
   const rowsPerReplica = cfg.globalBatch / dp, microRows = rowsPerReplica / cfg.micro;
   if (!Number.isInteger(microRows)) {
@@ -115,7 +126,8 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
   const units = stageUnits(cfg.model.layers, pipe.stages, pipe.stage, chunks);
   const model: GPTUnits<{ out: Float32Array }> = tp > 1
     ? new TensorParallelGPT(cfg.model, hostComm(mesh.get('tp')), cfg.sequenceParallel, units) : new GPT(cfg.model, units);
-  const { dp: dpRank, tp: tpRank } = mesh.coords;
+  const { tp: tpRank } = mesh.coords;
+  const dpRank = mesh.coords.replicate * mesh.sizes.dp + mesh.coords.dp;
   const losses: number[] = [], gradNorms: number[] = [];
   let activationsPeak = 0;
   // This rank's parameters are its stage's, whatever the step: a stage built only to list them.
@@ -125,7 +137,7 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
   const onDevice = device ? await DeviceGPT.create(params) : null;
   const storage: DPStorage<Float32Array | DeviceBuffer> = device ? deviceStorage : hostStorage;
   const optimizer = await DataParallelOptimizer.create<Float32Array | DeviceBuffer>(storage, mesh.get('dp'), createOptimizer(cfg.optimizer),
-    cfg.zero ?? 0, onDevice?.params ?? params, (p) => counted.has(p.name));
+    cfg.zero ?? 0, onDevice?.params ?? params, (p) => counted.has(p.name), mesh.get('replicate'));
   onDevice?.release(cfg.zero === 3);
   let start = 0;
   if (cfg.ckpt?.from) start = await load3d(cfg.ckpt.from, params, optimizer);
@@ -142,7 +154,7 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
     activationsPeak = Math.max(activationsPeak, stage.peakSavedElements);
     if (onDevice) (await onDevice.push(), onDevice.release(cfg.zero === 3));
 
-    // Data parallel: gradients reduced over the replicas (all-reduce, or reduce-scatter under ZeRO-2).
+    // Data parallel: gradients reduced over the replicas (all-reduce, or reduce-scatter under ZeRO-2; HSDP: then across the groups).
     // The global norm: its squares summed over dp there, then over tp and pp here.
     const traced = cfg.traceStep?.();
     let sq = await optimizer.reduce();
@@ -161,7 +173,7 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
       await optimizer.gather();
       const tensors = await globalPieces(mesh, params, optimizer);
       optimizer.reshard();
-      await (await ck.save({ tensors, train: { step: step + 1 }, metadata: { config: { model: cfg.model, mesh: cfg.mesh } } })).committed;
+      await (await ck.save({ tensors, train: { step: step + 1 }, metadata: { config: { model: cfg.model, mesh: cfg.mesh, hsdp: cfg.hsdp ?? null } } })).committed;
     }
   }
   await ck?.close();
@@ -176,13 +188,13 @@ export async function train3d(world: Communicator, cfg: Train3DConfig): Promise<
 }
 
 /**
- * What this rank saves: only replica dp 0 saves; a TP-sharded tensor is gathered
+ * What this rank saves: only replica dp 0 saves (HSDP: of replicate group 0); a TP-sharded tensor is gathered
  * over the tp group, and each tp rank saves 1/tp of the full tensor as one flat
  * range, so the file holds global tensors in pieces that any layout can read.
  */
 async function globalPieces(mesh: DeviceMesh, params: Param[], optimizer: DataParallelOptimizer<Float32Array | DeviceBuffer>): Promise<Record<string, TensorShard>> {
   const { tp: tpSize } = mesh.sizes;
-  const { tp: tpRank, dp: dpRank } = mesh.coords;
+  const { tp: tpRank, dp: dpRank, replicate } = mesh.coords;
   const state = await optimizer.fullState();
   const out: Record<string, TensorShard> = {};
   for (const p of params) {
@@ -198,7 +210,7 @@ async function globalPieces(mesh: DeviceMesh, params: Param[], optimizer: DataPa
         full = new Float32Array(numel);
         for (let r = 0; r < tpSize; r++) placeSlice(full, all.subarray(r * local.length, (r + 1) * local.length), shard, r);
       }
-      if (dpRank !== 0) continue;
+      if (dpRank !== 0 || replicate !== 0) continue;
       const piece = flatShard(full, numel, tpRank, tpSize); // data[0] must be the piece's first element
       out[name] = { ...piece, data: full.subarray(piece.offset, piece.offset + piece.length!), globalShape: shape };
     }

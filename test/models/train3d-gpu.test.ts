@@ -43,19 +43,20 @@ async function run(world: number, layout: Record<string, unknown>, device: 'cpu'
   return ranks;
 }
 
-const LAYOUTS: Array<[number, { mesh: { dp: number; tp: number; pp: number }; zero?: number; sequenceParallel?: boolean }]> = [
+const LAYOUTS: Array<[number, { mesh: { dp: number; tp: number; pp: number }; zero?: number; sequenceParallel?: boolean; hsdp?: { replicate: number } }]> = [
   [2, { mesh: { dp: 2, tp: 1, pp: 1 }, zero: 3 }],
   [2, { mesh: { dp: 1, tp: 2, pp: 1 }, sequenceParallel: true }],
   [2, { mesh: { dp: 1, tp: 1, pp: 2 } }],
   [4, { mesh: { dp: 2, tp: 1, pp: 2 }, zero: 2 }],
   [4, { mesh: { dp: 2, tp: 2, pp: 1 }, zero: 1 }],
+  [4, { mesh: { dp: 4, tp: 1, pp: 1 }, zero: 1, hsdp: { replicate: 2 } }],
 ];
 
 describe('train3d on the device storage over NCCL (stand-ins)', { timeout: 60_000 }, () => {
   const ref = reference(batches);
   for (const [world, layout] of LAYOUTS) {
     const { dp, tp, pp } = layout.mesh;
-    const name = `(dp, tp, pp) = (${dp}, ${tp}, ${pp})${layout.zero ? ` with ZeRO-${layout.zero} on dp` : ''}${layout.sequenceParallel ? ', sequence parallel' : ''}`;
+    const name = `(dp, tp, pp) = (${dp}, ${tp}, ${pp})${layout.zero ? ` with ZeRO-${layout.zero} on dp` : ''}${layout.sequenceParallel ? ', sequence parallel' : ''}${layout.hsdp ? `, HSDP replicate ${layout.hsdp.replicate}` : ''}`;
     it(`${name}: ${STEPS} steps equal one process, and the Gloo run bit for bit`, async () => {
       const want = await ref;
       const gpu = await run(world, layout, 'cuda');
