@@ -80,7 +80,7 @@ export class SnapshotFiles {
       await writeFile(tmp, frame, { mode: 0o600 });
       await rename(tmp, file);
     } catch (err) {
-      await rm(tmp, { force: true });
+      await rm(tmp, { force: true }).catch(() => undefined);
       const e = err as NodeJS.ErrnoException;
       const full = e.code === 'ENOSPC';
       throw new NcclNodeError(full ? 'ERR_UNAVAILABLE' : 'ERR_IO',
