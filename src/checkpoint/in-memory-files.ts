@@ -9,8 +9,9 @@
  * Names carry the job (a digest of its id), the holder rank, the owner and the step:
  *   nccl-node-snapshot.<job key>.rank<holder>.own.step<step>
  *   nccl-node-snapshot.<job key>.rank<holder>.of<owner>.step<step>
- * A file is written under a temporary name and renamed, so a name always holds a
- * whole write; the frame's CRC32C catches anything else. Files of another job are
+ * A file is written under a temporary name and renamed once every rank wrote its
+ * own (the snapshot's commit), so a name always holds a whole write of a complete
+ * step; the frame's CRC32C catches anything else. Files of another job are
  * never read, only removed once older than `staleAfterMs`.
  */
 import { createHash } from 'node:crypto';
@@ -71,14 +72,13 @@ export class SnapshotFiles {
     return path.join(this.dir, `${PREFIX}${this.key}.rank${holder}.${holder === owner ? 'own' : `of${owner}`}.step${step}`);
   }
 
-  /** Writes a frame under a temporary name and renames it; a full tmpfs is ERR_UNAVAILABLE with details.noSpace. */
-  async write(holder: number, owner: number, step: number, frame: Uint8Array): Promise<string> {
+  /** Writes a frame under its temporary name (not yet found by a restore); a full tmpfs is ERR_UNAVAILABLE with details.noSpace. */
+  async stage(holder: number, owner: number, step: number, frame: Uint8Array): Promise<{ tmp: string; file: string }> {
     const file = this.path(holder, owner, step);
     const tmp = `${file}.tmp${process.pid}`;
     try {
       await mkdir(this.dir, { recursive: true, mode: 0o700 });
       await writeFile(tmp, frame, { mode: 0o600 });
-      await rename(tmp, file);
     } catch (err) {
       await rm(tmp, { force: true }).catch(() => undefined);
       const e = err as NodeJS.ErrnoException;
@@ -87,7 +87,17 @@ export class SnapshotFiles {
         `in-memory snapshot: could not write ${frame.byteLength} bytes to ${file}${full ? ` (no space left in ${this.dir}; the tmpfs is full)` : ''}: ${e.message}`,
         { noSpace: full, dir: this.dir, file, bytes: frame.byteLength });
     }
-    return file;
+    return { tmp, file };
+  }
+
+  /** Renames a staged frame to its name: from here on a restore finds it whole. */
+  async publish(staged: { tmp: string; file: string }): Promise<string> {
+    await rename(staged.tmp, staged.file);
+    return staged.file;
+  }
+
+  async write(holder: number, owner: number, step: number, frame: Uint8Array): Promise<string> {
+    return this.publish(await this.stage(holder, owner, step, frame));
   }
 
   /** This job's files held by `holder` (temporary leftovers of a write cut short are removed). */

@@ -8,12 +8,12 @@
  * node-local memory-backed files (in-memory-files.ts), so they outlive the process:
  * a gang restart finds them on the same node. See docs/checkpoint.md, "In-memory checkpoints".
  */
+import { rmSync } from 'node:fs';
 import type { Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
 import { latest } from './layout.js';
 import { load, type LoadResult } from './load.js';
 import { readManifest } from './manifest.js';
-import { rmSync } from 'node:fs';
 import { covers, fillFrame, fillTargets, planFrame, readFrame, type FramePlan } from './in-memory-frame.js';
 import { resolveFiles, SnapshotFiles } from './in-memory-files.js';
 import { entry, frameOf, loadCopies, metaOf, persist, type Copy } from './in-memory-local.js';
@@ -186,11 +186,11 @@ export class InMemoryCheckpoint {
     const incoming = keeps.map((owner) => ({ owner, frame: new Uint8Array(facts[owner]!.bytes) }));
     const mine = holder[comm.rank]!;
     const step = plan.meta.step;
-    const written = new Map<number, string>();
+    const staged = new Map<number, { tmp: string; file: string }>();
     let failure: Failure | undefined;
     const write = async (owner: number, f: Uint8Array) => {
       if (!files || failure) return;
-      await files.write(comm.rank, owner, step, f).then((file) => void written.set(owner, file), (err) => void (failure ??= failureOf(err)));
+      await files.stage(comm.rank, owner, step, f).then((s) => void staged.set(owner, s), (err) => void (failure ??= failureOf(err)));
     };
     await Promise.all([
       ...(mine >= 0 ? [comm.send(frame, mine, { timeoutMs: this.#o.timeoutMs })] : []),
@@ -203,8 +203,7 @@ export class InMemoryCheckpoint {
       const agreed = await gatherSmall(comm, { failure }, this.#o.timeoutMs);
       const bad = agreed.findIndex((a) => a.failure);
       if (bad >= 0) {
-        const kept = new Set([this.#own, ...this.#replicas.values()].map((c) => c?.file));
-        for (const file of written.values()) if (!kept.has(file)) rmSync(file, { force: true });
+        for (const s of staged.values()) rmSync(s.tmp, { force: true });
         const f = agreed[bad]!.failure!;
         const reason = `in-memory snapshot of step ${step}: rank ${bad} could not write its node-local files: ${f.message}`;
         if (this.#o.overBudget === 'skip' && f.code === 'ERR_UNAVAILABLE') {
@@ -213,13 +212,14 @@ export class InMemoryCheckpoint {
         }
         throw new NcclNodeError(f.code, reason, { rank: bad, noSpace: f.code === 'ERR_UNAVAILABLE' });
       }
+      for (const s of staged.values()) await files.publish(s);
     }
     const copy = (owner: number, f: Uint8Array, meta = metaOf(f)): Copy =>
-      ({ frame: files ? null : f, meta, bytes: f.byteLength, ...(files ? { file: written.get(owner)! } : {}) });
+      ({ frame: files ? null : f, meta, bytes: f.byteLength, ...(files ? { file: staged.get(owner)!.file } : {}) });
     this.#own = copy(comm.rank, frame, plan.meta);
     this.#replicas = new Map(incoming.map((i) => [i.owner, copy(i.owner, i.frame)]));
     // The previous step's files go once this one is complete here.
-    await files?.removeExcept(comm.rank, new Set(written.values()));
+    await files?.removeExcept(comm.rank, new Set([...staged.values()].map((s) => s.file)));
     return { taken: true, step: plan.meta.step, holder: mine, seconds: (performance.now() - t0) / 1000, held: this.held() };
   }
 
