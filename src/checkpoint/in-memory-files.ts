@@ -44,7 +44,10 @@ export function resolveFiles(o: { dir?: string | false; job?: string }, env: Nod
   const run = env.TORCHELASTIC_RUN_ID;
   // Without a job id a restarted process could not tell its files from another job's.
   const job = o.job ?? (env[JOB_ID_ENV] || (run && run !== 'none' ? run : undefined));
-  if (job === undefined) return null;
+  if (job === undefined) {
+    if (typeof o.dir === 'string') throw new NcclNodeError('ERR_INVALID_ARGUMENT', `InMemoryCheckpoint: dir ${o.dir} needs a job id to key its files by (option job, or ${JOB_ID_ENV}); without one a restarted process could not tell its files from another job's`);
+    return null;
+  }
   if (typeof dir !== 'string' || dir === '') throw new NcclNodeError('ERR_INVALID_ARGUMENT', `InMemoryCheckpoint: dir must be a directory path or false, received ${JSON.stringify(dir)}`);
   if (typeof job !== 'string' || job === '') throw new NcclNodeError('ERR_INVALID_ARGUMENT', `InMemoryCheckpoint: job must be a non-empty string, received ${JSON.stringify(job)}`);
   return { dir, job };

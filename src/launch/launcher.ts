@@ -11,6 +11,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
+import path from 'node:path';
 
 import { JOB_ID_ENV, launcherJobId, removeJobFiles, SNAPSHOT_DIR_ENV, DEFAULT_SNAPSHOT_DIR } from '../checkpoint/in-memory-files.js';
 import { isNcclNodeError } from '../errors.js';
@@ -579,7 +580,7 @@ export class Launcher {
       await this.reap();
       // The job is done: its node-local in-memory snapshots are of no more use.
       const dir = this.o.env[SNAPSHOT_DIR_ENV];
-      if (dir !== 'off') removeJobFiles(dir || DEFAULT_SNAPSHOT_DIR, this.jobId);
+      if (dir !== 'off') removeJobFiles(path.resolve(this.o.cwd, dir || DEFAULT_SNAPSHOT_DIR), this.jobId);
     }
     this.phase = 'rendezvous';
     this.watchers.abort();

@@ -12,7 +12,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { jobKey } from '../../src/checkpoint/in-memory-files.js';
+import { jobKey, launcherJobId, resolveFiles } from '../../src/checkpoint/in-memory-files.js';
+import { isNcclNodeError } from '../../src/errors.js';
 import { planRestore } from '../../src/checkpoint/in-memory-plan.js';
 import { runRanks } from '../helpers/ranks.js';
 
@@ -80,5 +81,26 @@ describe('in-memory checkpoints in node-local files', () => {
     ]);
     expect(plan).toMatchObject({ kind: 'disk', step: 4 });
     expect(plan.rejected.map((r) => r.error)).toEqual(Array(4).fill('taken in a world of 4 ranks, this one has 2'));
+  });
+
+  it('takes the directory and job from options or the environment; no job id means process memory', () => {
+    expect(resolveFiles({}, { NCCL_NODE_JOB_ID: 'j', NCCL_NODE_INMEMORY_DIR: '/x' })).toEqual({ dir: '/x', job: 'j' });
+    expect(resolveFiles({}, { NCCL_NODE_JOB_ID: 'j' })).toEqual({ dir: '/dev/shm', job: 'j' });
+    expect(resolveFiles({}, { NCCL_NODE_JOB_ID: 'j', NCCL_NODE_INMEMORY_DIR: 'off' })).toBeNull();
+    expect(resolveFiles({ dir: false }, { NCCL_NODE_JOB_ID: 'j' })).toBeNull();
+    expect(resolveFiles({}, { TORCHELASTIC_RUN_ID: 'r1' })).toEqual({ dir: '/dev/shm', job: 'r1' });
+    expect(resolveFiles({}, { TORCHELASTIC_RUN_ID: 'none' })).toBeNull();
+    expect(resolveFiles({}, {})).toBeNull();
+    expect(resolveFiles({ dir: '/y', job: 'k' }, { NCCL_NODE_JOB_ID: 'j' })).toEqual({ dir: '/y', job: 'k' });
+    let err: unknown;
+    try {
+      resolveFiles({ dir: '/y' }, {});
+    } catch (e) {
+      err = e;
+    }
+    expect(isNcclNodeError(err, 'ERR_INVALID_ARGUMENT') && err.message).toMatch(/dir \/y needs a job id/);
+    // The launcher's id: the same for one token and run id (every attempt), different otherwise.
+    expect(launcherJobId('t', 'r')).toBe(launcherJobId('t', 'r'));
+    expect(new Set([launcherJobId('t', 'r'), launcherJobId('t', 's'), launcherJobId('u', 'r')]).size).toBe(3);
   });
 });
