@@ -2,7 +2,7 @@
  * Local checkpoints under the launcher: `nccl-node run --nproc-per-node 2
  * --max-restarts 1` trains TinyLM through train() (test/launch/fixtures/chaos-train.mts)
  * with in-memory snapshots every step and durable checkpoints every 4 steps; rank 1
- * SIGKILLs itself as step 7 begins. The gang restart starts two new processes, which
+ * SIGKILLs itself in step 7 (after its gradient all-reduce). The gang restart starts two new processes, which
  * find their snapshots of step 7 in the node-local directory (NCCL_NODE_INMEMORY_DIR):
  * the restore reports own memory for both ranks and step 7, where the durable
  * checkpoint holds step 4, so a disk restore would be told apart. The final parameters
