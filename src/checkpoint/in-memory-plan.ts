@@ -65,7 +65,7 @@ export interface RestorePlan {
   /** Per rank: -1 = its own copy, else the rank that sends it the replica (memory plans). */
   from: number[];
   durable: { dir: string; step: number } | null;
-  /** Copies that failed their digest (not used), and why. */
+  /** Copies that failed their digest or were taken in another world size (not used), and why. */
   rejected: { holder: number; owner: number; step: number; error: string }[];
 }
 
@@ -80,6 +80,8 @@ export function planRestore(inv: readonly Inventory[]): RestorePlan {
   const usable = (holder: number, e: HeldEntry | null): e is HeldEntry => {
     if (!e) return false;
     if (!e.ok) rejected.push({ holder, owner: e.owner, step: e.step, error: e.error ?? 'digest mismatch' });
+    // A restart that changed the world size cannot use the snapshots: their pieces are cut for the old one.
+    else if (e.world !== world) rejected.push({ holder, owner: e.owner, step: e.step, error: `taken in a world of ${e.world} ranks, this one has ${world}` });
     return e.ok && e.world === world && e.owner >= 0 && e.owner < world;
   };
   // copies[r]: step -> who can supply rank r's state at that step (-1: r itself).

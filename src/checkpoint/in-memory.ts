@@ -4,14 +4,19 @@
  * host memory, and a replica of it on a peer on another node. After a failure,
  * restore() takes every rank's state from its own memory if its process survived,
  * else from the peer's replica, else from the durable checkpoint, and all ranks
- * restore the same step. See docs/checkpoint.md, "In-memory checkpoints".
+ * restore the same step. With a job id (nccl-node run gives one) the frames live in
+ * node-local memory-backed files (in-memory-files.ts), so they outlive the process:
+ * a gang restart finds them on the same node. See docs/checkpoint.md, "In-memory checkpoints".
  */
+import { rmSync } from 'node:fs';
 import type { Communicator } from '../comm/communicator.js';
 import { NcclNodeError } from '../errors.js';
 import { latest } from './layout.js';
 import { load, type LoadResult } from './load.js';
 import { readManifest } from './manifest.js';
-import { checkFrame, covers, fillFrame, fillTargets, planFrame, readFrame, type FrameMeta, type FramePlan } from './in-memory-frame.js';
+import { covers, fillFrame, fillTargets, planFrame, readFrame, type FramePlan } from './in-memory-frame.js';
+import { resolveFiles, SnapshotFiles } from './in-memory-files.js';
+import { entry, frameOf, loadCopies, metaOf, persist, type Copy } from './in-memory-local.js';
 import { failureOf, gatherSmall, holders, planRestore, sizeOf, throwIfFailed, type Failure, type HeldEntry, type Inventory, type Placement, type RestorePlan, type Source } from './in-memory-plan.js';
 import type { loadTraining } from './runtime.js';
 import type { CheckpointState, RunMetadata, TrainState } from './state.js';
@@ -25,6 +30,16 @@ export interface InMemoryOptions {
   node?: number;
   /** Deadline of each exchange (default: the communicator's). */
   timeoutMs?: number;
+  /**
+   * Node-local directory (a tmpfs) the frames live in, so a process restarted on this
+   * node finds them: default NCCL_NODE_INMEMORY_DIR ('off': none), else /dev/shm;
+   * false keeps them in process memory.
+   */
+  dir?: string | false;
+  /** The job the files belong to: default NCCL_NODE_JOB_ID (nccl-node run sets it), else TORCHELASTIC_RUN_ID unless "none"; without one, process memory. */
+  job?: string;
+  /** Snapshot files of other jobs older than this are removed on first use (default 6 h). */
+  staleAfterMs?: number;
 }
 
 export interface HeldBytes {
@@ -66,16 +81,13 @@ export interface RestoreResult {
 /** What restore() fills: DDP/FSDP (or anything with the same loadStateDict). */
 export type Restorable = Parameters<typeof loadTraining>[1];
 
-interface Copy {
-  frame: Uint8Array;
-  meta: FrameMeta;
-}
-
 export class InMemoryCheckpoint {
   readonly #o: InMemoryOptions;
   #own: Copy | null = null;
   /** Replicas this rank keeps, by owner rank. */
   #replicas = new Map<number, Copy>();
+  /** The node-local files (null: process memory only). */
+  readonly #files: SnapshotFiles | null;
 
   constructor(options: InMemoryOptions = {}) {
     const b = options.budgetBytes;
@@ -85,25 +97,46 @@ export class InMemoryCheckpoint {
     if (options.overBudget !== undefined && options.overBudget !== 'throw' && options.overBudget !== 'skip') {
       throw new NcclNodeError('ERR_INVALID_ARGUMENT', `InMemoryCheckpoint: overBudget must be 'throw' or 'skip', received ${String(options.overBudget)}`);
     }
+    const s = options.staleAfterMs;
+    if (s !== undefined && !(Number.isFinite(s) && s >= 0)) {
+      throw new NcclNodeError('ERR_INVALID_ARGUMENT', `InMemoryCheckpoint: staleAfterMs must be a non-negative number, received ${s}`);
+    }
     this.#o = options;
+    const files = resolveFiles(options);
+    this.#files = files && new SnapshotFiles(files.dir, files.job, s);
+  }
+
+  /** Where the frames live: the directory of the node-local files, or null (process memory). */
+  get directory(): string | null {
+    return this.#files?.dir ?? null;
   }
 
   /** Host bytes held now: own snapshot plus replicas kept for peers. */
   held(): HeldBytes {
-    const own = this.#own?.frame.byteLength ?? 0;
-    const replicas = [...this.#replicas.values()].reduce((a, c) => a + c.frame.byteLength, 0);
+    const own = this.#own?.bytes ?? 0;
+    const replicas = [...this.#replicas.values()].reduce((a, c) => a + c.bytes, 0);
     return { step: this.#own?.meta.step ?? null, own, replicas, total: own + replicas, budgetBytes: this.#o.budgetBytes ?? Infinity };
   }
 
-  /** The frames held (own, and replicas by owner): for inspection; changing a byte makes its digest fail. */
+  /**
+   * The frames held (own, and replicas by owner): for inspection. In process memory,
+   * changing a byte makes its digest fail; with files, these are copies read from them.
+   */
   frames(): { own: Uint8Array | null; replicas: Map<number, Uint8Array> } {
-    return { own: this.#own?.frame ?? null, replicas: new Map([...this.#replicas].map(([k, c]) => [k, c.frame])) };
+    return { own: this.#own ? frameOf(this.#own) : null, replicas: new Map([...this.#replicas].map(([k, c]) => [k, frameOf(c)])) };
   }
 
-  /** Drops everything held. */
+  /** Drops everything held, and the files of it. */
   clear(): void {
+    for (const c of [this.#own, ...this.#replicas.values()]) if (c?.file) rmSync(c.file, { force: true });
     this.#own = null;
     this.#replicas.clear();
+  }
+
+  /** Drops everything held and every file of this rank (a run that finished; nccl-node run removes the job's files when it succeeds). */
+  async discard(rank: number): Promise<void> {
+    this.clear();
+    if (this.#files) await this.#files.removeExcept(rank, new Set());
   }
 
   /**
@@ -119,12 +152,13 @@ export class InMemoryCheckpoint {
     this.#gloo(comm, 'snapshot');
     // A rank that cannot take part says why in the exchange, so the others fail with it instead of waiting.
     let plan: FramePlan | null = null;
-    let fact: { step: number; bytes: number; place: Placement; failure?: Failure };
+    let fact: { step: number; bytes: number; place: Placement; files: boolean; failure?: Failure };
+    const files = this.#files;
     try {
       plan = planFrame(state, comm.rank, comm.size);
-      fact = { step: plan.meta.step, bytes: plan.totalBytes, place: this.#place(comm) };
+      fact = { step: plan.meta.step, bytes: plan.totalBytes, place: this.#place(comm), files: files !== null };
     } catch (err) {
-      fact = { step: -1, bytes: 0, place: { node: 0, localRank: 0 }, failure: failureOf(err) };
+      fact = { step: -1, bytes: 0, place: { node: 0, localRank: 0 }, files: files !== null, failure: failureOf(err) };
     }
     const facts = await gatherSmall(comm, fact, this.#o.timeoutMs);
     throwIfFailed(facts, 'in-memory snapshot');
@@ -132,6 +166,9 @@ export class InMemoryCheckpoint {
     const steps = [...new Set(facts.map((f) => f.step))];
     if (steps.length > 1) {
       throw new NcclNodeError('ERR_INVALID_ARGUMENT', `in-memory snapshot: ranks called it at different steps (${facts.map((f, r) => `rank ${r}: ${f.step}`).join(', ')})`);
+    }
+    if (facts.some((f) => f.files !== facts[0]!.files)) {
+      throw new NcclNodeError('ERR_INVALID_ARGUMENT', `in-memory snapshot: ranks disagree on node-local files (${facts.map((f, r) => `rank ${r}: ${f.files ? 'files' : 'process memory'}`).join(', ')}); give every rank the same dir and job`);
     }
     const holder = holders(facts.map((f) => f.place));
     const keeps = holder.flatMap((h, owner) => (h === comm.rank ? [owner] : []));
@@ -148,12 +185,41 @@ export class InMemoryCheckpoint {
     const frame = await fillFrame(plan, state);
     const incoming = keeps.map((owner) => ({ owner, frame: new Uint8Array(facts[owner]!.bytes) }));
     const mine = holder[comm.rank]!;
+    const step = plan.meta.step;
+    const staged = new Map<number, { tmp: string; file: string }>();
+    let failure: Failure | undefined;
+    const write = async (owner: number, f: Uint8Array) => {
+      if (!files || failure) return;
+      await files.stage(comm.rank, owner, step, f).then((s) => void staged.set(owner, s), (err) => void (failure ??= failureOf(err)));
+    };
     await Promise.all([
       ...(mine >= 0 ? [comm.send(frame, mine, { timeoutMs: this.#o.timeoutMs })] : []),
       ...incoming.map((i) => comm.recv(i.frame, i.owner, { timeoutMs: this.#o.timeoutMs })),
+      write(comm.rank, frame),
     ]);
-    this.#own = { frame, meta: plan.meta };
-    this.#replicas = new Map(incoming.map((i) => [i.owner, { frame: i.frame, meta: metaOf(i.frame) }]));
+    for (const i of incoming) await write(i.owner, i.frame);
+    if (files) {
+      // Commit only when every rank wrote all of its files; otherwise every rank keeps the previous step.
+      const agreed = await gatherSmall(comm, { failure }, this.#o.timeoutMs);
+      const bad = agreed.findIndex((a) => a.failure);
+      if (bad >= 0) {
+        for (const s of staged.values()) rmSync(s.tmp, { force: true });
+        const f = agreed[bad]!.failure!;
+        const reason = `in-memory snapshot of step ${step}: rank ${bad} could not write its node-local files: ${f.message}`;
+        if (this.#o.overBudget === 'skip' && f.code === 'ERR_UNAVAILABLE') {
+          process.emitWarning(reason, { code: 'NCCL_NODE_INMEMORY_NO_SPACE' });
+          return { taken: false, step, holder: mine, seconds: (performance.now() - t0) / 1000, held: this.held(), reason };
+        }
+        throw new NcclNodeError(f.code, reason, { rank: bad, noSpace: f.code === 'ERR_UNAVAILABLE' });
+      }
+      for (const s of staged.values()) await files.publish(s);
+    }
+    const copy = (owner: number, f: Uint8Array, meta = metaOf(f)): Copy =>
+      ({ frame: files ? null : f, meta, bytes: f.byteLength, ...(files ? { file: staged.get(owner)!.file } : {}) });
+    this.#own = copy(comm.rank, frame, plan.meta);
+    this.#replicas = new Map(incoming.map((i) => [i.owner, copy(i.owner, i.frame)]));
+    // The previous step's files go once this one is complete here.
+    await files?.removeExcept(comm.rank, new Set([...staged.values()].map((s) => s.file)));
     return { taken: true, step: plan.meta.step, holder: mine, seconds: (performance.now() - t0) / 1000, held: this.held() };
   }
 
@@ -174,6 +240,8 @@ export class InMemoryCheckpoint {
     const timeoutMs = this.#o.timeoutMs;
     let mine: Inventory & { failure?: Failure };
     try {
+      // A restarted process finds what its previous life (or this one) left in the node-local files.
+      if (this.#files) ({ own: this.#own, replicas: this.#replicas } = await loadCopies(this.#files, comm.rank));
       let durable: Inventory['durable'] = null;
       if (comm.rank === 0 && options.durable) {
         const dir = await latest(options.durable);
@@ -197,14 +265,14 @@ export class InMemoryCheckpoint {
       const want = from[comm.rank]!;
       const buf = want >= 0 ? new Uint8Array(sizeOf(inv, comm.rank, step)) : null;
       await Promise.all([
-        ...from.flatMap((h, r) => (h === comm.rank ? [comm.send(this.#replicas.get(r)!.frame, r, { timeoutMs })] : [])),
+        ...from.flatMap((h, r) => (h === comm.rank ? [comm.send(frameOf(this.#replicas.get(r)!), r, { timeoutMs })] : [])),
         ...(buf ? [comm.recv(buf, want, { timeoutMs })] : []),
       ]);
       if (buf) {
         try {
           const meta = readFrame(buf, `replica of rank ${comm.rank} from rank ${want}`);
           if (meta.step !== step || meta.owner !== comm.rank) error = `replica from rank ${want} holds rank ${meta.owner} step ${meta.step}, wanted rank ${comm.rank} step ${step}`;
-          received = { frame: buf, meta };
+          received = { frame: buf, meta, bytes: buf.byteLength };
         } catch (err) {
           error = (err as Error).message;
         }
@@ -227,7 +295,7 @@ export class InMemoryCheckpoint {
       }
       let frames: Copy[] = [own!];
       if (!agreed.every((a) => a.local)) frames = await this.#gatherFrames(comm, own!, inv, plan.step);
-      await fillTargets(targets, frames);
+      await fillTargets(targets, frames.map((c) => ({ meta: c.meta, frame: frameOf(c) })));
       return { optimizerStep: optimizerStepOf(own!.meta.train, `in-memory snapshot of step ${plan.step}`) };
     });
     const seconds = () => (performance.now() - t0) / 1000;
@@ -238,8 +306,14 @@ export class InMemoryCheckpoint {
       return { step: r.step, source: 'disk', sources: inv.map(() => 'disk'), train: { ...r.train, step: r.step }, metadata: r.metadata, dir: r.dir, rejected, seconds: seconds() };
     }
     this.#own = own;
-    for (const [owner, c] of this.#replicas) if (c.meta.step !== plan.step) this.#replicas.delete(owner);
+    for (const [owner, c] of this.#replicas) if (c.meta.step !== plan.step || c.error) this.#replicas.delete(owner);
     await this.#rereplicate(comm, inv, plan.step);
+    if (this.#files) {
+      // A state received from a peer, and replicas sent again, go to this node's files too.
+      for (const why of await persist(this.#files, comm.rank, [own!, ...this.#replicas.values()])) {
+        process.emitWarning(`in-memory restore: kept in process memory only: ${why}`, { code: 'NCCL_NODE_INMEMORY_NO_SPACE' });
+      }
+    }
     return {
       step: plan.step, source: received ? 'peer' : 'memory', sources: plan.from.map((h) => (h < 0 ? 'memory' : 'peer')),
       train: structuredClone(own!.meta.train), metadata: structuredClone(own!.meta.metadata), rejected, seconds: seconds(),
@@ -258,12 +332,12 @@ export class InMemoryCheckpoint {
     const sizes = inv.map((_, r) => sizeOf(inv, r, step));
     const width = Math.max(...sizes);
     const send = new Uint8Array(width);
-    send.set(own.frame);
+    send.set(frameOf(own));
     const all = new Uint8Array(width * comm.size);
     await comm.allGather(send, all, { timeoutMs: this.#o.timeoutMs });
     return sizes.map((n, r) => {
       const frame = all.subarray(r * width, r * width + n);
-      return { frame, meta: r === comm.rank ? own.meta : readFrame(frame, `snapshot of rank ${r}`) };
+      return { frame, meta: r === comm.rank ? own.meta : readFrame(frame, `snapshot of rank ${r}`), bytes: n };
     });
   }
 
@@ -275,10 +349,10 @@ export class InMemoryCheckpoint {
     if (missing.length === 0) return;
     const incoming = missing.filter((owner) => holder[owner] === comm.rank).map((owner) => ({ owner, frame: new Uint8Array(sizeOf(inv, owner, step)) }));
     await Promise.all([
-      ...(missing.includes(comm.rank) ? [comm.send(this.#own!.frame, holder[comm.rank]!, { timeoutMs: this.#o.timeoutMs })] : []),
+      ...(missing.includes(comm.rank) ? [comm.send(frameOf(this.#own!), holder[comm.rank]!, { timeoutMs: this.#o.timeoutMs })] : []),
       ...incoming.map((i) => comm.recv(i.frame, i.owner, { timeoutMs: this.#o.timeoutMs })),
     ]);
-    for (const i of incoming) this.#replicas.set(i.owner, { frame: i.frame, meta: metaOf(i.frame) });
+    for (const i of incoming) this.#replicas.set(i.owner, { frame: i.frame, meta: metaOf(i.frame), bytes: i.frame.byteLength });
   }
 
   #place(comm: Communicator): Placement {
@@ -300,23 +374,4 @@ function optimizerStepOf(train: Record<string, unknown>, what: string): number {
   const s = train.optimizerStep;
   if (typeof s !== 'number') throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${what}: train state has no optimizerStep (not made with trainingState())`);
   return s;
-}
-
-/** A held copy as its holder reports it, digest checked now. */
-function entry(c: Copy | null): HeldEntry | null {
-  if (!c) return null;
-  const check = checkFrame(c.frame);
-  return {
-    owner: c.meta.owner, world: c.meta.world, step: c.meta.step, bytes: c.frame.byteLength, ok: check.ok,
-    ...(check.ok ? {} : { error: `CRC32C ${check.actual.toString(16)} does not match the stored ${check.stored.toString(16)}` }),
-  };
-}
-
-/** A received replica's meta; a replica damaged in transit is kept and rejected when a restore checks it. */
-function metaOf(frame: Uint8Array): FrameMeta {
-  try {
-    return readFrame(frame, 'replica');
-  } catch {
-    return { owner: -1, world: 0, step: -1, pieces: [], train: { step: -1 }, metadata: {} };
-  }
 }

@@ -11,7 +11,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
+import path from 'node:path';
 
+import { JOB_ID_ENV, launcherJobId, removeJobFiles, SNAPSHOT_DIR_ENV, DEFAULT_SNAPSHOT_DIR } from '../checkpoint/in-memory-files.js';
 import { isNcclNodeError } from '../errors.js';
 import { scopeKeyPrefix, scopedToken } from '../rendezvous/scope.js';
 import type { StoreServer } from '../rendezvous/server.js';
@@ -117,6 +119,10 @@ export class Launcher {
   /** Settles once every local rank is gone and the store is closed. */
   readonly done: Promise<LaunchResult>;
   private readonly host = os.hostname();
+  /** The ranks' NCCL_NODE_JOB_ID: given, or derived from the job's token and run id (the same across restarts). */
+  private get jobId(): string {
+    return this.o.env[JOB_ID_ENV] || launcherJobId(this.token, this.o.runId);
+  }
   private readonly killOnExit = (): void => {
     // Last resort if the launcher dies of an exception: no rank outlives it.
     for (const r of this.ranks) if (r.pid !== undefined) killGroup(r.pid, 'SIGKILL');
@@ -269,7 +275,7 @@ export class Launcher {
     const gang = this.gang!;
     const args = [...nodeArgs(o.script), o.script, ...o.scriptArgs];
     const env = rankEnv(o, { rank, localRank, worldSize: this.worldSize, nodeRank: gang.nodeRank, nnodes: gang.nnodes, attempt: gang.attempt,
-      storeHost: this.storeHost, storePort: this.port, token: this.rankToken, restarts });
+      storeHost: this.storeHost, storePort: this.port, token: this.rankToken, restarts, jobId: this.jobId });
     const out = rankOutput({ ...o.output, attempt: gang.attempt, restart: restarts }, rank, localRank);
     // detached: the rank leads its own process group (see process-group.ts).
     const child = spawn(process.execPath, args, { cwd: o.cwd, env, detached: true, stdio: ['ignore', ...out.stdio, 'pipe'] });
@@ -572,6 +578,9 @@ export class Launcher {
       // Whatever successful ranks left running goes too.
       this.terminateGroups();
       await this.reap();
+      // The job is done: its node-local in-memory snapshots are of no more use.
+      const dir = this.o.env[SNAPSHOT_DIR_ENV];
+      if (dir !== 'off') removeJobFiles(path.resolve(this.o.cwd, dir || DEFAULT_SNAPSHOT_DIR), this.jobId);
     }
     this.phase = 'rendezvous';
     this.watchers.abort();

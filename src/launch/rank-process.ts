@@ -6,6 +6,7 @@
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { JOB_ID_ENV } from '../checkpoint/in-memory-files.js';
 import { HEARTBEAT_INTERVAL_ENV } from '../comm/heartbeat.js';
 import type { Resolved } from './options.js';
 
@@ -44,6 +45,8 @@ export interface RankPlace {
   token: string;
   /** Restarts of this rank alone so far (--restart-scope rank). */
   restarts?: number;
+  /** The same in every attempt of the job (node-local snapshot files are keyed by it). */
+  jobId?: string;
 }
 
 /** The rank's environment: the launcher's own on top of torchrun's set (one role, "default", as torchrun without --role). */
@@ -65,6 +68,7 @@ export function rankEnv(o: Resolved, p: RankPlace): NodeJS.ProcessEnv {
     MASTER_ADDR: p.storeHost,
     MASTER_PORT: String(p.storePort),
     NCCL_NODE_TOKEN: p.token,
+    ...(p.jobId !== undefined ? { [JOB_ID_ENV]: p.jobId } : {}),
     NCCL_NODE_STORE_HOSTED: '1',
     NCCL_NODE_LAUNCHER: '1',
     NCCL_NODE_LAUNCHER_FD: String(GUARD_FD),

@@ -9,7 +9,7 @@
  */
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { init } from '../../src/comm/init.js';
@@ -33,6 +33,8 @@ interface Payload {
   budget?: boolean;
   /** Default: the tiny model. */
   model?: TinyLMConfig;
+  /** Keep the frames in node-local files (a directory per node; a replacement's node is a new one, its files gone). */
+  files?: boolean;
 }
 
 const p = readPayload<Payload>();
@@ -57,7 +59,8 @@ const base = (steps: number): TrainConfig => ({
   optimizer: { kind: 'adamw', lr: 1e-2, weightDecay: 0.01 }, clipNorm: 1, dataSeed: 7,
 });
 
-const store = new InMemoryCheckpoint();
+const node = Math.floor(Number(process.env.RANK) / Number(process.env.LOCAL_WORLD_SIZE));
+const store = new InMemoryCheckpoint(p.files ? { dir: join(p.dir, 'shm', `node${node}${replacement ? '-new' : ''}`), job: 'in-memory-test' } : { dir: false });
 if (!replacement) {
   const comm = await init();
   const ref = await train(comm, base(p.steps));
@@ -145,5 +148,5 @@ const second = await train(comm, {
     },
   },
 });
-report({ phase: 'second', rank: comm.rank, start: second.start, losses: second.losses, held: store.held() });
+report({ phase: 'second', rank: comm.rank, start: second.start, losses: second.losses, held: store.held(), files: store.directory ? readdirSync(store.directory).sort() : null });
 await comm.destroy();

@@ -27,6 +27,7 @@ interface Scenario {
   corrupt?: { holder: number; owner: number };
   budget?: boolean;
   model?: { vocab: number; dim: number; hidden: number; layers: number; seqLen: number; seed: number };
+  files?: boolean;
 }
 
 /** ~0.4M parameters: a few MB of state, so the restore timings move some data. */
@@ -121,6 +122,17 @@ describe('in-memory checkpoints', () => {
   it('DDP, 1 node: the replica is on the next rank; restored DDP replicas gather every rank\'s pieces', async () => {
     const by = await scenario('peer-ddp', { world: 2, localWorldSize: 2, parallel: 'ddp', lose: [1], durableAt: [4] });
     expectPeerRestore(by, [1, 0]);
+  }, 60_000);
+
+  it('the same with node-local snapshot files: survivors restore from their files, the replaced node\'s rank from the peer, and its files are written again', async () => {
+    const by = await scenario('peer-files', { world: 4, localWorldSize: 2, parallel: 'fsdp', lose: [1], durableAt: [4], model: MID, files: true });
+    expectPeerRestore(by, [2, 3, 0, 1]);
+    // Rank 1's new node holds its own snapshot and the replica it keeps for rank 3, of the last step (6) only.
+    const second = one(by, 'second', 1);
+    expect(second.files).toHaveLength(2);
+    expect(second.files[0]).toMatch(/^nccl-node-snapshot\.[0-9a-f]{16}\.rank1\.of3\.step6$/);
+    expect(second.files[1]).toMatch(/^nccl-node-snapshot\.[0-9a-f]{16}\.rank1\.own\.step6$/);
+    expect(second.held.total).toBe(second.held.own + second.held.replicas);
   }, 60_000);
 
   it('losing a rank and its replica holder falls back to the durable checkpoint of an earlier step', async () => {
