@@ -83,10 +83,11 @@ export class StagingPool {
   /** Snapshot options for one save holding DeviceBuffers (`hasDevice`) or not. */
   options(hasDevice: boolean, streamDevice: number): { snapshot: SnapshotOptions; staging: DeviceStaging } {
     const alloc = (name: string, n: number, device: boolean): Uint8Array => this.#takeHost(name, n, device);
-    if (!hasDevice) return { snapshot: { alloc }, staging: 'none' };
+    const release = (staged: Staged[]) => this.give(staged);
+    if (!hasDevice) return { snapshot: { alloc, release }, staging: 'none' };
     const stream = this.#o.stream ?? this.#streamFor(streamDevice);
-    if (!this.gds().available) return { snapshot: { alloc, stream }, staging: 'host' };
-    return { snapshot: { alloc, stream, deviceAlloc: (name, n, like) => this.#takeDevice(name, n, like) }, staging: 'device' };
+    if (!this.gds().available) return { snapshot: { alloc, release, stream }, staging: 'host' };
+    return { snapshot: { alloc, release, stream, deviceAlloc: (name, n, like) => this.#takeDevice(name, n, like) }, staging: 'device' };
   }
 
   /** Returns a committed (or failed) save's buffers to the pool. */

@@ -146,4 +146,15 @@ describe('Checkpointer with the staging pool', () => {
       await ck.close();
     }, 60_000);
   }
+
+  it('a save refused for a bad tensor gives back what its snapshot had taken', async () => {
+    const root = tmp();
+    const ck = await Checkpointer.create(root, { keep: 0, staging: { budgetBytes: 64 * MiB } });
+    const good = new Float32Array(MiB).fill(1);
+    const bad = { data: new Float32Array(4), globalShape: [4], offset: 2 }; // [2, 6) of 4 elements
+    const err = await ck.save({ tensors: { good: { data: good, globalShape: [MiB], offset: 0 }, bad }, train: { step: 1 } }).catch((e: unknown) => e);
+    expect(String(err)).toMatch(/outside its 4 elements/);
+    expect(ck.stagingStats()).toMatchObject({ inUseBytes: 0, misses: 1 });
+    await ck.close();
+  });
 });
