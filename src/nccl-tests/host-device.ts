@@ -16,15 +16,6 @@ const NIL = 5;
 const opCode = (op: GenOp) => (op === 'nil' ? NIL : REDUCE_OP_CODE[op]);
 const native = (dtype: DType) => VERIFIABLE_DTYPES.includes(dtype) && DTYPE_CODE[dtype] < 10;
 
-/**
- * The parameters each ArrayBuffer's expected data was last made with. The expected
- * result is never written by a collective, and the untimed pass before the timed loop
- * makes the same one for out-of-place and in-place (seed 99): the second time it is
- * already there. Any other write through this device forgets the buffer.
- */
-const madeWith = new WeakMap<ArrayBufferLike, string>();
-const forget = (b: Buffer) => void madeWith.delete(host(b).buffer);
-
 export const hostDevice: BenchDevice = {
   alloc: (bytes) => new ArrayBuffer(bytes),
   slab(mem, byteOffset, dtype: DType): Slab {
@@ -37,35 +28,22 @@ export const hostDevice: BenchDevice = {
     const Ctor = b.constructor as new (ab: ArrayBufferLike, off: number, n: number) => HostArray;
     return new Ctor(b.buffer, b.byteOffset + offset * b.BYTES_PER_ELEMENT, count);
   },
-  zero(buf) {
-    forget(buf);
-    new Uint8Array(host(buf).buffer, host(buf).byteOffset, host(buf).byteLength).fill(0);
-  },
+  zero: (buf) => void new Uint8Array(host(buf).buffer, host(buf).byteOffset, host(buf).byteLength).fill(0),
   copy(dst, src) {
-    forget(dst);
     const d = host(dst);
     const s = host(src);
     new Uint8Array(d.buffer, d.byteOffset, d.byteLength).set(new Uint8Array(s.buffer, s.byteOffset, s.byteLength));
   },
-  prepareInput(buf, dtype, op, n, rank, seed, offset) {
-    forget(buf);
-    if (native(dtype)) binding().verifiablePrepareHost(host(buf), DTYPE_CODE[dtype], opCode(op), n, rank, seed, offset);
-    else prepareInput(host(buf), dtype, op, n, rank, seed, offset);
-  },
-  prepareExpected(buf, dtype, op, n, seed, offset) {
-    const b = host(buf);
-    const key = `${b.byteOffset} ${b.byteLength} ${dtype} ${op} ${n} ${seed} ${offset}`;
-    if (madeWith.get(b.buffer) === key) return;
-    madeWith.delete(b.buffer);
-    if (native(dtype)) binding().verifiablePrepareHost(b, DTYPE_CODE[dtype], opCode(op), n, -1, seed, offset);
-    else prepareExpected(b, dtype, op, n, seed, offset);
-    madeWith.set(b.buffer, key);
-  },
+  prepareInput: (buf, dtype, op, n, rank, seed, offset) => native(dtype)
+    ? binding().verifiablePrepareHost(host(buf), DTYPE_CODE[dtype], opCode(op), n, rank, seed, offset)
+    : prepareInput(host(buf), dtype, op, n, rank, seed, offset),
+  prepareExpected: (buf, dtype, op, n, seed, offset) => native(dtype)
+    ? binding().verifiablePrepareHost(host(buf), DTYPE_CODE[dtype], opCode(op), n, -1, seed, offset)
+    : prepareExpected(host(buf), dtype, op, n, seed, offset),
   countWrong: (a, e, dtype, op) => native(dtype)
     ? binding().verifiableCompareHost(host(a), host(e), DTYPE_CODE[dtype], opCode(op))
     : countWrong(host(a), host(e), dtype, op),
   corrupt(buf) {
-    forget(buf);
     const b = host(buf);
     // The element's top byte: sign/exponent for floats, so even avg's 2-ULP tolerance sees it.
     if (b.byteLength > 0) new Uint8Array(b.buffer, b.byteOffset, b.BYTES_PER_ELEMENT)[b.BYTES_PER_ELEMENT - 1]! ^= 0x40;
