@@ -17,6 +17,7 @@
 #include "../core/errors.h"
 #include "../core/js_errors.h"
 #include "../io/parallel_copy.h"
+#include "host_verifiable_fast.h"
 #include "verifiable_defs.h"
 
 namespace ncclnode {
@@ -84,8 +85,23 @@ Napi::Value PrepareHost(const Napi::CallbackInfo& info) {
     const uint64_t offset = static_cast<uint64_t>(offsetD);
     const size_t w = elementSize(static_cast<DType>(dtype));
     if (b.bytes % w != 0) throw Error(Code::SizeMismatch, std::string(call) + ": the buffer is not a whole number of elements");
-    parallelFor(b.bytes / w, [&](uint64_t lo, uint64_t hi) {
-      for (uint64_t i = lo; i < hi; ++i) vPrepare(b.data, i, dtype, op, nranks, rank, seed, offset);
+    if (op == kVOpNil) {
+      parallelFor(b.bytes / w, [&](uint64_t lo, uint64_t hi) {
+        for (uint64_t i = lo; i < hi; ++i) vStoreNil(b.data, i, dtype, seed, offset + i);
+      });
+      return info.Env().Undefined();
+    }
+    const VGen g(dtype, op, nranks, seed);
+    // The hash takes the element index's low 32 bits, as JS's `idx | 0` does.
+    vWithTypes(dtype, op, [&](auto dt, auto vop) {
+      constexpr int DT = decltype(dt)::value, OP = decltype(vop)::value;
+      parallelFor(b.bytes / w, [&](uint64_t lo, uint64_t hi) {
+        if (rank >= 0) {
+          for (uint64_t i = lo; i < hi; ++i) vStore(b.data, i, DT, g.input<DT, OP>(rank, static_cast<uint32_t>(offset + i)));
+        } else {
+          for (uint64_t i = lo; i < hi; ++i) vStore(b.data, i, DT, g.expected<DT, OP>(static_cast<uint32_t>(offset + i)));
+        }
+      });
     });
     return info.Env().Undefined();
   });

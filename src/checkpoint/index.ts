@@ -9,6 +9,7 @@ export { youngInterval, dalyInterval, checkpointEverySteps } from './interval.js
 export { SavePolicy, type SavePolicyOptions, type SaveCost } from './save-policy.js';
 export { trainingState, loadTraining } from './runtime.js';
 export { gdsStatus } from './io.js';
-export type { DeviceStaging, DeviceStagingOptions } from './staging.js';
+export type { DeviceStaging, DeviceStagingOptions, StagingOptions } from './staging.js';
+export type { HostPoolStats } from './host-pool.js';
 export { InMemoryCheckpoint, type InMemoryOptions, type HeldBytes, type SnapshotResult, type RestoreResult, type Restorable } from './in-memory.js';
 export { holders, planRestore, type Placement, type Inventory, type RestorePlan, type Source } from './in-memory-plan.js';

@@ -18,8 +18,9 @@ import { io, settle } from './io.js';
 import { nativeHandle, type IoMemory, type IoWriteOptions } from '../native.js';
 import { prune, shardFileName, stepDirName } from './layout.js';
 import { SavePolicy, type SaveCost, type SavePolicyOptions } from './save-policy.js';
-import { StagingPool, type DeviceStaging, type DeviceStagingOptions } from './staging.js';
-import { snapshot, type CheckpointState, type Staged } from './state.js';
+import { StagingPool, type DeviceStaging, type DeviceStagingOptions, type StagingOptions } from './staging.js';
+import { dtypeOf, snapshot, type CheckpointState, type Staged } from './state.js';
+import type { HostPoolStats } from './host-pool.js';
 
 export interface CheckpointerOptions {
   /** The job's communicator; a sub-communicator is split off it for checkpoint traffic. */
@@ -33,6 +34,8 @@ export interface CheckpointerOptions {
   write?: IoWriteOptions;
   /** DeviceBuffer snapshots: side stream, pinned allocator, GPUDirect Storage (see DeviceStagingOptions). */
   device?: DeviceStagingOptions;
+  /** Host tensors' snapshots: the staging pool's budget (see StagingOptions, and prepare()). */
+  staging?: StagingOptions;
   /** When shouldSave() says to save: a step list, an interval, or (default) Daly's interval after a first save. */
   policy?: SavePolicyOptions;
 }
@@ -89,7 +92,7 @@ export class Checkpointer {
     this.#o = o;
     this.#rank = comm?.rank ?? 0;
     this.#world = comm?.size ?? 1;
-    this.#pool = new StagingPool(root, o.device);
+    this.#pool = new StagingPool(root, o.device, o.staging);
     this.#policy = policy;
   }
 
@@ -125,6 +128,31 @@ export class Checkpointer {
     const all = comm && comm.size > 1 ? await comm.allGatherObject([cost.stallSeconds, cost.stepSeconds]) : [[cost.stallSeconds, cost.stepSeconds]];
     const max = { stallSeconds: Math.max(...all.map((c) => c[0]!)), stepSeconds: Math.max(...all.map((c) => c[1]!)) };
     return { ...max, every: this.#policy.recordCost(max), mtbfHours: this.#policy.mtbfHours };
+  }
+
+  /**
+   * Allocates and touches the host staging of `maxPending` saves of a state shaped like
+   * this one (within the staging budget), on the addon's I/O threads; resolves when it
+   * is ready. Called once after create() (and not awaited, if the first save is some
+   * steps away), it makes the first save's snapshot a copy into warm memory like the
+   * later ones instead of a first write to fresh pages. Local: no rank waits for another.
+   */
+  async prepare(state: CheckpointState): Promise<void> {
+    let total = 0;
+    let largest = 0;
+    for (const [name, t] of Object.entries(state.tensors)) {
+      if (!ArrayBuffer.isView(t.data)) continue; // DeviceBuffers stage in pinned or device memory
+      const n = Math.ceil(((t.length ?? t.data.length) * t.data.BYTES_PER_ELEMENT) / 4096) * 4096;
+      dtypeOf(t.data, t.dtype, name);
+      total += n;
+      largest = Math.max(largest, n);
+    }
+    await this.#pool.reserve(total * (this.#o.maxPending ?? 2), largest);
+  }
+
+  /** The host staging pool's budget, holdings and hit counts. */
+  stagingStats(): HostPoolStats {
+    return this.#pool.hostStats();
   }
 
   get inFlight(): number {

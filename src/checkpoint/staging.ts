@@ -1,15 +1,29 @@
 /**
  * Where a Checkpointer's snapshots live between save() and the commit, reused
  * from one save to the next so a warm snapshot is a copy, not an allocation:
- * host buffers for host tensors, pinned host buffers for DeviceBuffers on the
- * posix path, device buffers for DeviceBuffers on the GPUDirect Storage path,
- * and one side stream per device for the device copies.
+ * host memory from a budgeted pool (host-pool.ts) for host tensors, pinned host
+ * buffers for DeviceBuffers on the posix path, device buffers for DeviceBuffers
+ * on the GPUDirect Storage path, and one side stream per device for the device copies.
  */
 import { mkdirSync } from 'node:fs';
+import { totalmem } from 'node:os';
 import { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
 import { Stream } from '../gpu/stream.js';
+import { HostPool, type HostPoolStats } from './host-pool.js';
 import { io } from './io.js';
 import type { SnapshotOptions, Staged } from './state.js';
+
+export interface StagingOptions {
+  /**
+   * Most bytes of host memory kept for snapshots of host tensors between saves
+   * (default: a quarter of the machine's memory, at most 8 GiB). 0 turns the pool off:
+   * every save then copies into memory allocated for it.
+   */
+  budgetBytes?: number;
+}
+
+/** The default host staging budget: a quarter of the machine's memory, at most 8 GiB. */
+export const defaultStagingBudget = (): number => Math.min(8 * 2 ** 30, Math.floor(totalmem() / 4));
 
 export interface DeviceStagingOptions {
   /** Side stream for the device copies (default: one the checkpointer creates per device). */
@@ -30,6 +44,9 @@ export type DeviceStaging = 'device' | 'host' | 'none';
 export class StagingPool {
   readonly #o: DeviceStagingOptions;
   readonly #root: string;
+  /** Host tensors' snapshots. */
+  readonly #hostPool: HostPool;
+  /** DeviceBuffers' pinned snapshots (posix path), one spare per tensor name. */
   #host = new Map<string, Uint8Array[]>();
   #dev = new Map<string, DeviceBuffer[]>();
   /** Keeps each pinned buffer's owner alive (and disposable) as long as its bytes are pooled. */
@@ -37,9 +54,19 @@ export class StagingPool {
   #streams = new Map<number, Stream>();
   #gds: { available: boolean; reason: string } | undefined;
 
-  constructor(root: string, o: DeviceStagingOptions = {}) {
+  constructor(root: string, o: DeviceStagingOptions = {}, staging: StagingOptions = {}) {
     this.#root = root;
     this.#o = o;
+    this.#hostPool = new HostPool(staging.budgetBytes ?? defaultStagingBudget());
+  }
+
+  /** Allocates and touches host staging for `bytes` ahead of the saves (see HostPool.reserve). */
+  reserve(bytes: number, largest: number): Promise<void> {
+    return this.#hostPool.reserve(bytes, largest);
+  }
+
+  hostStats(): HostPoolStats {
+    return this.#hostPool.stats();
   }
 
   /** GDS usable for this root? Probed once (loads libcufile, registers an O_DIRECT probe file). */
@@ -56,10 +83,11 @@ export class StagingPool {
   /** Snapshot options for one save holding DeviceBuffers (`hasDevice`) or not. */
   options(hasDevice: boolean, streamDevice: number): { snapshot: SnapshotOptions; staging: DeviceStaging } {
     const alloc = (name: string, n: number, device: boolean): Uint8Array => this.#takeHost(name, n, device);
-    if (!hasDevice) return { snapshot: { alloc }, staging: 'none' };
+    const release = (staged: Staged[]) => this.give(staged);
+    if (!hasDevice) return { snapshot: { alloc, release }, staging: 'none' };
     const stream = this.#o.stream ?? this.#streamFor(streamDevice);
-    if (!this.gds().available) return { snapshot: { alloc, stream }, staging: 'host' };
-    return { snapshot: { alloc, stream, deviceAlloc: (name, n, like) => this.#takeDevice(name, n, like) }, staging: 'device' };
+    if (!this.gds().available) return { snapshot: { alloc, release, stream }, staging: 'host' };
+    return { snapshot: { alloc, release, stream, deviceAlloc: (name, n, like) => this.#takeDevice(name, n, like) }, staging: 'device' };
   }
 
   /** Returns a committed (or failed) save's buffers to the pool. */
@@ -67,6 +95,8 @@ export class StagingPool {
     for (const s of staged) {
       if (s.bytes instanceof DeviceBuffer) {
         if (!push(this.#dev, s.name, s.bytes)) s.bytes.dispose();
+      } else if (!s.fromDevice) {
+        this.#hostPool.give(s.bytes);
       } else if (s.bytes.byteOffset === 0 && s.bytes.byteLength > 0 && !push(this.#host, s.name, s.bytes)) {
         this.#pins.get(s.bytes.buffer as ArrayBuffer)?.dispose();
         this.#pins.delete(s.bytes.buffer as ArrayBuffer);
@@ -81,13 +111,14 @@ export class StagingPool {
     this.#dev.clear();
     this.#pins.clear();
     this.#host.clear();
+    this.#hostPool.dispose();
     this.#streams.clear();
   }
 
   #takeHost(name: string, n: number, device: boolean): Uint8Array {
+    if (!device) return this.#hostPool.take(n);
     const hit = take(this.#host, name, (b) => b.byteLength === n);
     if (hit) return hit;
-    if (!device) return new Uint8Array(n);
     const pinned = this.#o.pinned ? this.#o.pinned(n) : new PinnedHostBuffer(n);
     this.#pins.set(pinned.buffer, pinned);
     return new Uint8Array(pinned.buffer, 0, n);

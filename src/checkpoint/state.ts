@@ -102,6 +102,8 @@ export interface SnapshotOptions {
    * DeviceBuffers are copied device-to-device (the stall) and cuFile writes the copy.
    */
   deviceAlloc?: (name: string, n: number, like: DeviceBuffer) => DeviceBuffer;
+  /** Takes back what alloc/deviceAlloc gave when the snapshot fails (bad input, a failed copy). */
+  release?: (staged: Staged[]) => void;
 }
 
 /**
@@ -113,6 +115,16 @@ export interface SnapshotOptions {
  */
 export async function snapshot(state: CheckpointState, o: SnapshotOptions = {}): Promise<Staged[]> {
   const out: Staged[] = [];
+  try {
+    return await copyAll(state, o, out);
+  } catch (err) {
+    // Every copy has ended (copyAll waits for all of them): no writer is left on these buffers.
+    o.release?.(out);
+    throw err;
+  }
+}
+
+async function copyAll(state: CheckpointState, o: SnapshotOptions, out: Staged[]): Promise<Staged[]> {
   const device: Promise<unknown>[] = [];
   const hostDst: Uint8Array[] = [];
   const hostSrc: Uint8Array[] = [];
@@ -157,7 +169,8 @@ export async function snapshot(state: CheckpointState, o: SnapshotOptions = {}):
     out.push({ name, dtype, globalShape: [...t.globalShape], offset: t.offset, length, bytes, byteLength: bytes.byteLength, fromDevice: false });
   }
   if (hostDst.length > 0) device.push(settle(() => io().ioCopy(hostDst, hostSrc)));
-  await Promise.all(device);
+  const failed = (await Promise.allSettled(device)).find((r) => r.status === 'rejected');
+  if (failed) throw failed.reason;
   return out;
 }
 

@@ -3,7 +3,7 @@
  * every size, the timed loop for out-of-place then in-place, validation passes,
  * and one table row per size. Only rank 0 prints; every rank runs the same steps.
  */
-import type { Communicator } from '../comm/communicator.js';
+import type { Buffer, Communicator } from '../comm/communicator.js';
 import { DTYPE_BYTES } from '../dtypes.js';
 import type { BenchDevice, CollArgs, CollCounts, Collective, Slab } from './collective.js';
 import type { BenchConfig, OpChoice, TypeChoice } from './config.js';
@@ -59,6 +59,29 @@ export interface RunTotals {
 }
 
 const now = () => performance.now() / 1000;
+
+/**
+ * The expected buffer of the untimed pass before the timed loop: that pass only puts
+ * valid inputs in place (nccl-tests' initData with rep 99), nothing is compared with
+ * its expected result, and making one costs as much as the inputs n times over.
+ */
+const DISCARD = Object.freeze({ discarded: true }) as unknown as Buffer;
+const discardSlab: Slab = { at: () => DISCARD };
+
+/** `dev` with every write into DISCARD dropped (the expected result's writers: prepare*, copy). */
+function inputsOnly(dev: BenchDevice): BenchDevice {
+  return {
+    alloc: (bytes) => dev.alloc(bytes),
+    slab: (mem, byteOffset, dtype) => dev.slab(mem, byteOffset, dtype),
+    slice: (buf, offset, count) => dev.slice(buf, offset, count),
+    zero: (buf) => dev.zero(buf),
+    copy: (dst, src) => (dst === DISCARD ? undefined : dev.copy(dst, src)),
+    prepareInput: (buf, ...rest) => (buf === DISCARD ? undefined : dev.prepareInput(buf, ...rest)),
+    prepareExpected: (buf, ...rest) => (buf === DISCARD ? undefined : dev.prepareExpected(buf, ...rest)),
+    countWrong: (a, e, dtype, op) => dev.countWrong(a, e, dtype, op),
+    corrupt: (buf) => dev.corrupt(buf),
+  };
+}
 
 class TimeTest {
   private readonly f;
@@ -127,15 +150,17 @@ class TimeTest {
     }
   }
 
-  private async initData(inPlace: boolean, rep: number): Promise<void> {
-    await this.coll.initData({ ...this.args(inPlace), send: this.slab('send', 0), recv: this.slab('recv', 0), expected: this.slab('expected', 0), rep });
+  /** `inputs`: the inputs only, for the untimed pass before the timed loop. */
+  private async initData(inPlace: boolean, rep: number, inputs = false): Promise<void> {
+    const a = { ...this.args(inPlace), send: this.slab('send', 0), recv: this.slab('recv', 0), expected: this.slab('expected', 0), rep };
+    await this.coll.initData(inputs ? { ...a, dev: inputsOnly(a.dev), expected: discardSlab } : a);
   }
 
   /** One BenchTime: returns the measurement and prints nothing. */
   async bench(inPlace: boolean): Promise<MeasurementRecord> {
     const f = this.f;
     const e = this.env;
-    if (f.check) await this.initData(inPlace, 99);
+    if (f.check) await this.initData(inPlace, 99, true);
     await this.start(inPlace, 0);
     await this.complete();
     await e.control.barrier();

@@ -197,6 +197,8 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
       cfg.log?.(`resumed from ${dir} at step ${first}`);
     } else cfg.log?.(`no checkpoint in ${cfg.ckpt.dir}: starting at step 0`);
   }
+  // The saves' host staging is allocated and touched while the first steps run, so the first save stalls no longer than later ones.
+  ck?.prepare(trainingState(dp, { step: first })).catch(() => undefined);
   let lastSave: SaveHandle | null = null;
   if (health?.mayRollback && !ck) throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'train: a loss-health rollback needs checkpoints (ckpt.dir, saving)');
   // Replicas whose parameters and optimizer state must agree bit for bit (the SDC checksum).
