@@ -49,7 +49,7 @@ const PORT = 29500;
 const PHASES = ['detect', 'abort', 'rendezvous', 'restore', 'firstStep'] as const;
 
 interface Line { t: number; text: string }
-interface Row { ranks: number; fault: string; restore: string; trial: number; restart: boolean; sources?: string; totalMs: number | null; phases: Record<string, number | null> }
+interface Row { ranks: number; fault: string; restore: string; trial: number; restart: boolean; sources?: string; totalMs: number | null; recomputed?: number; phases: Record<string, number | null> }
 
 async function waitFor<T>(what: string, get: () => T | undefined, ms: number): Promise<T> {
   const end = Date.now() + ms;
@@ -64,6 +64,7 @@ async function waitFor<T>(what: string, get: () => T | undefined, ms: number): P
 async function trial(cluster: Cluster, ranks: number, fault: string, restore: string, trialNo: number): Promise<Row> {
   const [a, b] = cluster.nodes as [NetNode, NetNode];
   const work = mkdtempSync(path.join(os.tmpdir(), 'ft-recovery-'));
+  const shmRoot = mkdtempSync('/dev/shm/ft-recovery-');
   const reports = path.join(work, 'reports');
   mkdirSync(reports);
   const lines: Line[] = [];
@@ -74,8 +75,13 @@ async function trial(cluster: Cluster, ranks: number, fault: string, restore: st
   const flags = ['--prefix', '--nnodes', '2', '--nproc-per-node', String(ranks / 2), '--rdzv-backend', 'c10d', '--rdzv-endpoint', `${a.addr}:${PORT}`,
     '--max-restarts', restore === 'full' ? '0' : '3', '--heartbeat-interval', '0.25', '--heartbeat-timeout', '1', '--grace-period', '1',
     '--join-timeout', '30', '--rdzv-last-call', '0.5', ...(inProcess ? ['--restart-scope', 'rank'] : [])];
+  // Each node's in-memory snapshot files in a tmpfs directory of its own: the namespaces share
+  // one /dev/shm, and a killed node must lose its memory as a real one would.
+  const shm = (n: NetNode): string => path.join(shmRoot, n === a ? 'node0' : 'node1');
   const launch = (n: NetNode): Spawned => {
-    const s = cluster.spawnOn(n, process.execPath, [BIN, 'run', ...flags, inProcess ? ELASTIC_FIXTURE : FIXTURE], { cwd: ROOT, env, timeoutMs: 120_000 });
+    mkdirSync(shm(n), { recursive: true });
+    const s = cluster.spawnOn(n, process.execPath, [BIN, 'run', ...flags, inProcess ? ELASTIC_FIXTURE : FIXTURE],
+      { cwd: ROOT, env: { ...env, NCCL_NODE_INMEMORY_DIR: shm(n) }, timeoutMs: 120_000 });
     for (const st of [s.child.stdout!, s.child.stderr!]) {
       let rest = '';
       st.on('data', (d: Buffer) => {
@@ -96,9 +102,15 @@ async function trial(cluster: Cluster, ranks: number, fault: string, restore: st
     const procs = readdirSync(reports).map((f) => JSON.parse(readFileSync(path.join(reports, f), 'utf8')) as { pid: number; rank: number });
     const victim = procs.find((p) => p.rank === ranks - 1)!; // a rank on node b
     const tf = Date.now();
+    // Steps rank 0 had finished at the fault: what a recovery that resumes earlier computes again.
+    const done = Math.max(...lines.filter((l) => l.t <= tf).map((l) => step(l) ?? -1));
+    const recomputed = (first: Line): number => Math.max(0, done + 1 - (step(first) ?? done + 1));
     if (fault === 'kill-rank') process.kill(victim.pid, 'SIGKILL');
     else if (fault === 'hang') process.kill(victim.pid, 'SIGSTOP');
-    else if (fault === 'kill-node') cluster.killNode(b);
+    else if (fault === 'kill-node') {
+      cluster.killNode(b);
+      rmSync(shm(b), { recursive: true, force: true });
+    }
     else {
       cluster.partition(b);
       await new Promise((r) => setTimeout(r, 3000));
@@ -112,7 +124,7 @@ async function trial(cluster: Cluster, ranks: number, fault: string, restore: st
     const ph: Record<string, number | null> = Object.fromEntries(PHASES.map((p) => [p, null]));
     if (!restart) {
       const first = lines.find((l) => l.t > tf && step(l) !== undefined)!;
-      return { ranks, fault, restore, trial: trialNo, restart, totalMs: first.t - tf, phases: { ...ph, firstStep: first.t - tf } };
+      return { ranks, fault, restore, trial: trialNo, restart, totalMs: first.t - tf, recomputed: recomputed(first), phases: { ...ph, firstStep: first.t - tf } };
     }
     ph.detect = detect.t - tf;
     let t = detect.t;
@@ -125,7 +137,7 @@ async function trial(cluster: Cluster, ranks: number, fault: string, restore: st
       ph.rendezvous = grown.t - shrunk.t;
       const first = await waitFor('the first step', () => lines.find((l) => l.t >= grown.t && step(l) !== undefined), 60_000);
       ph.firstStep = first.t - grown.t;
-      return { ranks, fault, restore, trial: trialNo, restart, totalMs: first.t - tf, phases: ph };
+      return { ranks, fault, restore, trial: trialNo, restart, totalMs: first.t - tf, recomputed: recomputed(first), phases: ph };
     }
     if (restore === 'full') {
       // A torchrun-style restart: every launcher goes, then all start again from disk.
@@ -153,11 +165,12 @@ async function trial(cluster: Cluster, ranks: number, fault: string, restore: st
     const first = await waitFor('the first step', () => lines.find((l) => l.t >= restored.t && step(l) !== undefined && l !== restored), 60_000);
     ph.firstStep = first.t - restored.t;
     const sources = /restored step \d+ from (\S+)/.exec(restored.text)?.[1];
-    return { ranks, fault, restore, trial: trialNo, restart, ...(sources ? { sources } : {}), totalMs: first.t - tf, phases: ph };
+    return { ranks, fault, restore, trial: trialNo, restart, ...(sources ? { sources } : {}), totalMs: first.t - tf, recomputed: recomputed(first), phases: ph };
   } finally {
     cluster.killAll();
     cluster.heal();
     rmSync(work, { recursive: true, force: true });
+    rmSync(shmRoot, { recursive: true, force: true });
   }
 }
 
@@ -180,14 +193,14 @@ try {
   cluster.destroy();
 }
 const fmt = (v: number | null): string => (v === null ? '-' : String(Math.round(v)));
-console.log(`| ranks | fault | restore | restarts | ${PHASES.join(' | ')} | total (ms, median of ${o.trials}) |`);
-console.log(`|---|---|---|---|${PHASES.map(() => '---').join('|')}|---|`);
+console.log(`| ranks | fault | restore | restarts | ${PHASES.join(' | ')} | total (ms, median of ${o.trials}) | steps recomputed (median) |`);
+console.log(`|---|---|---|---|${PHASES.map(() => '---').join('|')}|---|---|`);
 const keys = [...new Set(rows.map((r) => `${r.ranks}|${r.fault}|${r.restore}`))];
 for (const k of keys) {
   const rs = rows.filter((r) => `${r.ranks}|${r.fault}|${r.restore}` === k);
   const [ranks, fault, restore] = k.split('|');
   const m = (f: (r: Row) => number | null): string => fmt(median(rs.map(f).filter((v): v is number => v !== null)));
   const src = [...new Set(rs.map((r) => r.sources).filter(Boolean))].join(' ');
-  console.log(`| ${ranks} | ${fault} | ${restore}${src ? ` (${src})` : ''} | ${rs.filter((r) => r.restart).length}/${rs.length} | ${PHASES.map((p) => m((r) => r.phases[p] ?? null)).join(' | ')} | ${m((r) => r.totalMs)} |`);
+  console.log(`| ${ranks} | ${fault} | ${restore}${src ? ` (${src})` : ''} | ${rs.filter((r) => r.restart).length}/${rs.length} | ${PHASES.map((p) => m((r) => r.phases[p] ?? null)).join(' | ')} | ${m((r) => r.totalMs)} | ${m((r) => r.recomputed ?? null)} |`);
 }
 if (o.json) writeFileSync(o.json, `${JSON.stringify({ machine: { cpus: os.cpus().length }, stepMs: Number(o['step-ms']), rows }, null, 2)}\n`);
