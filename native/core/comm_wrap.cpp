@@ -317,10 +317,12 @@ Napi::Value CommWrap::Shrink(const Napi::CallbackInfo& info) {
       Op& op = *p->op;
       op.timeout = std::chrono::milliseconds(intArg(info, 2, "timeoutMs", 1, INT32_MAX));
       if (!engine_->supportsShrink()) {
-        throw Error(Code::Unavailable, std::string("the ") + engine_->backendName() + " communicator (" +
-                                           engine_->backendVersion() +
-                                           ") cannot shrink: that needs NCCL >= 2.27 (ncclCommShrink) and a communicator "
-                                           "that was not aborted; form a new communicator instead");
+        throw Error(Code::Unavailable,
+                    engine_->backendName() != "nccl"
+                        ? "the " + engine_->backendName() + " backend cannot shrink a communicator; form a new one instead"
+                        : "the NCCL communicator (" + engine_->backendVersion() +
+                              ") cannot shrink: that needs NCCL >= 2.27 (ncclCommShrink) and a communicator that was not "
+                              "aborted; form a new communicator instead");
       }
       if (engine_->broken() && !abortParent) {
         throw Error(Code::CommAborted, "the communicator is broken after an earlier failure: shrink it with abort: true");

@@ -32,10 +32,12 @@ export class NcclComm implements NativeComm {
   get supportsShrink() { return this.#native.supportsShrink === true; }
 
   /** ncclCommShrink; the new communicator gets its control block as a split child does. */
-  async shrink(excludeRanks: readonly number[], abort: boolean, timeoutMs: number): Promise<NativeComm> {
-    const child = await this.#native.shrink!(excludeRanks, abort, timeoutMs);
-    const ctl = this.control.takeChild();
-    return ctl ? new NcclComm(child, ctl) : child;
+  shrink(excludeRanks: readonly number[], abort: boolean, timeoutMs: number): Promise<NativeComm> {
+    // Called synchronously, so a refused argument throws here, as the other calls do.
+    return this.#native.shrink!(excludeRanks, abort, timeoutMs).then((child) => {
+      const ctl = this.control.takeChild();
+      return ctl ? new NcclComm(child, ctl) : child;
+    });
   }
 
   submit(
