@@ -59,6 +59,8 @@ export interface ElasticGroupOptions {
 export interface Formation {
   via: 'ncclCommShrink' | 'init';
   ms: number;
+  /** ncclCommShrink: with NCCL_SHRINK_ABORT (a fault had broken the communicator). */
+  abort?: boolean;
 }
 
 interface StoreHandle {
@@ -188,8 +190,9 @@ export class ElasticGroup {
     const exclude = old ? shrinkExclude(round.members, generation, old.size) : undefined;
     if (old && exclude) {
       let comm: Communicator;
+      const abort = old.state !== 'ok';
       try {
-        comm = await old.shrink(exclude, { abort: old.state !== 'ok', timeoutMs: this.timeoutMs });
+        comm = await old.shrink(exclude, { abort, timeoutMs: this.timeoutMs });
       } finally {
         old.abort();  // its work is over either way; a failed shrink leaves a retry to init
       }
@@ -197,7 +200,7 @@ export class ElasticGroup {
         comm.abort();
         throw new NcclNodeError('ERR_BACKEND', `generation ${generation}: ncclCommShrink made rank ${comm.rank} of ${comm.size}, the round rank ${round.me.rank} of ${round.members.length}`);
       }
-      this.#adopt(comm, round, { via: 'ncclCommShrink', ms: performance.now() - t0 });
+      this.#adopt(comm, round, { via: 'ncclCommShrink', ms: performance.now() - t0, abort });
       return;
     }
     old?.abort();
