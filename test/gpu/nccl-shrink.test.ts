@@ -1,9 +1,14 @@
 // ncclCommShrink end to end on the stand-in libraries: a healthy 3-rank communicator
 // shrunk to 2, one shrunk away from a hung peer with NCCL_SHRINK_ABORT, the argument
 // checks, and the version gate. Expectations are computed: sums and gathers of the
-// ranks' own values, the survivors' new ranks in parent order.
-import { describe, expect, it } from 'vitest';
-import { runRanks } from './helpers.js';
+// ranks' own values, the survivors' new ranks in parent order; the C-level checks
+// against the NCCL result codes (nccl.h: ncclInvalidArgument 4, ncclInvalidUsage 5).
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { root, runRanks, standins } from './helpers.js';
 
 describe('ncclCommShrink on the stand-ins', () => {
   it('3 ranks, rank 1 excluded: ranks 0 and 2 become 0 and 1 of a 2-rank communicator that all-reduces right', async () => {
@@ -62,4 +67,35 @@ describe('ncclCommShrink on the stand-ins', () => {
       expect((r.result!.error as { message: string }).message).toContain('needs NCCL >= 2.27');
     }
   }, 60_000);
+});
+
+describe('ncclCommShrink in the stand-in libnccl, through its C ABI', () => {
+  const exe = join(mkdtempSync(join(tmpdir(), 'nccl-node-shrink-')), 'shrink_check');
+  const lib = join(standins, 'libnccl.so.2');
+  const lines = (env: Record<string, string> = {}) => {
+    const run = spawnSync(exe, [lib], { encoding: 'utf8', timeout: 30_000, env: { ...process.env, ...env } });
+    expect(run.status, run.stdout + run.stderr).toBe(0);
+    return Object.fromEntries(run.stdout.trim().split('\n').map((l) => [l.split(' ')[0]!, l.slice(l.indexOf(' ') + 1)]));
+  };
+
+  beforeAll(() => {
+    const c = spawnSync('g++', ['-std=c++17', '-O0', join(root, 'test/gpu/shrink_check.cpp'), '-ldl', '-lpthread', '-o', exe], { encoding: 'utf8', timeout: 120_000 });
+    expect(c.status, c.stderr).toBe(0);
+  }, 150_000);
+
+  it('refuses bad exclude lists with ncclInvalidArgument (4), naming what is wrong, and writes no communicator', () => {
+    const r = lines();
+    expect(r.outside).toBe('4 ncclCommShrink: excludeRanksList holds rank 5, outside 0..1');
+    expect(r.twice).toBe('4 ncclCommShrink: excludeRanksList holds rank 1 twice');
+    expect(r.self).toBe('4 ncclCommShrink: excludeRanksList holds the calling rank 0');
+    expect(r.count).toBe('4 ncclCommShrink: excludeRanksList must hold excludeRanksCount (1) ranks');
+    expect(r.flags).toBe('4 ncclCommShrink: shrinkFlags must be NCCL_SHRINK_DEFAULT (0) or NCCL_SHRINK_ABORT (1), got 2');
+    expect(r.newcomm).toBe('4 ncclCommShrink: newcomm is NULL');
+    expect(r.out).toBe('untouched');
+  });
+
+  it('emulating NCCL 2.26, ncclCommShrink answers ncclInvalidUsage (5): it needs 2.27', () => {
+    const r = lines({ NCCL_STANDIN_VERSION: '22605' });
+    expect(r.outside).toMatch(/^5 ncclCommShrink needs NCCL >= 2\.27/);
+  });
 });
