@@ -20,7 +20,8 @@ if(NCCL_NODE_DEV)
   nn_standin(nccl_node_standin_cuda cuda 1 cuda.map
     ${NN_SI}/cuda_standin.cpp ${NN_SI}/cuda_standin_kernels.cpp)
   nn_standin(nccl_node_standin_nccl nccl 2 nccl.map
-    ${NN_SI}/nccl_standin.cpp ${NN_SI}/nccl_standin_comm.cpp ${NN_SI}/nccl_standin_net.cpp)
+    ${NN_SI}/nccl_standin.cpp ${NN_SI}/nccl_standin_comm.cpp ${NN_SI}/nccl_standin_net.cpp
+    ${NN_SI}/nccl_standin_shrink.cpp)
   # Real libnccl needs the driver too: DT_NEEDED libcuda.so.1, found next to it.
   target_link_libraries(nccl_node_standin_nccl PRIVATE nccl_node_standin_cuda)
   nn_standin(nccl_node_standin_nvml nvidia-ml 1 nvml.map ${NN_SI}/nvml_standin.cpp)

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "op.h"
 
@@ -57,6 +58,19 @@ class Backend {
   // Makes a new backend for the ranks sharing `color`, ordered by (key, rank).
   // Collective over this backend's group. Returns null for a negative color.
   virtual std::unique_ptr<Backend> split(int color, int key, std::chrono::milliseconds timeout) = 0;
+
+  // Whether shrink() can work now: the library has it and the communicator it
+  // would shrink is still there (NCCL >= 2.27, not aborted). Called on the JS thread.
+  virtual bool supportsShrink() const { return false; }
+
+  // A new backend of this group's ranks minus `exclude` (sorted, checked by the
+  // caller), the survivors keeping their order. Collective over the survivors only.
+  // abortParent: terminate this backend's work first (it may be broken: a peer died
+  // or hung) instead of waiting for it. Throws Error.
+  virtual std::unique_ptr<Backend> shrink(const std::vector<int>& exclude, bool abortParent,
+                                          std::chrono::milliseconds timeout) {
+    throw Error(Code::Unavailable, std::string("the ") + name() + " backend cannot shrink a communicator");
+  }
 
   // Unblocks a thread stuck in run(): closes connections or aborts the library's
   // communicator. Called from another thread; must be safe concurrently with run().

@@ -1,5 +1,6 @@
 #include "comm_wrap.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "addon_data.h"
@@ -72,6 +73,7 @@ Napi::Function CommWrap::Init(Napi::Env env) {
                      {
                          InstanceMethod<&CommWrap::Submit>("submit"),
                          InstanceMethod<&CommWrap::Reject>("reject"),
+                         InstanceMethod<&CommWrap::Shrink>("shrink"),
                          InstanceMethod<&CommWrap::Abort>("abort"),
                          InstanceMethod<&CommWrap::Destroy>("destroy"),
                          InstanceAccessor<&CommWrap::GetRank>("rank"),
@@ -80,6 +82,7 @@ Napi::Function CommWrap::Init(Napi::Env env) {
                          InstanceAccessor<&CommWrap::GetVersion>("version"),
                          InstanceAccessor<&CommWrap::GetInFlight>("inFlight"),
                          InstanceAccessor<&CommWrap::GetState>("state"),
+                         InstanceAccessor<&CommWrap::GetSupportsShrink>("supportsShrink"),
                      });
 }
 
@@ -275,6 +278,70 @@ Napi::Value CommWrap::submit(const Napi::CallbackInfo& info, OpKind kind) {
   }
 }
 
+// shrink(excludeRanks, abort, timeoutMs) -> Promise<NativeComm>: a communicator of the
+// other ranks (ncclCommShrink). Every argument is checked here, before anything is
+// queued, and the refusal names what was expected and what came.
+Napi::Value CommWrap::Shrink(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    try {
+      if (engine_->destroyed()) throw Error(Code::CommDestroyed, "the communicator was destroyed");
+      if (engine_->aborted()) throw Error(Code::CommAborted, "the communicator was aborted; form a new one instead");
+      if (!info[0].IsArray()) throw Error(Code::InvalidArgument, "excludeRanks must be an array of ranks");
+      auto a = info[0].As<Napi::Array>();
+      std::vector<int> exclude;
+      for (uint32_t i = 0; i < a.Length(); ++i) {
+        Napi::Value e = a.Get(i);
+        const double d = e.IsNumber() ? e.As<Napi::Number>().DoubleValue() : -1;
+        if (!(d >= 0 && d < size_) || d != static_cast<double>(static_cast<int>(d))) {
+          std::ostringstream s;
+          s << "excludeRanks[" << i << "] must be a rank 0.." << size_ - 1 << ", received "
+            << (e.IsNumber() ? std::to_string(d) : std::string("a ") + (e.IsString() ? "string" : "non-number"));
+          throw Error(Code::InvalidArgument, s.str());
+        }
+        const int r = static_cast<int>(d);
+        if (r == rank_) {
+          throw Error(Code::InvalidArgument, "excludeRanks holds this rank (" + std::to_string(r) +
+                                                 "): an excluded rank does not take part in the shrink");
+        }
+        exclude.push_back(r);
+      }
+      std::sort(exclude.begin(), exclude.end());
+      for (size_t i = 1; i < exclude.size(); ++i) {
+        if (exclude[i] == exclude[i - 1]) throw Error(Code::InvalidArgument, "excludeRanks holds rank " + std::to_string(exclude[i]) + " twice");
+      }
+      if (!info[1].IsBoolean()) throw Error(Code::InvalidArgument, "abort must be a boolean");
+      const bool abortParent = info[1].As<Napi::Boolean>().Value();
+      auto p = std::make_unique<Pending>();
+      p->op = std::make_unique<Op>();
+      Op& op = *p->op;
+      op.timeout = std::chrono::milliseconds(intArg(info, 2, "timeoutMs", 1, INT32_MAX));
+      if (!engine_->supportsShrink()) {
+        throw Error(Code::Unavailable,
+                    engine_->backendName() != "nccl"
+                        ? "the " + engine_->backendName() + " backend cannot shrink a communicator; form a new one instead"
+                        : "the NCCL communicator (" + engine_->backendVersion() +
+                              ") cannot shrink: that needs NCCL >= 2.27 (ncclCommShrink) and a communicator that was not "
+                              "aborted; form a new communicator instead");
+      }
+      if (engine_->broken() && !abortParent) {
+        throw Error(Code::CommAborted, "the communicator is broken after an earlier failure: shrink it with abort: true");
+      }
+      op.kind = OpKind::Split;
+      op.shrink = true;
+      op.shrinkAbort = abortParent;
+      op.exclude = std::move(exclude);
+      p->deferred.emplace(Napi::Promise::Deferred::New(env));
+      p->owner = Napi::Persistent(Value());
+      return engine_->submit(env, std::move(p));
+    } catch (const Error& e) {
+      std::ostringstream s;
+      s << "shrink on rank " << rank_ << " of " << size_ << ": " << e.what();
+      throw Error(e.code(), s.str());
+    }
+  });
+}
+
 Napi::Value CommWrap::Abort(const Napi::CallbackInfo& info) {
   if (!engine_->destroyed()) engine_->abort(info.Env());
   return info.Env().Undefined();
@@ -306,6 +373,9 @@ Napi::Value CommWrap::GetVersion(const Napi::CallbackInfo& info) {
 }
 Napi::Value CommWrap::GetInFlight(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(engine_->inFlight()));
+}
+Napi::Value CommWrap::GetSupportsShrink(const Napi::CallbackInfo& info) {
+  return Napi::Boolean::New(info.Env(), engine_->supportsShrink());
 }
 Napi::Value CommWrap::GetState(const Napi::CallbackInfo& info) {
   const char* s = engine_->destroyed() ? "destroyed" : engine_->aborted() ? "aborted" : engine_->broken() ? "broken" : "ok";

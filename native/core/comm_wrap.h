@@ -27,6 +27,7 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
   Napi::Value Submit(const Napi::CallbackInfo& info);
   Napi::Value submit(const Napi::CallbackInfo& info, OpKind kind);
   Napi::Value Reject(const Napi::CallbackInfo& info);
+  Napi::Value Shrink(const Napi::CallbackInfo& info);
   Napi::Value Abort(const Napi::CallbackInfo& info);
   Napi::Value Destroy(const Napi::CallbackInfo& info);
   Napi::Value GetRank(const Napi::CallbackInfo& info);
@@ -35,6 +36,7 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
   Napi::Value GetVersion(const Napi::CallbackInfo& info);
   Napi::Value GetInFlight(const Napi::CallbackInfo& info);
   Napi::Value GetState(const Napi::CallbackInfo& info);
+  Napi::Value GetSupportsShrink(const Napi::CallbackInfo& info);
 
   std::unique_ptr<Engine> engine_;
   int rank_ = 0;

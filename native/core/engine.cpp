@@ -166,7 +166,7 @@ bool Engine::execute(Pending& p) {
       cv_.wait(lock, [this] { return concurrent_ == 0; });
     } else if (aborted_) {
       throw Error(Code::CommAborted, "the communicator was aborted");
-    } else if (backend_->broken() && !p.connect) {
+    } else if (backend_->broken() && !p.connect && !(op.shrink && op.shrinkAbort)) {
       std::string first;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -177,6 +177,8 @@ bool Engine::execute(Pending& p) {
       backend_->connect(op.timeout);
     } else if (op.rejected && !backend_->sharesRejections()) {
       throw Error(op.rejectCode, op.rejectReason);
+    } else if (op.kind == OpKind::Split && op.shrink) {
+      op.splitResult = backend_->shrink(op.exclude, op.shrinkAbort, op.timeout);
     } else if (op.kind == OpKind::Split) {
       op.splitResult = backend_->split(op.color, op.key, op.timeout);
     } else {
@@ -219,7 +221,7 @@ void Engine::settleOnJs(Napi::Env env, Pending* raw) {
   std::unique_ptr<Pending> p(raw);
   Napi::HandleScope scope(env);
   Op& op = *p->op;
-  const std::string call = p->connect ? "init" : opKindName(op.kind);
+  const std::string call = p->connect ? "init" : op.shrink ? "shrink" : opKindName(op.kind);
   if (!p->deferred) {
     // A rejected call's stand-in: the caller already has its error.
   } else if (!op.failed && ((!p->sendRef.IsEmpty() && detachedNow(p->sendRef.Value())) ||

@@ -50,6 +50,7 @@ class Engine {
   const std::string& backendName() const { return name_; }
   const std::string& backendVersion() const { return version_; }
   bool broken() const { return backend_ && backend_->broken(); }
+  bool supportsShrink() const { return backend_ && !destroyed_ && !aborted_ && backend_->supportsShrink(); }
   uint64_t nextSeq() { return seq_++; }
   // Index of the next send to / recv from a peer; both sides count alike.
   uint64_t nextP2P(bool send, int peer);

@@ -62,6 +62,10 @@ struct Op {
   int root = -1;     // root rank, or peer for send/recv
   int color = 0;     // split
   int key = 0;       // split
+  // A Split op that shrinks instead (Backend::shrink): the excluded ranks, sorted.
+  bool shrink = false;
+  bool shrinkAbort = false;
+  std::vector<int> exclude;
   std::chrono::milliseconds timeout{0};
   uint64_t seq = 0;  // per-communicator sequence number of collectives
   uint64_t p2pIndex = 0;  // send: k-th send to this peer; recv: k-th recv from it

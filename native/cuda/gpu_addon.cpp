@@ -39,7 +39,7 @@ void cleanup(void* arg) {
   delete e;
 }
 
-// createNccl({rank, size, device, storeHost, storePort, token, prefix, timeoutMs})
+// createNccl({rank, size, device, storeHost, storePort, token, prefix, timeoutMs, keepOnFault})
 //   -> Promise<NativeComm>, with comm.gpuControl = NativeNcclControl
 Napi::Value CreateNccl(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -57,6 +57,9 @@ Napi::Value CreateNccl(const Napi::CallbackInfo& info) {
     cfg.storeHost = str(o, "storeHost", "127.0.0.1");
     cfg.storePort = static_cast<int>(num(o, "storePort", 0));
     cfg.token = str(o, "token");
+    const Napi::Value keep = o.Get("keepOnFault");
+    if (!keep.IsUndefined() && !keep.IsBoolean()) throw Error(Code::InvalidArgument, "createNccl: keepOnFault must be a boolean");
+    cfg.keepOnFault = keep.IsBoolean() && keep.As<Napi::Boolean>().Value();
     cuda();
     const int n = deviceCount();
     if (cfg.device < 0 || cfg.device >= n) {

@@ -337,8 +337,16 @@ void NcclBackend::launchFailed(const Error& e, uint64_t frId, bool fatal) {
   throw Error(e.code(), e.what() + dumpNote(e.what()));
 }
 
+void NcclBackend::faultComm() {
+  if (cfg_.keepOnFault && api_.CommShrink) {
+    broken_ = true;
+    return;
+  }
+  abortComm();
+}
+
 void NcclBackend::failInFlight(Code code, const std::string& message, long culprit, const char* state) {
-  if (code != Code::CommAborted) abortComm();
+  if (code != Code::CommAborted) faultComm();
   std::deque<InFlight> ops;
   {
     std::lock_guard<std::mutex> lock(flightMu_);
@@ -412,7 +420,7 @@ void NcclBackend::watch() {
     bool aborted = false;
     {
       std::lock_guard<std::mutex> lock(commMu_);
-      if (commAborted_ || aborted_ || !comm_) {
+      if (commAborted_ || aborted_ || !comm_ || terminating_) {
         aborted = true;
       } else {
         api_.CommGetAsyncError(comm_, &async);
@@ -420,7 +428,8 @@ void NcclBackend::watch() {
       }
     }
     if (aborted) {
-      failInFlight(Code::CommAborted, "the communicator was aborted", -1, "aborted");
+      failInFlight(Code::CommAborted, terminating_ ? "ncclCommShrink(NCCL_SHRINK_ABORT) terminated the communicator's operations"
+                                                   : "the communicator was aborted", -1, "aborted");
     } else if (!lastError.empty()) {
       failInFlight(Code::Nccl, "NCCL reported an asynchronous error: " + lastError, 0, "failed");
     } else if (done == kCudaSuccess) {
@@ -589,11 +598,16 @@ std::unique_ptr<Backend> NcclBackend::split(int color, int key, std::chrono::mil
   if (color < 0) return nullptr;
   if (!child) throw Error(Code::Nccl, "ncclCommSplit returned no communicator for color " + std::to_string(color));
   waitReady(child, deadline, "ncclCommSplit (child)");
+  return adopt(child, cfg_.prefix + "split" + std::to_string(id) + "/c" + std::to_string(color) + "/");
+}
+
+std::unique_ptr<Backend> NcclBackend::adopt(ncclComm child, const std::string& prefix) {
   NcclConfig cc = cfg_;
-  // The child's rank and size come from NCCL (ordered by key, then parent rank).
+  // The child's rank and size come from NCCL (split: ordered by key, then parent
+  // rank; shrink: the survivors in parent order).
   ncclCheck(api_, api_.CommCount(child, &cc.size), "ncclCommCount", child);
   ncclCheck(api_, api_.CommUserRank(child, &cc.rank), "ncclCommUserRank", child);
-  cc.prefix = cfg_.prefix + "split" + std::to_string(id) + "/c" + std::to_string(color) + "/";
+  cc.prefix = prefix;
   auto ctl = std::make_shared<NcclControl>();
   auto backend = std::make_unique<NcclBackend>(cc, store_, ctl);
   backend->comm_ = child;
@@ -607,6 +621,71 @@ std::unique_ptr<Backend> NcclBackend::split(int color, int key, std::chrono::mil
   }
   ctl_->pushChild(ctl);
   return backend;
+}
+
+bool NcclBackend::supportsShrink() const {
+  if (!api_.CommShrink) return false;
+  std::lock_guard<std::mutex> lock(commMu_);
+  return comm_ && !commAborted_ && !aborted_;
+}
+
+// ncclCommShrink on the worker thread. With abortParent, the ops still in flight fail
+// first (NCCL stops their kernels, which must not then look completed), and the parent
+// is taken in whatever state its fault left it: no settle, no wait on a peer.
+std::unique_ptr<Backend> NcclBackend::shrink(const std::vector<int>& exclude, bool abortParent,
+                                             std::chrono::milliseconds timeout) {
+  api_.need(api_.CommShrink, "ncclCommShrink", 22700);
+  useDevice(cfg_.device);
+  const auto deadline = Clock::now() + timeout;
+  if (abortParent) {
+    broken_ = true;  // its work is terminated: nothing more runs on it
+    terminating_ = true;
+    flightCv_.notify_all();
+  }
+  drain();  // without abort: the shrink after the ops before it
+  // NCCL may read the list and config, and write the child, after a nonblocking call returns.
+  struct ShrinkArgs {
+    ncclComm child = nullptr;
+    ncclConfigV23007 config = ncclConfigInit();
+    std::vector<int> exclude;
+  };
+  auto args = std::make_unique<ShrinkArgs>();
+  args->config.blocking = 0;
+  args->exclude = exclude;
+  ncclComm child = nullptr;
+  {
+    std::unique_lock<std::mutex> lock(commMu_);
+    if (!comm_ || commAborted_) throw Error(Code::CommAborted, "the NCCL communicator was aborted; form a new one instead");
+    try {
+      if (!abortParent) settle(lock, deadline, "ncclCommShrink");
+      pending_ = false;
+      const ncclResult r = api_.CommShrink(comm_, args->exclude.data(), static_cast<int>(args->exclude.size()), &args->child,
+                                           &args->config, abortParent ? kNcclShrinkAbort : kNcclShrinkDefault);
+      if (r != kNcclSuccess && r != kNcclInProgress) {
+        throw Error(r == kNcclInvalidArgument ? Code::InvalidArgument : Code::Nccl,
+                    "ncclCommShrink: " + ncclErrorText(api_, r, comm_));
+      }
+      if (!args->child && r == kNcclInProgress) {
+        // A library that writes the child from its own thread (as ncclCommSplit on a
+        // nonblocking parent): the parent is in progress until then.
+        pending_ = true;
+        settle(lock, deadline, "ncclCommShrink");
+      }
+    } catch (...) {
+      (void)args.release();  // NCCL's thread may still write into it
+      throw;
+    }
+    child = args->child;
+  }
+  const int id = splits_++;
+  if (!child) throw Error(Code::Nccl, "ncclCommShrink returned no communicator");
+  try {
+    waitReady(child, deadline, "ncclCommShrink (new communicator)");
+  } catch (const Error& e) {
+    if (e.code() != Code::Timeout) api_.CommAbort(child);  // a timeout has aborted it already
+    throw;
+  }
+  return adopt(child, cfg_.prefix + "shrink" + std::to_string(id) + "/");
 }
 
 }  // namespace ncclnode

@@ -42,6 +42,11 @@ struct NcclConfig {
   std::string storeHost;
   int storePort = 0;
   std::string token;
+  // On a fault the watchdog fails the operations but leaves the NCCL communicator to
+  // its owner instead of aborting it, so that ncclCommShrink(NCCL_SHRINK_ABORT) can
+  // still make the survivors' communicator from it (without ncclCommShrink in the
+  // library it aborts, as by default). Children inherit it.
+  bool keepOnFault = false;
 };
 
 class NcclBackend : public Backend {
@@ -58,6 +63,9 @@ class NcclBackend : public Backend {
   void run(Op& op) override;
   bool launch(Op& op) override;
   std::unique_ptr<Backend> split(int color, int key, std::chrono::milliseconds timeout) override;
+  bool supportsShrink() const override;
+  std::unique_ptr<Backend> shrink(const std::vector<int>& exclude, bool abortParent,
+                                  std::chrono::milliseconds timeout) override;
   void abort() override;
   bool broken() const override { return broken_.load(); }
 
@@ -91,6 +99,10 @@ class NcclBackend : public Backend {
   void failInFlight(Code code, const std::string& message, long culprit, const char* state);
   CUevent takeEvent();  // under flightMu_
   void abortComm();
+  // A fault: abortComm(), or with keepOnFault (and ncclCommShrink) only marks broken.
+  void faultComm();
+  // Wraps a communicator made from this one (split, shrink) in a backend of its own.
+  std::unique_ptr<Backend> adopt(ncclComm child, const std::string& prefix);
   // Checks the result of an NCCL call on comm_; ncclInProgress marks comm_ pending.
   ncclResult call(ncclResult r, const char* what);
   void finalizeAndDestroy();
@@ -99,7 +111,7 @@ class NcclBackend : public Backend {
   const NcclApi& api_;
   std::shared_ptr<StoreClient> store_;
   std::shared_ptr<NcclControl> ctl_;
-  std::mutex commMu_;  // serialises NCCL calls on comm_ between the worker and abort()
+  mutable std::mutex commMu_;  // serialises NCCL calls on comm_ between the worker and abort()
   ncclComm comm_ = nullptr;
   bool commAborted_ = false;  // under commMu_
   bool pending_ = false;      // under commMu_: comm_ answered ncclInProgress and has not settled
@@ -122,6 +134,8 @@ class NcclBackend : public Backend {
   CUdeviceptr barrierBuf_ = 0;
   std::atomic<bool> broken_{false};
   std::atomic<bool> aborted_{false};
+  // A shrink with NCCL_SHRINK_ABORT is under way: the watchdog fails what is in flight.
+  std::atomic<bool> terminating_{false};
   bool inGroup_ = false;
   int splits_ = 0;
   FlightRecorder fr_;

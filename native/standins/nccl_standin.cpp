@@ -18,7 +18,9 @@
 //                                e.g. AllReduce on that rank of a communicator
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -173,6 +175,40 @@ int ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* out, Config* 
   int blocking = comm->blocking ? 1 : 0;
   if (config && config->magic == 0xcafebeef && config->blocking != INT32_MIN) blocking = config->blocking;
   return splitComm(comm, color, key, out, blocking == 1);
+}
+
+// Argument checks as NCCL's: every excluded rank in range, none twice, not the caller
+// (an excluded rank does not call it), not all of them.
+int ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm, Config* config,
+                   int shrinkFlags) {
+  if (hidden(comm, "ncclCommShrink", 22700)) return kInvalidUsage;
+  auto bad = [comm](const std::string& m) { setError(comm, "ncclCommShrink: " + m); return kInvalidArgument; };
+  if (!comm) return bad("comm is NULL");
+  if (!newcomm) return bad("newcomm is NULL");
+  if (shrinkFlags != 0 && shrinkFlags != 1) {
+    return bad("shrinkFlags must be NCCL_SHRINK_DEFAULT (0) or NCCL_SHRINK_ABORT (1), got " + std::to_string(shrinkFlags));
+  }
+  if (excludeRanksCount < 0 || (excludeRanksCount > 0 && !excludeRanksList)) {
+    return bad("excludeRanksList must hold excludeRanksCount (" + std::to_string(excludeRanksCount) + ") ranks");
+  }
+  std::vector<int> exclude(excludeRanksList, excludeRanksList + excludeRanksCount);
+  std::sort(exclude.begin(), exclude.end());
+  for (size_t i = 0; i < exclude.size(); ++i) {
+    const int r = exclude[i];
+    if (r < 0 || r >= comm->nranks) {
+      return bad("excludeRanksList holds rank " + std::to_string(r) + ", outside 0.." + std::to_string(comm->nranks - 1));
+    }
+    if (i > 0 && exclude[i - 1] == r) return bad("excludeRanksList holds rank " + std::to_string(r) + " twice");
+    if (r == comm->rank) return bad("excludeRanksList holds the calling rank " + std::to_string(r));
+  }
+  if (static_cast<int>(exclude.size()) >= comm->nranks) return bad("excludeRanksList excludes every rank");
+  int blocking = comm->blocking ? 1 : 0;
+  if (config) {
+    if (config->magic != 0xcafebeef) return bad("ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER");
+    if (config->blocking != INT32_MIN) blocking = config->blocking;
+    if (blocking != 0 && blocking != 1) return bad("config.blocking must be 0 or 1");
+  }
+  return shrinkComm(comm, exclude, newcomm, blocking == 1, shrinkFlags == 1);
 }
 
 int ncclGroupStart() { ++groupDepth(); return kSuccess; }

@@ -297,6 +297,10 @@ int later(Comm* c, std::function<void()> work) {
 
 int enqueue(Comm* c, CUstream stream, const Call& call) {
   if (!c) return kInvalidArgument;
+  if (c->aborted) {  // a shrink with NCCL_SHRINK_ABORT terminated this communicator's work
+    setError(c, std::string(kindName(call.kind)) + ": the communicator's operations were terminated by ncclCommShrink(NCCL_SHRINK_ABORT)");
+    return kInvalidUsage;
+  }
   if (int rc = checkIdle(c, kindName(call.kind))) return rc;
   Plan p;
   if (int rc = plan(c, call, &p)) return rc;
@@ -358,7 +362,8 @@ namespace {
 
 void connectInto(Comm* c, const UniqueId& id) {
   try {
-    c->fds = connectMesh(id, c->nranks, c->rank, std::chrono::minutes(30), c->aborted);
+    c->fds = connectMesh(id, c->nranks, c->rank, std::chrono::minutes(30), c->aborted, &c->listenFd, &c->table);
+    c->meshTag = id.nonce;
     c->asyncError = kSuccess;
   } catch (const NetError& e) {
     setError(c, std::string("init: ") + e.what());
@@ -386,6 +391,7 @@ void freeComm(Comm* c, bool abort) {
   if (c->init.joinable()) c->init.join();
   while (c->pending.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   for (int fd : c->fds) if (fd >= 0) close(fd);
+  if (c->listenFd >= 0) close(c->listenFd);
   for (void* h : c->registered) delete static_cast<char*>(h);
   delete c;
 }

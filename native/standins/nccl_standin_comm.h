@@ -46,6 +46,13 @@ struct Comm {
   int rank = 0, nranks = 1;
   bool blocking = true;
   std::vector<int> fds;
+  // The bootstrap's part a shrink reuses: this rank's listener, every rank's endpoint,
+  // and a tag all members share (the unique id's nonce), so a shrink can connect the
+  // survivors afresh instead of reusing data connections a failed operation left dirty.
+  int listenFd = -1;
+  std::vector<Endpoint> table;
+  uint64_t meshTag = 0;
+  int shrinks = 0;  // shrinks started on this communicator (all survivors count alike)
   // ncclInProgress while initialising and while a deferred launch (a nonblocking
   // communicator's collective, group end, split, finalize, window) is not done.
   std::atomic<int> asyncError{kInProgress};
@@ -81,6 +88,8 @@ int later(Comm* comm, std::function<void()> work);
 Comm* startComm(const UniqueId& id, int nranks, int rank, bool blocking);
 void freeComm(Comm* comm, bool abort);
 int splitComm(Comm* comm, int color, int key, Comm** out, bool blocking);
+// ncclCommShrink after its argument checks (nccl_standin_shrink.cpp): `exclude` sorted.
+int shrinkComm(Comm* comm, const std::vector<int>& exclude, Comm** out, bool blocking, bool abortParent);
 int enqueue(Comm* comm, CUstream stream, const Call& call);
 int& groupDepth();
 int flushGroup();

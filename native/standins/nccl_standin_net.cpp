@@ -22,7 +22,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kSystemError = 2, kRemoteError = 6;
 
-struct Entry { uint32_t addr; uint16_t port; uint16_t pad; };
+using Entry = Endpoint;
 
 void writeAll(int fd, const void* p, size_t n) {
   const char* c = static_cast<const char*>(p);
@@ -136,7 +136,7 @@ void makeUniqueId(UniqueId* id) {
 }
 
 std::vector<int> connectMesh(const UniqueId& id, int nranks, int rank, std::chrono::milliseconds timeout,
-                             const std::atomic<bool>& aborted) {
+                             const std::atomic<bool>& aborted, int* listener, std::vector<Endpoint>* kept) {
   if (std::memcmp(id.magic, "NCCLSTANDIN", 12) != 0) throw NetError(4, "the unique id was not made by ncclGetUniqueId");
   const auto deadline = Clock::now() + timeout;
   Entry mine{bindAddress(), 0, 0};
@@ -150,6 +150,7 @@ std::vector<int> connectMesh(const UniqueId& id, int nranks, int rank, std::chro
     std::vector<Entry> table(nranks);
     readAll(root, table.data(), table.size() * sizeof(Entry));
     close(root);
+    if (kept) *kept = table;
     // Lower ranks accept, higher ranks connect; each connection starts with the rank.
     for (int j = 0; j < rank; ++j) {
       fds[j] = connectTo(table[j].addr, table[j].port, deadline, aborted);
@@ -168,7 +169,48 @@ std::vector<int> connectMesh(const UniqueId& id, int nranks, int rank, std::chro
     for (int fd : fds) if (fd >= 0) close(fd);
     throw;
   }
-  close(lfd);
+  if (listener) *listener = lfd;
+  else close(lfd);
+  for (int fd : fds) if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  return fds;
+}
+
+std::vector<int> reconnectMesh(int listener, const std::vector<Endpoint>& table, int rank, uint64_t tag, uint64_t check,
+                               const char* what, Clock::time_point deadline, const std::atomic<bool>& aborted) {
+  struct Hello { uint64_t tag, check; int32_t rank, pad; };
+  const int n = static_cast<int>(table.size());
+  std::vector<int> fds(n, -1);
+  try {
+    for (int j = 0; j < rank; ++j) {
+      fds[j] = connectTo(table[j].addr, table[j].port, deadline, aborted);
+      Hello h{tag, check, rank, 0};
+      writeAll(fds[j], &h, sizeof h);
+    }
+    for (int got = 0; got < n - 1 - rank;) {
+      int fd = acceptOne(listener, deadline, aborted);
+      Hello h{};
+      try {
+        readAll(fd, &h, sizeof h);
+      } catch (const NetError&) {
+        close(fd);
+        continue;
+      }
+      if (h.tag != tag || h.rank <= rank || h.rank >= n || fds[h.rank] != -1) {
+        close(fd);  // another mesh's (an earlier, failed attempt's) connection
+        continue;
+      }
+      if (h.check != check) {
+        close(fd);
+        throw NetError(5, std::string(what) + " differs between rank " + std::to_string(rank) + " and rank " +
+                              std::to_string(h.rank) + " (every member must pass the same one)");
+      }
+      fds[h.rank] = fd;
+      ++got;
+    }
+  } catch (...) {
+    for (int fd : fds) if (fd >= 0) close(fd);
+    throw;
+  }
   for (int fd : fds) if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   return fds;
 }

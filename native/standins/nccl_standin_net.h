@@ -28,14 +28,29 @@ struct NetError : std::runtime_error {
   NetError(int r, const std::string& m) : std::runtime_error(m), result(r) {}
 };
 
+// A rank's listening address, as the bootstrap table carries it.
+struct Endpoint { uint32_t addr; uint16_t port; uint16_t pad; };
+
 // Starts a root listener (in a detached thread) that hands every rank the address
 // table once all have checked in; fills *id.
 void makeUniqueId(UniqueId* id);
 
 // Joins the group: checks in with the root, then connects to every other rank.
-// Returns one connected, nonblocking socket per rank (-1 for self).
+// Returns one connected, nonblocking socket per rank (-1 for self). With `listener`,
+// this rank's listening socket stays open and is handed back with every rank's
+// endpoint, as NCCL's bootstrap keeps its own for later shrinks.
 std::vector<int> connectMesh(const UniqueId& id, int nranks, int rank, std::chrono::milliseconds timeout,
-                             const std::atomic<bool>& aborted);
+                             const std::atomic<bool>& aborted, int* listener = nullptr,
+                             std::vector<Endpoint>* table = nullptr);
+
+// A fresh mesh among the ranks of `table` (this rank is `rank`), through the
+// listeners those ranks kept: lower ranks accept, higher ranks connect, and each
+// connection opens with {tag, check, rank}. A connection with another tag (a stale
+// attempt) is dropped; one with another `check` throws NetError(ncclInvalidUsage)
+// naming `what`. Gives up at the deadline or once `aborted` is set.
+std::vector<int> reconnectMesh(int listener, const std::vector<Endpoint>& table, int rank, uint64_t tag, uint64_t check,
+                               const char* what, std::chrono::steady_clock::time_point deadline,
+                               const std::atomic<bool>& aborted);
 
 struct Xfer {
   int peer;

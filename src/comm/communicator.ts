@@ -377,6 +377,44 @@ export class Communicator {
   }
 
   /**
+   * Whether shrink() can work now: an NCCL communicator on a library with
+   * ncclCommShrink (NCCL >= 2.27) whose NCCL communicator was not aborted. Gloo:
+   * false (form a new communicator instead).
+   */
+  get supportsShrink(): boolean {
+    return this.#closed === undefined && this.#native.supportsShrink === true;
+  }
+
+  /**
+   * ncclCommShrink: a communicator of this one's ranks minus `excludeRanks`, the others
+   * keeping their order (new rank = place among the survivors). Collective over the
+   * survivors only: an excluded rank (dead, hung or leaving) does not call it. `abort`
+   * (NCCL_SHRINK_ABORT) first terminates this communicator's work, failing what is in
+   * flight, without waiting on any peer: what a communicator a fault left broken
+   * needs. The new communicator is independent: this one stays for the caller to
+   * abort or destroy. ERR_UNAVAILABLE where supportsShrink is false.
+   */
+  shrink(excludeRanks: readonly number[], options: { abort?: boolean; timeoutMs?: number } = {}): Work<Communicator> {
+    const where = this.#where('shrink');
+    if (this.#closed === 'destroyed') throw new NcclNodeError('ERR_COMM_DESTROYED', `${where}: the communicator was destroyed`);
+    if (this.#closed === 'aborted') throw new NcclNodeError('ERR_COMM_ABORTED', `${where}: the communicator was aborted; form a new one instead`);
+    if (!this.#native.shrink) {
+      throw new NcclNodeError('ERR_UNAVAILABLE', `${where}: the ${this.backend} backend cannot shrink a communicator; form a new one instead`);
+    }
+    if (!Array.isArray(excludeRanks)) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${where}: excludeRanks must be an array of ranks, received ${typeof excludeRanks}`);
+    const timeoutMs = options.timeoutMs ?? this.timeoutMs;
+    if (!Number.isInteger(timeoutMs) || timeoutMs < 1) {
+      throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${where}: timeoutMs must be a positive integer, received ${String(timeoutMs)}`);
+    }
+    if (options.abort !== undefined && typeof options.abort !== 'boolean') {
+      throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${where}: abort must be a boolean, received ${typeof options.abort}`);
+    }
+    const child = this.#native.shrink(excludeRanks, options.abort ?? false, timeoutMs).then((n) =>
+      new Communicator({ native: n, timeoutMs: this.timeoutMs, callerStacks: this.#callerStacks, explainFailure: this.#explain }));
+    return this.#track(new Work(child, 'shrink', this, this.#callerStacks ? new Error('shrink') : undefined));
+  }
+
+  /**
    * Lets queued operations finish, then frees the communicator and any
    * sub-communicators split from it. Later calls fail with ERR_COMM_DESTROYED.
    */

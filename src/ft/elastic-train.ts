@@ -144,6 +144,7 @@ export async function trainElastic(group: ElasticGroup, cfg: ElasticTrainConfig)
         ladder.record(d, performance.now() - t0, {
           generation: group.generation, size: w.comm.size, step: train.step,
           roundMs: round.ms, transferMs: lastSync.ms, transferBytes: lastSync.bytes,
+          via: group.formation.via, commMs: group.formation.ms,
         });
         return w;
       } catch (err) {

@@ -13,6 +13,13 @@
  * of the next round admits them (membership.ts onClose), so spares are taken in both
  * when the group grows at a step boundary and when it re-forms after a failure.
  *
+ * On NCCL, a generation whose members all come from the previous one (a shrink, or the
+ * same members after a transient fault) is made with ncclCommShrink from the previous
+ * communicator, with NCCL_SHRINK_ABORT when a fault broke it, where every member's
+ * library has it; otherwise (joiners, a spare, an aborted communicator, NCCL < 2.27)
+ * with ncclCommInitRank under the generation's prefix. Each member says in the round
+ * whether it can shrink, so all take the same path. `formation` records which.
+ *
  * Under `nccl-node run` every member heartbeats (src/comm/heartbeat.ts) so the
  * launcher can tell a stopped process from a busy one, and a rank the launcher
  * restarted alone (--restart-scope rank, NCCL_NODE_FT_REJOIN=1) joins from start(),
@@ -31,7 +38,7 @@ import { binding } from '../native.js';
 import { createNcclComm } from '../comm/nccl/nccl-init.js';
 import type { StoreClient } from '../rendezvous/client.js';
 import type { StoreServer } from '../rendezvous/server.js';
-import { FT_PREFIX, genKey, membershipRound, type Member, type RoundResult } from './membership.js';
+import { FT_PREFIX, genKey, membershipRound, type Member, type MemberInfo, type RoundResult } from './membership.js';
 
 export interface ElasticGroupOptions {
   /** How long a membership round waits for missing members, in ms (default 2000). */
@@ -41,11 +48,19 @@ export interface ElasticGroupOptions {
   /** How long a joiner waits to be admitted (default timeoutMs). */
   admitTimeoutMs?: number;
   /**
-   * 'gloo' (default), or 'nccl': each generation is a fresh NCCL communicator
-   * (ncclCommInitRank under the generation's prefix); ncclCommShrink is the follow-up
-   * (docs/fault-tolerance.md).
+   * 'gloo' (default), or 'nccl': a generation is shrunk from the previous NCCL
+   * communicator (ncclCommShrink) when its members all come from it, else a fresh one
+   * (ncclCommInitRank under the generation's prefix); docs/fault-tolerance.md.
    */
   backend?: 'gloo' | 'nccl';
+}
+
+/** How a generation's communicator was made, and what that took (ms). */
+export interface Formation {
+  via: 'ncclCommShrink' | 'init';
+  ms: number;
+  /** ncclCommShrink: with NCCL_SHRINK_ABORT (a fault had broken the communicator). */
+  abort?: boolean;
 }
 
 interface StoreHandle {
@@ -67,6 +82,8 @@ export class ElasticGroup {
   members: Member[] = [];
   /** The last round this process took part in. */
   lastRound!: RoundResult;
+  /** How the current generation's communicator was made. */
+  formation: Formation = { via: 'init', ms: 0 };
   readonly id = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   readonly windowMs: number;
   readonly timeoutMs: number;
@@ -135,15 +152,18 @@ export class ElasticGroup {
   }
 
   /**
-   * Leaves the current generation (aborting its communicator: peers stuck in a
-   * collective with this rank fail at once) and forms the next with whoever checks
-   * in within the window, plus any pending joiners.
+   * Leaves the current generation and forms the next with whoever checks in within the
+   * window, plus any pending joiners. The communicator is aborted first (peers stuck in
+   * a collective with this rank fail at once) unless this rank offers to shrink it: an
+   * NCCL communicator ncclCommShrink can still use stays up through the round, and a
+   * survivor that has not seen the fault yet comes in when its own deadline fires.
    */
   async reform(step: number): Promise<RoundResult> {
     const prev = this.members.find((m) => m.id === this.id)!;
     const size = this.comm.size;
-    this.comm.abort();
-    await this.#form(this.generation + 1, { id: this.id, prevRank: prev.rank, step }, size, this.windowMs);
+    const shrink = this.#backend === 'nccl' && this.comm.supportsShrink ? { gen: this.generation, size } : undefined;
+    if (!shrink) this.comm.abort();
+    await this.#form(this.generation + 1, { id: this.id, prevRank: prev.rank, step, shrink }, size, this.windowMs);
     return this.lastRound;
   }
 
@@ -155,7 +175,7 @@ export class ElasticGroup {
     await this.#store.server?.close().catch(() => {});
   }
 
-  async #form(generation: number, info: { id: string; prevRank: number; step: number }, expected: number, windowMs: number): Promise<void> {
+  async #form(generation: number, info: MemberInfo, expected: number, windowMs: number): Promise<void> {
     const round = await membershipRound(this.store, generation, info, {
       expected,
       windowMs,
@@ -165,11 +185,32 @@ export class ElasticGroup {
         onShort: (missing: number) => this.#admit(SPARES, SPARES_ADMITTED, missing, generation, expected),
       } : {}),
     });
+    const t0 = performance.now();
+    const old = generation > 0 ? this.comm : undefined;
+    const exclude = old ? shrinkExclude(round.members, generation, old.size) : undefined;
+    if (old && exclude) {
+      let comm: Communicator;
+      const abort = old.state !== 'ok';
+      try {
+        comm = await old.shrink(exclude, { abort, timeoutMs: this.timeoutMs });
+      } finally {
+        old.abort();  // its work is over either way; a failed shrink leaves a retry to init
+      }
+      if (comm.rank !== round.me.rank || comm.size !== round.members.length) {
+        comm.abort();
+        throw new NcclNodeError('ERR_BACKEND', `generation ${generation}: ncclCommShrink made rank ${comm.rank} of ${comm.size}, the round rank ${round.me.rank} of ${round.members.length}`);
+      }
+      this.#adopt(comm, round, { via: 'ncclCommShrink', ms: performance.now() - t0, abort });
+      return;
+    }
+    old?.abort();
     const native = this.#backend === 'nccl'
       ? await createNcclComm(binding(), {
         rank: round.me.rank, worldSize: round.members.length, localRank: this.#localRank,
         storeHost: this.#store.host, storePort: this.#store.port, token: this.#store.token,
         timeoutMs: this.timeoutMs, prefix: genKey(generation, 'nccl/'),
+        // A fault leaves the communicator for the next generation's ncclCommShrink.
+        keepOnFault: true,
       })
       : await binding().createGloo({
       rank: round.me.rank,
@@ -182,10 +223,15 @@ export class ElasticGroup {
       timeoutMs: this.timeoutMs,
       checkAgreement: true,
     });
-    this.comm = new Communicator({ native, timeoutMs: this.timeoutMs });
-    this.generation = generation;
+    this.#adopt(new Communicator({ native, timeoutMs: this.timeoutMs }), round, { via: 'init', ms: performance.now() - t0 });
+  }
+
+  #adopt(comm: Communicator, round: RoundResult, formation: Formation): void {
+    this.comm = comm;
+    this.generation = round.generation;
     this.members = round.members;
     this.lastRound = round;
+    this.formation = formation;
   }
 
   /** The closer's part: admit up to `most` of the registered joiners (or spares) to `generation`; returns how many. */
@@ -200,4 +246,17 @@ export class ElasticGroup {
     }
     return n;
   }
+}
+
+/**
+ * The previous ranks to exclude when every member of `generation` can shrink the
+ * communicator of generation - 1 (size `size`) into it; undefined when some member
+ * cannot (a joiner, a spare, an aborted communicator, an older library). Every member
+ * computes the same answer from the same list.
+ */
+export function shrinkExclude(members: Member[], generation: number, size: number): number[] | undefined {
+  const ok = members.every((m) => m.prevRank >= 0 && m.shrink?.gen === generation - 1 && m.shrink.size === size);
+  if (!ok || members.length > size) return undefined;
+  const kept = new Set(members.map((m) => m.prevRank));
+  return Array.from({ length: size }, (_, r) => r).filter((r) => !kept.has(r));
 }

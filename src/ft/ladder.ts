@@ -55,6 +55,9 @@ export interface RecordExtra {
   roundMs?: number;
   transferMs?: number;
   transferBytes?: number;
+  /** How the generation's communicator was made, and what that took (ms). */
+  via?: 'ncclCommShrink' | 'init';
+  commMs?: number;
 }
 
 export interface Decision {

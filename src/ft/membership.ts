@@ -28,6 +28,11 @@ export interface MemberInfo {
   prevRank: number;
   /** Steps this process has committed (-1: no state yet, a joiner). */
   step: number;
+  /**
+   * The communicator this member could shrink into the next one (NCCL with
+   * ncclCommShrink, not aborted): its generation and size. Absent: it cannot.
+   */
+  shrink?: { gen: number; size: number } | undefined;
 }
 
 export interface Member extends MemberInfo {

@@ -37,6 +37,17 @@ export interface NativeComm {
   readonly version: string;
   readonly inFlight: number;
   readonly state: 'ok' | 'aborted' | 'broken' | 'destroyed';
+  /**
+   * Whether shrink() can work now: an NCCL communicator on a library with
+   * ncclCommShrink (NCCL >= 2.27) that was not aborted. Gloo: false (re-form instead).
+   */
+  readonly supportsShrink?: boolean;
+  /**
+   * ncclCommShrink: a communicator of the other ranks, survivors in order; collective
+   * over the survivors only. abort: terminate this communicator's work first
+   * (NCCL_SHRINK_ABORT), for one a fault left broken.
+   */
+  shrink?(excludeRanks: readonly number[], abort: boolean, timeoutMs: number): Promise<NativeComm>;
   submit(
     kind: number,
     dtype: number,
@@ -152,6 +163,11 @@ export interface NcclOptions {
   token: string;
   prefix: string;
   timeoutMs: number;
+  /**
+   * On a fault, fail the operations but leave the NCCL communicator for shrink({ abort: true })
+   * instead of aborting it (with ncclCommShrink in the library; default false).
+   */
+  keepOnFault?: boolean;
 }
 
 export interface GpuInfo {

@@ -2,7 +2,8 @@
  * One rank of an elastic NCCL group on the stand-in libraries: each step all-reduces
  * [founding rank + 1] in device memory; founding rank 2 SIGKILLs itself before step 2,
  * the survivors' all-reduce fails, the ladder says re-form, and the group continues on
- * a fresh NCCL communicator of the survivors.
+ * a 2-rank NCCL communicator of the survivors: shrunk from the broken one
+ * (ncclCommShrink with NCCL_SHRINK_ABORT), or a fresh one where the library lacks it.
  */
 import { pino } from 'pino';
 import { ElasticGroup } from '../../src/ft/group.js';
@@ -32,7 +33,11 @@ for (let step = 0; step < 5;) {
     if (d.action !== 'reform') throw err;
     const before = group.comm.size;
     const round = await group.reform(step);
-    report({ round: ladder.onRound(before, round.members.length).action, ms: performance.now() - t0 });
+    const decision = ladder.onRound(before, round.members.length);
+    const ms = performance.now() - t0;
+    ladder.record(decision, ms, { generation: group.generation, size: group.comm.size, step, roundMs: round.ms, via: group.formation.via, commMs: group.formation.ms });
+    const { via, commMs } = ladder.history.at(-1)!;
+    report({ round: decision.action, ms, via, commMs, roundMs: round.ms, abort: group.formation.abort ?? null });
   }
 }
 await group.close();

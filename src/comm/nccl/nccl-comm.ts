@@ -29,6 +29,16 @@ export class NcclComm implements NativeComm {
   get version() { return this.#native.version; }
   get inFlight() { return this.#native.inFlight; }
   get state() { return this.#native.state; }
+  get supportsShrink() { return this.#native.supportsShrink === true; }
+
+  /** ncclCommShrink; the new communicator gets its control block as a split child does. */
+  shrink(excludeRanks: readonly number[], abort: boolean, timeoutMs: number): Promise<NativeComm> {
+    // Called synchronously, so a refused argument throws here, as the other calls do.
+    return this.#native.shrink!(excludeRanks, abort, timeoutMs).then((child) => {
+      const ctl = this.control.takeChild();
+      return ctl ? new NcclComm(child, ctl) : child;
+    });
+  }
 
   submit(
     kind: number, dtype: number, redop: number, send: NativeBuffer | undefined, recv: NativeBuffer | undefined,

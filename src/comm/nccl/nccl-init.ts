@@ -57,6 +57,8 @@ export interface NcclInit {
   timeoutMs: number;
   /** Store key prefix of the unique id (default the world's; an elastic generation has its own). */
   prefix?: string;
+  /** Leave a faulted NCCL communicator for shrink({ abort: true }) instead of aborting it. */
+  keepOnFault?: boolean;
 }
 
 /** Joins the world communicator on device LOCAL_RANK (or NCCL_NODE_DEVICE); the unique id goes over the store. */
@@ -70,6 +72,7 @@ export async function createNcclComm(native: Binding, j: NcclInit): Promise<Nccl
     token: j.token,
     prefix: j.prefix ?? 'nccl-node/nccl/world/',
     timeoutMs: j.timeoutMs,
+    ...(j.keepOnFault ? { keepOnFault: true } : {}),
   });
   return new NcclComm(comm, comm.gpuControl);
 }
