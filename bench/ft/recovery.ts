@@ -164,7 +164,9 @@ async function trial(cluster: Cluster, ranks: number, fault: string, restore: st
     ph.restore = restored.t - t;
     const first = await waitFor('the first step', () => lines.find((l) => l.t >= restored.t && step(l) !== undefined && l !== restored), 60_000);
     ph.firstStep = first.t - restored.t;
-    const sources = /restored step \d+ from (\S+)/.exec(restored.text)?.[1];
+    // train()'s own line ("restored step N (memory; ranks: memory peer ...)") or the fixture's ("... from a,b").
+    const said = /restored step \d+ (?:from (\S+)|\(\w+; ranks: ([^)]*)\))/.exec(restored.text);
+    const sources = said?.[1] ?? said?.[2]?.split(' ').join(',');
     return { ranks, fault, restore, trial: trialNo, restart, ...(sources ? { sources } : {}), totalMs: first.t - tf, recomputed: recomputed(first), phases: ph };
   } finally {
     cluster.killAll();
