@@ -6,3 +6,4 @@ export { GPT, GPT_TEST_CONFIG, unitsForwardBackward, type GPTConfig, type GPTUni
 export { TensorParallelGPT, TPParam, sliceOf, placeSlice, type TensorShard as TPShard } from './gpt/tensor-parallel.js';
 export { GPTPipelineStage, stageBlocks } from './gpt/gpt-pipeline-stage.js';
 export { DeviceGPT } from './gpt/device-gpt.js';
+export { createModel, modelKind, MODEL_KINDS, type LanguageModel, type ModelConfig, type ModelKind } from './language-model.js';

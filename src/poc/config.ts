@@ -7,6 +7,7 @@
 import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
 import { NcclNodeError } from '../errors.js';
+import { MODEL_KINDS } from '../models/language-model.js';
 
 const pos = () => z.number().positive();
 const posInt = () => z.number().int().positive();
@@ -34,11 +35,18 @@ export const pocSchema = z.strictObject({
     heldOutFraction: z.number().gt(0).lt(1).default(0.2),
   }).prefault({}),
   model: z.strictObject({
+    /** Which model every stage trains and serves: TinyLM, or the GPT of src/models/gpt. */
+    kind: z.enum(MODEL_KINDS, { error: (i) => `expected one of ${MODEL_KINDS.join(', ')}, received ${JSON.stringify(i.input)}` }).default('tiny-lm'),
     dim: posInt().default(64),
+    /** TinyLM's block width; the GPT's MLP width. */
     hidden: posInt().default(256),
     layers: posInt().default(2),
     seqLen: posInt().default(32),
-  }).prefault({}),
+    /** The GPT's attention heads (dim must divide by it); TinyLM has none. */
+    heads: posInt().default(4),
+  }).prefault({}).refine((m) => m.kind !== 'gpt' || m.dim % m.heads === 0, {
+    path: ['heads'], error: 'the GPT needs dim divisible by heads',
+  }),
   pretrain: z.strictObject({
     /** The schedule in tokens (steps = tokens / (globalBatch x seqLen)): 1,000,000 as the seeds' probe. */
     tokens: posInt().default(1_000_000),

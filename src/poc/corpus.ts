@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import type { Communicator } from '../comm/communicator.js';
 import { DataLoader, prepare, TokenDataset, type LoaderState } from '../data/index.js';
 import { NcclNodeError } from '../errors.js';
-import type { TinyLMConfig } from '../models/index.js';
+import type { ModelConfig } from '../models/language-model.js';
 import type { TrainData } from '../train/index.js';
 import type { PocConfig } from './config.js';
 import { additionProblems, solved, writeCorpus, type ProblemSet } from './tasks.js';
@@ -55,8 +55,11 @@ export async function ensureData(comm: Communicator, cfg: PocConfig, out: string
   return { vocab: await CompactVocab.read(p.vocab), problems, prepared };
 }
 
-export function modelConfig(cfg: PocConfig, vocab: CompactVocab): TinyLMConfig {
-  return { vocab: vocab.size, dim: cfg.model.dim, hidden: cfg.model.hidden, layers: cfg.model.layers, seqLen: cfg.model.seqLen, seed: cfg.seed };
+/** The model every stage builds: TinyLM's config as it always was, or the GPT's with kind 'gpt'. */
+export function modelConfig(cfg: PocConfig, vocab: CompactVocab): ModelConfig {
+  const { kind, dim, hidden, layers, seqLen, heads } = cfg.model;
+  if (kind === 'gpt') return { kind, vocab: vocab.size, dim, heads, hidden, layers, seqLen, seed: cfg.seed };
+  return { vocab: vocab.size, dim, hidden, layers, seqLen, seed: cfg.seed };
 }
 
 export interface LoaderData extends TrainData {

@@ -6,12 +6,13 @@
  *
  * Rows: every row begins with a problem at position 0, because that is where an
  * inference prompt sits (TinyLM's token mixing is a causal mean over the whole
- * prefix, so what precedes a problem changes how it is read); the rest of the row
+ * prefix, and the GPT's positions are learned, so what precedes a problem or
+ * where it starts changes how it is read); the rest of the row
  * is filled with further solved problems. The rows of step s depend only on s, and
  * each rank builds only its own.
  */
 import type { Communicator } from '../comm/communicator.js';
-import type { TinyLMConfig } from '../models/tiny-lm/tiny-lm.js';
+import type { ModelConfig } from '../models/language-model.js';
 import { train, type TrainData } from '../train/loop.js';
 import { mulberry32 } from '../util/prng.js';
 import { exactMatch, loadModel } from './generate.js';
@@ -25,8 +26,8 @@ export interface FinetuneOptions {
   from: string;
   /** Root for the finetune's checkpoints; the final one is returned as metrics.checkpoint. */
   ckptDir: string;
-  /** The pretrain's config (vocab = CompactVocab.size). */
-  model: TinyLMConfig;
+  /** The pretrain's model config, TinyLM or GPT (vocab = CompactVocab.size). */
+  model: ModelConfig;
   vocab: CompactVocab;
   problems: ProblemSet;
   steps: number;
@@ -65,7 +66,7 @@ export function finetuneRows(encoded: readonly Int32Array[], seqLen: number, see
 }
 
 /** Held-out exact match with each rank scoring every size-th problem; the sum is shared, so every rank returns the same. */
-export async function sharedAccuracy(comm: Communicator, checkpoint: string, model: TinyLMConfig, vocab: CompactVocab, problems: readonly Problem[]): Promise<{ correct: number; total: number; accuracy: number }> {
+export async function sharedAccuracy(comm: Communicator, checkpoint: string, model: ModelConfig, vocab: CompactVocab, problems: readonly Problem[]): Promise<{ correct: number; total: number; accuracy: number }> {
   const lm = await loadModel(checkpoint, model);
   const mine = problems.filter((_, i) => i % comm.size === comm.rank);
   const { correct } = await exactMatch(lm, vocab, mine, { maxTokens: SCORE_TOKENS });

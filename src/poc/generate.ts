@@ -1,5 +1,6 @@
 /**
- * Greedy decoding with TinyLM in one process: what the finetune stage scores with,
+ * Greedy decoding with the POC's model (TinyLM or GPT, through their common
+ * LanguageModel interface) in one process: what the finetune stage scores with,
  * what each inference server worker runs, and what tests recompute independently.
  * A checkpoint written by FSDP at any world size loads here whole: the checkpoint
  * names tensors per parameter with their global shapes, so one process asks the
@@ -7,18 +8,18 @@
  */
 import { NcclNodeError } from '../errors.js';
 import { load, readManifest, resolveCheckpoint } from '../checkpoint/index.js';
-import { TinyLM, type TinyLMConfig } from '../models/tiny-lm/tiny-lm.js';
+import { createModel, modelKind, type LanguageModel, type ModelConfig } from '../models/language-model.js';
 import type { CompactVocab } from './vocab.js';
 import type { Problem } from './tasks.js';
 
-/** A TinyLM of `cfg` holding the parameters of checkpoint `dir` (one checkpoint, or a root: its newest committed one). */
-export async function loadModel(dir: string, cfg: TinyLMConfig): Promise<TinyLM> {
-  const model = new TinyLM(cfg);
+/** The model `cfg` names holding the parameters of checkpoint `dir` (one checkpoint, or a root: its newest committed one). */
+export async function loadModel(dir: string, cfg: ModelConfig): Promise<LanguageModel> {
+  const model = createModel(cfg);
   const resolved = await resolveCheckpoint(dir);
   const m = await readManifest(resolved);
   for (const p of model.params) {
     const t = m.tensors[p.name];
-    if (!t) throw new NcclNodeError('ERR_SIZE_MISMATCH', `checkpoint ${resolved}: no tensor ${p.name} (expected a TinyLM checkpoint of this config)`, { dir: resolved, tensor: p.name });
+    if (!t) throw new NcclNodeError('ERR_SIZE_MISMATCH', `checkpoint ${resolved}: no tensor ${p.name} (expected a ${modelKind(cfg)} checkpoint of this config)`, { dir: resolved, tensor: p.name });
     if (t.globalShape.join('x') !== p.shape.join('x')) {
       throw new NcclNodeError('ERR_SIZE_MISMATCH', `checkpoint ${resolved}: ${p.name} has shape [${t.globalShape.join(', ')}], the model config expects [${p.shape.join(', ')}]`, { dir: resolved, tensor: p.name });
     }
@@ -46,7 +47,7 @@ export interface GenerateOptions {
  * maxTokens. Yields each token as it is produced. Contexts longer than seqLen
  * keep their last seqLen tokens (the model has seqLen positions).
  */
-export async function* generate(model: TinyLM, vocab: CompactVocab, prompt: string, o: GenerateOptions = {}): AsyncGenerator<GeneratedToken, Completion> {
+export async function* generate(model: LanguageModel, vocab: CompactVocab, prompt: string, o: GenerateOptions = {}): AsyncGenerator<GeneratedToken, Completion> {
   const maxTokens = o.maxTokens ?? 16;
   if (!Number.isInteger(maxTokens) || maxTokens < 1) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `generate: maxTokens must be a positive integer, received ${maxTokens}`);
   const context = Array.from(vocab.encode(prompt));
@@ -84,7 +85,7 @@ export interface Completion {
 }
 
 /** generate() run to its end. */
-export async function complete(model: TinyLM, vocab: CompactVocab, prompt: string, o: GenerateOptions = {}): Promise<Completion> {
+export async function complete(model: LanguageModel, vocab: CompactVocab, prompt: string, o: GenerateOptions = {}): Promise<Completion> {
   const it = generate(model, vocab, prompt, o);
   for (;;) {
     const r = await it.next();
@@ -93,7 +94,7 @@ export async function complete(model: TinyLM, vocab: CompactVocab, prompt: strin
 }
 
 /** Exact-match accuracy of greedy completions on `problems`: correct count and total. */
-export async function exactMatch(model: TinyLM, vocab: CompactVocab, problems: readonly Problem[], o: GenerateOptions = {}): Promise<{ correct: number; total: number }> {
+export async function exactMatch(model: LanguageModel, vocab: CompactVocab, problems: readonly Problem[], o: GenerateOptions = {}): Promise<{ correct: number; total: number }> {
   let correct = 0;
   for (const p of problems) if ((await complete(model, vocab, p.prompt, { maxTokens: o.maxTokens ?? 4 })).text === p.answer) correct++;
   return { correct, total: problems.length };

@@ -13,7 +13,7 @@
  * choose differently (a model that answers loses to one that stops at once).
  */
 import { NcclNodeError } from '../errors.js';
-import type { TinyLMConfig } from '../models/tiny-lm/tiny-lm.js';
+import type { ModelConfig } from '../models/language-model.js';
 import { DEFAULT_MIN_ACCURACY } from './finetune.js';
 import { runLoad, summarize, type LoadSummary, type RequestRecord } from './loadgen.js';
 import { gate, type Plot } from './report.js';
@@ -26,7 +26,7 @@ export interface InferenceOptions {
   /** Checkpoint dirs: finetuned, pretrained. */
   candidate: string;
   baseline: string;
-  model: TinyLMConfig;
+  model: ModelConfig;
   /** vocab.json written by CompactVocab.write. */
   vocabPath: string;
   /** Held-out problems. */

@@ -175,12 +175,14 @@ export async function assemble(out: string, cfg: PocConfig, results: StageResult
   const gates: Gate[] = results.flatMap((r) => r.gates);
   const budget = results.find((r) => r.stage === 'budget');
   return writeReport(out, {
-    title: `nccl-node POC${run.backend ? ` (${run.nprocPerNode ?? '?'} ranks, ${run.backend})` : ''}`,
+    title: `nccl-node POC, ${cfg.model.kind}${run.backend ? ` (${run.nprocPerNode ?? '?'} ranks, ${run.backend})` : ''}`,
     startedAt: run.startedAt,
     finishedAt: new Date().toISOString(),
     gates,
     metrics: {
       verdictReason: budget?.metrics.exceeded ? BUDGET_EXCEEDED : undefined,
+      /** The model every stage trained and served (config.model has its sizes). */
+      model: cfg.model.kind,
       config: cfg, pretrainSteps: pretrainSteps(cfg), versions: versions(results),
       stages: Object.fromEntries(results.map((r) => [r.stage, { seconds: r.seconds, ...r.metrics }])),
     },

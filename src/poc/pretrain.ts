@@ -1,5 +1,6 @@
 /**
- * Pretraining probe: TinyLM sized from the compact vocabulary, trained with
+ * Pretraining probe: the configured model (TinyLM, or the GPT with model.kind
+ * 'gpt': the same loop trains either) sized from the compact vocabulary, trained with
  * FSDP/ZeRO and bfloat16 parameters on the prepared corpus through a DataLoader
  * per rank, with asynchronous sharded checkpoints mid-run and at the end (the
  * loader's state in each). Gates: the loss falls. Also records what the restore

@@ -19,7 +19,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { NcclNodeError } from '../errors.js';
-import type { TinyLM, TinyLMConfig } from '../models/tiny-lm/tiny-lm.js';
+import type { LanguageModel, ModelConfig } from '../models/language-model.js';
 import { generate } from './generate.js';
 import type { CompactVocab } from './vocab.js';
 
@@ -75,7 +75,7 @@ export function parseCompletionRequest(body: string): { prompt: string; maxToken
 const sse = (res: ServerResponse, event: string, data: unknown) => res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
 
 /** An HTTP server answering completions with `model` (not listening yet). */
-export function completionServer(model: TinyLM, vocab: CompactVocab, info: { checkpoint: string }): Server {
+export function completionServer(model: LanguageModel, vocab: CompactVocab, info: { checkpoint: string }): Server {
   return createServer((req, res) => {
     void (async () => {
       const path = (req.url ?? '/').split('?')[0];
@@ -118,7 +118,7 @@ export function completionServer(model: TinyLM, vocab: CompactVocab, info: { che
 export interface ServerOptions {
   /** Checkpoint directory (one checkpoint, or a root: its newest). */
   checkpoint: string;
-  model: TinyLMConfig;
+  model: ModelConfig;
   vocabPath: string;
   workers: number;
   /** Port to listen on (default 0: any free port, reported back). */
@@ -130,7 +130,7 @@ export interface ServerOptions {
 }
 
 /** What serve-main.ts reads from its environment. */
-export interface ServeSpec { checkpoint: string; model: TinyLMConfig; vocabPath: string; workers: number; port: number; host: string }
+export interface ServeSpec { checkpoint: string; model: ModelConfig; vocabPath: string; workers: number; port: number; host: string }
 export const SPEC_ENV = 'NCCL_NODE_SERVE_SPEC';
 
 export interface RunningServer {

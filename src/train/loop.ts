@@ -1,5 +1,5 @@
 /**
- * The training loop: TinyLM data-parallel with DDP or FSDP/ZeRO, one process per rank
+ * The training loop: TinyLM (or the GPT, model.kind 'gpt') data-parallel with DDP or FSDP/ZeRO, one process per rank
  * (examples/train.ts is its command line; the POC, tests and benchmarks call train()).
  *
  * Read train() top to bottom: build the model, wrap it (the only place DDP and
@@ -38,6 +38,7 @@ import {
 import { globalBatch, rowsOf } from '../models/tiny-lm/synthetic-corpus.js';
 import { DeviceTinyLM } from '../models/tiny-lm/device-tiny-lm.js';
 import { DEFAULT_CONFIG, TEST_CONFIG, TinyLM, type TinyLMConfig } from '../models/tiny-lm/tiny-lm.js';
+import { createModel, modelKind, type ModelConfig } from '../models/language-model.js';
 import type { StepMetrics } from '../metrics/types.js';
 import { LossHealth, reducedGradients, restoreBefore, type LossHealthOptions, type Verdict } from '../metrics/loss-health.js';
 import type { StepContext, StepProbe } from '../metrics/probe.js';
@@ -91,7 +92,8 @@ export interface TrainData {
 }
 
 export interface TrainConfig {
-  model: TinyLMConfig;
+  /** TinyLM's config, or a GPT's with kind: 'gpt' (the same loop trains either). */
+  model: ModelConfig;
   steps: number;
   /** Sequences per optimizer step across all ranks; divisible by world size x microBatches. */
   globalBatch: number;
@@ -133,7 +135,9 @@ export interface TrainResult {
 }
 
 export async function train(comm: Communicator, cfg: TrainConfig): Promise<TrainResult> {
-  const model = new TinyLM(cfg.model);
+  const model = createModel(cfg.model);
+  // The probes (the SDC sentinel's replica recompute) rebuild a TinyLM.
+  if (cfg.probes?.length && !(model instanceof TinyLM)) throw new NcclNodeError('ERR_UNAVAILABLE', `train: step probes run on TinyLM only, received model kind ${modelKind(cfg.model)}`);
   // Every rank reads the full parameters before wrapping: DDP and FSDP start from the model's values.
   if (cfg.ckpt?.weights) await load(cfg.ckpt.weights, Object.fromEntries(model.params.map((p) => [p.name, { data: p.data, offset: 0 }])));
   const optimizer = createOptimizer(cfg.optimizer);
@@ -216,7 +220,7 @@ export async function train(comm: Communicator, cfg: TrainConfig): Promise<Train
       cfg.log?.(`step ${step} data dropped by a loss-health rollback`);
       continue;
     }
-    const ctx = (): StepContext => ({ step, comm, dp: dp as StepContext['dp'], optimizer, replicas, model, rows: mine, microRows, microBatches: cfg.microBatches, gradScale });
+    const ctx = (): StepContext => ({ step, comm, dp: dp as StepContext['dp'], optimizer, replicas, model: model as TinyLM, rows: mine, microRows, microBatches: cfg.microBatches, gradScale });
     sm?.phase('compute');
     dp.zeroGrad();
     let loss = 0;

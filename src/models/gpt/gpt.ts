@@ -12,6 +12,7 @@
  */
 import type { ModelHooks } from '../../runtime/index.js';
 import { linear, linearBackward, linearBackwardSplit, rng, type DeferredWeightGrads } from '../tiny-lm/kernels.js';
+import { NcclNodeError } from '../../errors.js';
 import { Param } from '../tiny-lm/tiny-lm.js';
 import { attention, attentionBackward, gelu, geluBackward, layerNorm, layerNormBackward, type NormSaved } from './layers.js';
 
@@ -174,6 +175,35 @@ export class GPT {
    */
   forwardBackward(tokens: Int32Array, batch: number, opts: { gradScale: number; hooks?: ModelHooks }): Promise<number> {
     return unitsForwardBackward(this, tokens, batch, opts);
+  }
+
+  /**
+   * Inference: next-token logits for one sequence of 1..seqLen tokens, no gradients,
+   * no hooks. `last` (default) returns the final position's logits ([vocab]);
+   * otherwise every position's ([tokens.length, vocab], row t predicting token t + 1).
+   * The training forward runs on the sequence padded to seqLen: attention is causal
+   * and the norms are per row, so what follows position n - 1 changes nothing before
+   * it, and the logits are the ones training computes for that prefix.
+   */
+  logits(tokens: ArrayLike<number>, o: { last?: boolean } = {}): Float32Array {
+    const { dim: D, vocab: V, seqLen: T, layers: L } = this.cfg;
+    const n = tokens.length;
+    if (n < 1 || n > T) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `GPT.logits: expected 1..${T} tokens, received ${n}`);
+    const row = new Int32Array(T + 1);
+    for (let t = 0; t < n; t++) {
+      const id = tokens[t]!;
+      if (!(Number.isInteger(id) && id >= 0 && id < V)) throw new NcclNodeError('ERR_INVALID_ARGUMENT', `GPT.logits: token ${t} is ${id}, expected an id in 0..${V - 1}`);
+      row[t] = id;
+    }
+    let x = this.embedForward(row, 1);
+    for (let l = 0; l < L; l++) x = this.blockForward(l, x, 1).out;
+    const first = o.last === false ? 0 : n - 1;
+    const rows = n - first;
+    const lf = new Float32Array(rows * D);
+    layerNorm(x.subarray(first * D, n * D), this.lnfG.data, this.lnfB.data, lf, rows, D);
+    const logits = new Float32Array(rows * V);
+    linear(lf, this.wOut.data, null, logits, rows, D, V);
+    return logits;
   }
 
   /** x = wte[tok] + wpe[t] for the inputs of `batch` rows of seqLen+1 tokens. */

@@ -8,7 +8,10 @@
  */
 import { DeviceBuffer } from '../../index.js';
 import type { DeviceParam, ModelHooks } from '../../runtime/index.js';
-import type { Param, TinyLM } from './tiny-lm.js';
+import type { Param } from './tiny-lm.js';
+
+/** What is mirrored: any model whose forward calls the runtime's hooks per unit (TinyLM, GPT). */
+interface HookedModel { readonly params: Param[]; readonly units: Param[][] }
 
 export class DeviceTinyLM {
   /** Device parameters in registration order, with the model's shapes (what checkpoints record). */
@@ -17,9 +20,9 @@ export class DeviceTinyLM {
   /** Host->device gradient pushes run in hook order; the runtime hook follows each. */
   #q: Promise<void> = Promise.resolve();
 
-  private constructor(readonly model: TinyLM) {}
+  private constructor(readonly model: HookedModel) {}
 
-  static async create(model: TinyLM): Promise<DeviceTinyLM> {
+  static async create(model: HookedModel): Promise<DeviceTinyLM> {
     const m = new DeviceTinyLM(model);
     for (const p of model.params) {
       const d: DeviceParam = { name: p.name, size: p.size, shape: p.shape, data: await DeviceBuffer.from(p.data), grad: await DeviceBuffer.from(new Float32Array(p.size)) };
