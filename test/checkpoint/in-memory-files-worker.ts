@@ -7,28 +7,16 @@
  * own file damaged; with it and its replica damaged; as another job (B) while job A's
  * files are there; and a snapshot whose files one rank cannot write.
  */
-import { createHash } from 'node:crypto';
 import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { init } from '../../src/comm/init.js';
 import { InMemoryCheckpoint, trainingState, type CheckpointState, type RestoreResult } from '../../src/checkpoint/index.js';
 import { jobKey, removeJobFiles, SnapshotFiles } from '../../src/checkpoint/in-memory-files.js';
 import { MODELS, train, type TrainConfig } from '../../src/train/loop.js';
+import { hashState } from './hash-state.js';
 import { readPayload, report } from '../helpers/ranks.js';
 
 const p = readPayload<{ dir: string; ckpt: string; notADir: string }>();
-
-function hashState(tensors: CheckpointState['tensors'], optimizerStep: unknown): string {
-  const h = createHash('sha256');
-  for (const name of Object.keys(tensors).sort()) {
-    const t = tensors[name]!;
-    const d = t.data as Float32Array;
-    h.update(`${name}@${t.offset}+${t.length ?? d.length};`);
-    h.update(new Uint8Array(d.buffer, d.byteOffset, (t.length ?? d.length) * 4));
-  }
-  h.update(`optimizerStep=${String(optimizerStep)}`);
-  return h.digest('hex');
-}
 
 const base = (steps: number): TrainConfig => ({
   model: MODELS.tiny!, steps, globalBatch: 4, microBatches: 1, parallel: { kind: 'ddp' },

@@ -8,7 +8,6 @@
  * `steps` with `inMemory.restore`, reporting the restore and the losses.
  */
 import { spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import { mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -17,6 +16,7 @@ import { InMemoryCheckpoint, loadTraining, stepDirName, trainingState, type Chec
 import { isNcclNodeError } from '../../src/errors.js';
 import { MODELS, train, type TrainConfig } from '../../src/train/loop.js';
 import type { TinyLMConfig } from '../../src/models/tiny-lm/tiny-lm.js';
+import { hashState } from './hash-state.js';
 import { readPayload, report } from '../helpers/ranks.js';
 
 interface Payload {
@@ -39,19 +39,6 @@ interface Payload {
 
 const p = readPayload<Payload>();
 const replacement = process.env.ROLE === 'replacement';
-
-/** SHA-256 of a state dict's pieces (sorted by name) and optimizer step: what must come back bit for bit. */
-function hashState(tensors: CheckpointState['tensors'], optimizerStep: unknown): string {
-  const h = createHash('sha256');
-  for (const name of Object.keys(tensors).sort()) {
-    const t = tensors[name]!;
-    const d = t.data as Float32Array;
-    h.update(`${name}@${t.offset}+${t.length ?? d.length};`);
-    h.update(new Uint8Array(d.buffer, d.byteOffset, (t.length ?? d.length) * 4));
-  }
-  h.update(`optimizerStep=${String(optimizerStep)}`);
-  return h.digest('hex');
-}
 
 const base = (steps: number): TrainConfig => ({
   model: p.model ?? MODELS.tiny!, steps, globalBatch: 4, microBatches: 1,
