@@ -59,17 +59,11 @@ export function goneByCause(members: readonly Member[], cause: unknown): number[
 
 /** Previous ranks of `members` other than `selfId` whose process is known to have ended. */
 export async function goneNow(store: StoreClient, members: readonly Member[], selfId: string, launcher: boolean): Promise<number[]> {
-  const out: number[] = [];
-  for (const m of members) {
-    if (m.id === selfId) continue;
-    if (HOST_KEY !== undefined && m.host === HOST_KEY && m.pid !== undefined && pidGone(m.pid)) {
-      out.push(m.rank);
-      continue;
-    }
-    if (launcher && m.founding !== undefined && m.founding >= 0) {
-      const restarted = await store.check(rankRestartKey(m.founding, (m.life ?? 0) + 1)).catch(() => false);
-      if (restarted) out.push(m.rank);
-    }
-  }
-  return out;
+  const gone = await Promise.all(members.map(async (m) => {
+    if (m.id === selfId) return false;
+    if (HOST_KEY !== undefined && m.host === HOST_KEY && m.pid !== undefined && pidGone(m.pid)) return true;
+    if (!launcher || m.founding === undefined || m.founding < 0) return false;
+    return store.check(rankRestartKey(m.founding, (m.life ?? 0) + 1)).catch(() => false);
+  }));
+  return members.filter((_, i) => gone[i]).map((m) => m.rank);
 }

@@ -39,6 +39,7 @@ import type { StoreClient } from '../rendezvous/client.js';
 import type { StoreServer } from '../rendezvous/server.js';
 import { FT_PREFIX, genKey, membershipRound, type Member, type MemberInfo, type RoundResult } from './membership.js';
 import { goneByCause, goneNow, HOST_KEY } from './gone.js';
+import { EXIT_FULL_RESTART } from './ladder.js';
 
 export interface ElasticGroupOptions {
   /** How long a membership round waits for missing members, in ms (default 2000). */
@@ -174,7 +175,12 @@ export class ElasticGroup {
       await this.#form(this.generation + 1, { id: this.id, prevRank: prev.rank, step, lost: [...lost] }, size, this.windowMs);
     } catch (err) {
       if (!(err instanceof NcclNodeError && err.details.late === true)) throw err;
-      await this.#enter(PENDING, step);
+      try {
+        await this.#enter(PENDING, step);
+      } catch (e) {
+        // Not taken back (the others finished, or stopped taking joiners): only the gang path is left.
+        throw new NcclNodeError('ERR_UNAVAILABLE', `generation ${this.generation + 1} closed without this member and it was not admitted to a later one: ${(e as Error).message}`, { exitCode: EXIT_FULL_RESTART });
+      }
     }
     return this.lastRound;
   }

@@ -125,6 +125,9 @@ export async function membershipRound(store: StoreClient, generation: number, in
         probed = performance.now();
         for (const r of await o.probeLost().catch(() => [])) lost.add(r);
       }
+      // A ticket without its record may be a member reported gone checking in: counting
+      // it and its report both would close the round one short of a live member.
+      if (records.size < n) return { n, gone: 0 };
       const inPrev = new Set([...records.values()].map((m) => m.prevRank));
       return { n, gone: [...lost].filter((r) => r >= 0 && !inPrev.has(r)).length };
     };

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StoreServer } from '../../src/rendezvous/server.js';
 import { StoreClient } from '../../src/rendezvous/client.js';
-import { membershipRound } from '../../src/ft/membership.js';
+import { genKey, membershipRound } from '../../src/ft/membership.js';
 
 let server: StoreServer;
 const clients: StoreClient[] = [];
@@ -80,6 +80,25 @@ describe('membership round', () => {
     expect(waited).toBeGreaterThanOrEqual(290);
     expect(waited).toBeLessThan(o.windowMs / 2);
     for (const r of rs2) expect(r.members.map((m) => m.id)).toEqual(['d', 'e', 'f']);
+  });
+
+  it('does not count a member reported gone twice while its check-in is under way (ticket taken, record not yet written)', async () => {
+    const [a, b, raw] = await Promise.all([client(), client(), client()]);
+    const o = { expected: 3, windowMs: 3000 };
+    const later = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    const t0 = performance.now();
+    const closing = membershipRound(a, 13, { id: 'a', prevRank: 0, step: 1, lost: [2] }, o);
+    // Previous rank 2, reported gone, is alive: it takes ticket 2 now and writes its record 100 ms later.
+    await later(20);
+    expect(Number(await raw.add(genKey(13, 'seq'), 1))).toBe(2);
+    const members = Promise.all([
+      later(100).then(() => raw.set(genKey(13, 'member/2'), JSON.stringify({ id: 'c', prevRank: 2, step: 1 }))),
+      later(300).then(() => membershipRound(b, 13, { id: 'b', prevRank: 1, step: 1 }, o)),
+    ]);
+    const r = await closing;
+    await members;
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(290);
+    expect(r.members.map((m) => m.id)).toEqual(['a', 'b', 'c']);
   });
 
   it("takes the closer's own probe into account, and admits spares at once for members known gone", async () => {
