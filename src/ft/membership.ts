@@ -110,8 +110,8 @@ export async function membershipRound(store: StoreClient, generation: number, in
     const records = new Map<number, MemberInfo>();
     const lost = new Set<number>(info.lost ?? []);
     let probed = -Infinity;
-    /** Checked in, and reported gone without having checked in (previous ranks). */
-    const tally = async (n: number): Promise<{ n: number; gone: number }> => {
+    /** How many previous ranks are reported gone and have not checked in (n tickets taken). */
+    const tally = async (n: number): Promise<number> => {
       for (let t = 1; t <= n; t++) {
         if (records.has(t)) continue;
         // Written right after the ticket was taken; a missing one is read on a later poll.
@@ -127,17 +127,17 @@ export async function membershipRound(store: StoreClient, generation: number, in
       }
       // A ticket without its record may be a member reported gone checking in: counting
       // it and its report both would close the round one short of a live member.
-      if (records.size < n) return { n, gone: 0 };
+      if (records.size < n) return 0;
       const inPrev = new Set([...records.values()].map((m) => m.prevRank));
-      return { n, gone: [...lost].filter((r) => r >= 0 && !inPrev.has(r)).length };
+      return [...lost].filter((r) => r >= 0 && !inPrev.has(r)).length;
     };
     const waitFor = async (deadline: number, countLost: boolean) => {
       let n = Number(await store.add(seq, 0));
-      let gone = countLost ? (await tally(n)).gone : 0;
+      let gone = countLost ? await tally(n) : 0;
       while (performance.now() < deadline && n + gone < expected) {
         await sleep(POLL_MS);
         n = Number(await store.add(seq, 0));
-        if (countLost && n < expected) gone = (await tally(n)).gone;
+        if (countLost && n < expected) gone = await tally(n);
       }
       return n;
     };
