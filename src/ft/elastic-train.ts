@@ -132,15 +132,15 @@ export async function trainElastic(group: ElasticGroup, cfg: ElasticTrainConfig)
   };
 
   /** Re-forms until a generation is wrapped, or escalates to a full restart. */
-  const reform = async (t0: number): Promise<Wrapped> => {
+  const reform = async (t0: number, cause?: unknown): Promise<Wrapped> => {
     for (let attempt = 0; ; attempt++) {
       const previous = group.comm.size;
       try {
-        const round = await group.reform(train.step);
+        const round = await group.reform(train.step, cause);
         const d = ladder.onRound(previous, round.members.length);
         if (d.action === 'full-restart') return await fullRestart(d, performance.now() - t0);
         const w = await wrap();
-        // The cost's parts: the membership round (the window when a member is missing), the state transfer.
+        // The cost's parts: the membership round (the window when a missing member is not known gone), the state transfer.
         ladder.record(d, performance.now() - t0, {
           generation: group.generation, size: w.comm.size, step: train.step,
           roundMs: round.ms, transferMs: lastSync.ms, transferBytes: lastSync.bytes,
@@ -194,7 +194,7 @@ export async function trainElastic(group: ElasticGroup, cfg: ElasticTrainConfig)
         continue;
       }
       retries = 0;
-      w = await reform(t0);
+      w = await reform(t0, err);
     }
   }
   await ds.close();

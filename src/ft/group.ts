@@ -24,6 +24,12 @@
  * launcher can tell a stopped process from a busy one, and a rank the launcher
  * restarted alone (--restart-scope rank, NCCL_NODE_FT_REJOIN=1) joins from start(),
  * so one training script serves both its first life and the later ones.
+ *
+ * A re-formation does not wait for members known to be gone (gone.ts): each member's
+ * round record carries its RANK, life and pid, and what it knows of the others. A
+ * member that checks in after its round closed (it was reported gone by mistake, or
+ * noticed the fault late) registers as a joiner and comes back at the next step
+ * boundary.
  */
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
@@ -32,13 +38,15 @@ import { openStore, DEFAULT_TIMEOUT_MS } from '../comm/init.js';
 import { NcclNodeError } from '../errors.js';
 import { resolveJobEnv } from '../launch/env.js';
 import { announceJoin } from '../launch/join.js';
-import { REJOIN_ENV } from '../launch/rank-process.js';
+import { RANK_RESTART_COUNT_ENV, REJOIN_ENV } from '../launch/rank-process.js';
 import { startFailureDetection, stopFailureDetection } from '../comm/heartbeat.js';
 import { binding } from '../native.js';
 import { createNcclComm } from '../comm/nccl/nccl-init.js';
 import type { StoreClient } from '../rendezvous/client.js';
 import type { StoreServer } from '../rendezvous/server.js';
 import { FT_PREFIX, genKey, membershipRound, type Member, type MemberInfo, type RoundResult } from './membership.js';
+import { goneByCause, goneNow, HOST_KEY } from './gone.js';
+import { EXIT_FULL_RESTART } from './ladder.js';
 
 export interface ElasticGroupOptions {
   /** How long a membership round waits for missing members, in ms (default 2000). */
@@ -91,9 +99,21 @@ export class ElasticGroup {
   #ticket = 0;
   readonly #backend: 'gloo' | 'nccl';
   readonly #localRank: number;
+  readonly #admitTimeoutMs: number;
+  /** What every round record of this process carries besides id, rank and step. */
+  readonly #self: Pick<MemberInfo, 'founding' | 'life' | 'pid' | 'host'>;
+  readonly #launcher = process.env['NCCL_NODE_LAUNCHER'] === '1';
 
-  private constructor(store: StoreHandle, o: ElasticGroupOptions, localRank: number) {
+  private constructor(store: StoreHandle, o: ElasticGroupOptions, job: { localRank: number; rank: number }) {
     this.#store = store;
+    const localRank = job.localRank;
+    this.#admitTimeoutMs = o.admitTimeoutMs ?? o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    this.#self = {
+      founding: job.rank,
+      life: Number(process.env[RANK_RESTART_COUNT_ENV] ?? '0') || 0,
+      pid: process.pid,
+      ...(HOST_KEY !== undefined ? { host: HOST_KEY } : {}),
+    };
     this.#backend = o.backend ?? 'gloo';
     this.#localRank = localRank;
     this.windowMs = o.windowMs ?? 2000;
@@ -113,7 +133,7 @@ export class ElasticGroup {
     const job = resolveJobEnv(process.env, {});
     if (job.token === undefined) throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'ElasticGroup.start: no job token; set NCCL_NODE_TOKEN or start the job with nccl-node run');
     const timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    const g = new ElasticGroup(await openStore(job, job.token, timeoutMs), o, job.localRank);
+    const g = new ElasticGroup(await openStore(job, job.token, timeoutMs), o, job);
     // As init(): a launcher fails ranks that never announce themselves.
     await announceJoin(g.store, { rank: job.rank, pid: process.pid, host: hostname(), localRank: job.localRank });
     startFailureDetection(g.store, job.rank);
@@ -132,18 +152,22 @@ export class ElasticGroup {
     if (job.token === undefined) throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'ElasticGroup.join: no job token; set NCCL_NODE_TOKEN or start the job with nccl-node run');
     const timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     // Never host the store: the group already has one.
-    const g = new ElasticGroup(await openStore({ ...job, rank: 1, worldSize: Math.max(2, job.worldSize) }, job.token, timeoutMs), o, job.localRank);
+    const g = new ElasticGroup(await openStore({ ...job, rank: 1, worldSize: Math.max(2, job.worldSize) }, job.token, timeoutMs), o, job);
     if (process.env['NCCL_NODE_LAUNCHER'] === '1') {
       // A restarted rank: its launcher's join record and heartbeats now name this process.
       await announceJoin(g.store, { rank: job.rank, pid: process.pid, host: hostname(), localRank: job.localRank });
       startFailureDetection(g.store, job.rank);
     }
-    const list = o.spare ? SPARES : PENDING;
-    g.#ticket = Number(await g.store.add(list, 1));
-    await g.store.set(`${list}/${g.#ticket}`, g.id);
-    const admit = JSON.parse(await g.store.getString(`${list}/${g.#ticket}/admit`, { timeoutMs: o.admitTimeoutMs ?? timeoutMs })) as { generation: number; expected: number };
-    await g.#form(admit.generation, { id: g.id, prevRank: -1, step: -1 }, admit.expected, g.windowMs);
+    await g.#enter(o.spare ? SPARES : PENDING, -1);
     return g;
+  }
+
+  /** Registers in a joiner list, waits to be admitted, forms the generation it is admitted to. */
+  async #enter(list: string, step: number): Promise<void> {
+    this.#ticket = Number(await this.store.add(list, 1));
+    await this.store.set(`${list}/${this.#ticket}`, this.id);
+    const admit = JSON.parse(await this.store.getString(`${list}/${this.#ticket}/admit`, { timeoutMs: this.#admitTimeoutMs })) as { generation: number; expected: number };
+    await this.#form(admit.generation, { id: this.id, prevRank: -1, step }, admit.expected, this.windowMs);
   }
 
   /** Joiners registered and not admitted yet (reads two counters; any member may ask). */
@@ -157,13 +181,27 @@ export class ElasticGroup {
    * a collective with this rank fail at once) unless this rank offers to shrink it: an
    * NCCL communicator ncclCommShrink can still use stays up through the round, and a
    * survivor that has not seen the fault yet comes in when its own deadline fires.
+   * `cause` (the error that broke the step) may name a member that is gone; the round
+   * does not wait for such members. Checking in after the round closed, this process
+   * joins the group as a joiner instead (admitted at the next step boundary).
    */
-  async reform(step: number): Promise<RoundResult> {
+  async reform(step: number, cause?: unknown): Promise<RoundResult> {
     const prev = this.members.find((m) => m.id === this.id)!;
     const size = this.comm.size;
     const shrink = this.#backend === 'nccl' && this.comm.supportsShrink ? { gen: this.generation, size } : undefined;
     if (!shrink) this.comm.abort();
-    await this.#form(this.generation + 1, { id: this.id, prevRank: prev.rank, step, shrink }, size, this.windowMs);
+    const lost = new Set([...goneByCause(this.members, cause), ...await goneNow(this.store, this.members, this.id, this.#launcher)]);
+    try {
+      await this.#form(this.generation + 1, { id: this.id, prevRank: prev.rank, step, shrink, lost: [...lost] }, size, this.windowMs);
+    } catch (err) {
+      if (!(err instanceof NcclNodeError && err.details.late === true)) throw err;
+      try {
+        await this.#enter(PENDING, step);
+      } catch (e) {
+        // Not taken back (the others finished, or stopped taking joiners): only the gang path is left.
+        throw new NcclNodeError('ERR_UNAVAILABLE', `generation ${this.generation + 1} closed without this member and it was not admitted to a later one: ${(e as Error).message}`, { exitCode: EXIT_FULL_RESTART });
+      }
+    }
     return this.lastRound;
   }
 
@@ -175,10 +213,13 @@ export class ElasticGroup {
     await this.#store.server?.close().catch(() => {});
   }
 
-  async #form(generation: number, info: MemberInfo, expected: number, windowMs: number): Promise<void> {
-    const round = await membershipRound(this.store, generation, info, {
+  async #form(generation: number, info: Pick<MemberInfo, 'id' | 'prevRank' | 'step' | 'lost' | 'shrink'>, expected: number, windowMs: number): Promise<void> {
+    const previous = this.members;
+    const round = await membershipRound(this.store, generation, { ...info, ...this.#self }, {
       expected,
       windowMs,
+      // Only a member of the previous generation knows its members (joiners never close a round).
+      ...(info.prevRank >= 0 ? { probeLost: () => goneNow(this.store, previous, this.id, this.#launcher) } : {}),
       // Generation 0 is the founding world; joiners come in at later rounds.
       ...(generation > 0 ? {
         onClose: () => this.#admit(PENDING, ADMITTED, Infinity, generation, expected),

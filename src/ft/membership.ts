@@ -9,6 +9,13 @@
  * everyone else waits for it with a deadline. A process that did not check in within
  * the window is out of generation g (it may join a later one).
  *
+ * A member that is known to be gone (gone.ts) never checks in, so waiting the window
+ * for it is waste: each member reports in its record the previous ranks it knows are
+ * gone, the closer adds what it learns itself while it waits (probeLost), and stops
+ * waiting once those who checked in plus those reported gone (and not checked in)
+ * make up the expected number. A member reported gone by mistake that checks in
+ * before the close is simply in; one that checks in after it is late, as any other.
+ *
  * The store has no compare-and-set; the counter's add() is the one atomic operation
  * the round needs.
  */
@@ -18,6 +25,8 @@ import type { StoreClient } from '../rendezvous/client.js';
 /** Added by the closer; tickets are far below it. */
 const CLOSED = 1_000_000_000;
 const POLL_MS = 5;
+/** How often the closer asks probeLost (it may read the store once per previous member). */
+const PROBE_MS = 25;
 
 export const FT_PREFIX = 'nccl-node/ft/';
 
@@ -33,6 +42,14 @@ export interface MemberInfo {
    * ncclCommShrink, not aborted): its generation and size. Absent: it cannot.
    */
   shrink?: { gen: number; size: number } | undefined;
+  /** Previous-generation ranks this process knows are gone (they will not check in). */
+  lost?: number[];
+  /** The launcher's RANK of this process (fixed for the job), and its life (restarts of that RANK). */
+  founding?: number;
+  life?: number;
+  /** Process id and machine (gone.ts HOST_KEY): a member on the same machine can tell whether it exited. */
+  pid?: number;
+  host?: string;
 }
 
 export interface Member extends MemberInfo {
@@ -53,6 +70,8 @@ export interface RoundOptions {
    * their place); returns how many more to expect, given one more window to check in.
    */
   onShort?: (missing: number) => Promise<number>;
+  /** Called by the closer now and then while it waits: previous ranks it has learnt are gone. */
+  probeLost?: () => Promise<number[]>;
 }
 
 export interface RoundResult {
@@ -87,27 +106,54 @@ export async function membershipRound(store: StoreClient, generation: number, in
   const t0 = performance.now();
   const seq = genKey(generation, 'seq');
   const ticket = Number(await store.add(seq, 1));
-  const late = () => new NcclNodeError('ERR_TIMEOUT', `membership round of generation ${generation}: ${info.id} checked in after the ${o.windowMs} ms window closed`, { generation });
+  const late = () => new NcclNodeError('ERR_TIMEOUT', `membership round of generation ${generation}: ${info.id} checked in after the round closed (window ${o.windowMs} ms)`, { generation, late: true });
   if (ticket > CLOSED) throw late();
   await store.set(genKey(generation, `member/${ticket}`), JSON.stringify(info));
   const closer = ticket === 1;
   if (closer) {
     let expected = o.expected + (o.onClose ? await o.onClose() : 0);
-    const waitFor = async (deadline: number) => {
+    const records = new Map<number, MemberInfo>();
+    const lost = new Set<number>(info.lost ?? []);
+    let probed = -Infinity;
+    /** How many previous ranks are reported gone and have not checked in (n tickets taken). */
+    const tally = async (n: number): Promise<number> => {
+      for (let t = 1; t <= n; t++) {
+        if (records.has(t)) continue;
+        // Written right after the ticket was taken; a missing one is read on a later poll.
+        const raw = await store.check(genKey(generation, `member/${t}`)).then((has) => (has ? store.getString(genKey(generation, `member/${t}`)) : undefined)).catch(() => undefined);
+        if (raw === undefined) continue;
+        const m = JSON.parse(raw) as MemberInfo;
+        records.set(t, m);
+        for (const r of m.lost ?? []) lost.add(r);
+      }
+      if (o.probeLost && performance.now() - probed >= PROBE_MS) {
+        probed = performance.now();
+        for (const r of await o.probeLost().catch(() => [])) lost.add(r);
+      }
+      // A ticket without its record may be a member reported gone checking in: counting
+      // it and its report both would close the round one short of a live member.
+      if (records.size < n) return 0;
+      const inPrev = new Set([...records.values()].map((m) => m.prevRank));
+      return [...lost].filter((r) => r >= 0 && !inPrev.has(r)).length;
+    };
+    const waitFor = async (deadline: number, countLost: boolean) => {
       let n = Number(await store.add(seq, 0));
-      while (performance.now() < deadline && n < expected) {
+      let gone = countLost ? await tally(n) : 0;
+      while (performance.now() < deadline && n + gone < expected) {
         await sleep(POLL_MS);
         n = Number(await store.add(seq, 0));
+        if (countLost && n < expected) gone = await tally(n);
       }
       return n;
     };
-    const n0 = await waitFor(t0 + o.windowMs);
+    const n0 = await waitFor(t0 + o.windowMs, true);
     if (n0 < expected && o.onShort) {
+      // Short by members known gone (at once) or by the window: spares take their places.
       const spares = await o.onShort(expected - n0);
       // Spares wait on their admission key, so they check in well within one more window.
       if (spares > 0) {
         expected = n0 + spares;
-        await waitFor(performance.now() + o.windowMs);
+        await waitFor(performance.now() + o.windowMs, false);
       }
     }
     const n = Number(await store.add(seq, CLOSED)) - CLOSED;

@@ -24,6 +24,11 @@ export interface FtPayload {
   /** This founding rank throws one ERR_TIMEOUT before step timeoutAt (a transient fault). */
   timeoutRank?: number;
   timeoutAt?: number;
+  /**
+   * A wrong "gone" report: founding rank `reporter` fails step `at` with an ERR_PEER_LOST
+   * naming founding rank `victim`, which is alive but sleeps `slowMs` before that step.
+   */
+  falseLost?: { reporter: number; victim: number; at: number; slowMs: number };
 }
 
 const p = readPayload<FtPayload>();
@@ -33,6 +38,8 @@ const founding = Number(process.env.RANK);
 const opts = { windowMs: p.windowMs, timeoutMs: p.timeoutMs };
 const t0 = performance.now();
 let timedOut = false;
+let reported = false;
+let slept = false;
 let group: ElasticGroup;
 if (spare) {
   group = await ElasticGroup.join({ ...opts, spare: true, admitTimeoutMs: 40_000 });
@@ -50,8 +57,17 @@ try {
   const r = await trainElastic(group, {
     ...p.cfg,
     ladder: { ...p.cfg.ladder, logger },
-    beforeStep: ({ step }) => {
+    beforeStep: async ({ step }) => {
       if (!joiner && founding === p.dieRank && step === p.dieAt) process.kill(process.pid, 'SIGKILL');
+      const f = p.falseLost;
+      if (!joiner && f && step === f.at && founding === f.reporter && !reported) {
+        reported = true;
+        throw new NcclNodeError('ERR_PEER_LOST', `injected: founding rank ${f.victim} reported lost`, { failedRank: f.victim });
+      }
+      if (!joiner && f && step === f.at && founding === f.victim && !slept) {
+        slept = true;
+        await new Promise((res) => setTimeout(res, f.slowMs));
+      }
       if (!joiner && founding === p.timeoutRank && step === p.timeoutAt && !timedOut) {
         timedOut = true;
         throw new NcclNodeError('ERR_TIMEOUT', `injected: step ${step} timed out`);
