@@ -13,6 +13,7 @@ import { StoreClient } from '../../src/rendezvous/client.js';
 import { readPayload, report, writeResult } from '../helpers/ranks.js';
 import { pino } from 'pino';
 import { NcclNodeError } from '../../src/errors.js';
+import { flatParams, waitForJoiner } from './worker-util.js';
 
 export interface FtPayload {
   cfg: Omit<ElasticTrainConfig, 'beforeStep' | 'afterStep'>;
@@ -77,20 +78,11 @@ try {
       report({ step: record.step, ids: record.sampleIds, gen: record.generation, size: record.size, rank });
       if (!joiner && founding === 0 && p.joinAt !== undefined && record.step === p.joinAt - 1) {
         await group.store.set('test/join-now', '1');
-        const deadline = Date.now() + 30_000;
-        while ((await group.pendingJoiners()) < 1) {
-          if (Date.now() > deadline) throw new Error('the joiner did not register within 30 s');
-          await new Promise((res) => setTimeout(res, 10));
-        }
+        await waitForJoiner(group, 'the joiner');
       }
     },
   });
-  const flat = new Float32Array(r.params.reduce((a, x) => a + x.length, 0));
-  let off = 0;
-  for (const x of r.params) {
-    flat.set(x, off);
-    off += x.length;
-  }
+  const flat = flatParams(r.params);
   writeResult({ decisions: r.decisions, losses: r.losses, generation: group.generation, rank: group.comm.rank, size: group.comm.size, metrics: await r.ladder.registry.metrics() }, flat);
   await group.close();
 } catch (err) {
