@@ -17,3 +17,8 @@ add_executable(nccl_direct ${CMAKE_CURRENT_SOURCE_DIR}/bench/nccl_direct.cpp
                            ${CMAKE_CURRENT_SOURCE_DIR}/native/cuda/dl.cpp
                            ${CMAKE_CURRENT_SOURCE_DIR}/native/core/errors.cpp)
 target_link_libraries(nccl_direct PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+
+# bench/gloo_algos: every Gloo algorithm for all-reduce, all-gather and
+# reduce-scatter timed side by side, the table the addon's algorithm choice follows.
+add_executable(gloo_algos ${CMAKE_CURRENT_SOURCE_DIR}/bench/gloo_algos.cpp)
+target_link_libraries(gloo_algos PRIVATE gloo Threads::Threads)

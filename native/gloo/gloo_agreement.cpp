@@ -16,7 +16,8 @@ namespace ncclnode {
 // order: one round instead of Gloo's ring. The choice depends only on the call and
 // the world size, so ranks that agree on the call agree on the path.
 bool GlooBackend::meshAllReduce(const Op& op) const {
-  return op.kind == OpKind::AllReduce && cfg_.size > 1 &&
+  // A forced algorithm runs at every size, so it can be tested and measured there.
+  return op.kind == OpKind::AllReduce && cfg_.size > 1 && forcedAllReduce_ == AllReduceAlgo::Auto &&
          op.count * elementSize(op.dtype) + sizeof(Fingerprint) <= mesh_->cap();
 }
 

@@ -15,6 +15,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -39,7 +40,15 @@ void withWidth(size_t width, F&& f) {
 }  // namespace
 
 GlooBackend::GlooBackend(GlooConfig config, std::shared_ptr<StoreClient> store)
-    : cfg_(std::move(config)), store_(std::move(store)) {}
+    : cfg_(std::move(config)), store_(std::move(store)) {
+  // A bad value fails connect(), where errors reach the caller of init().
+  const char* forced = std::getenv("NCCL_NODE_GLOO_ALLREDUCE");
+  try {
+    forcedAllReduce_ = parseAllReduceAlgo(forced ? forced : "");
+  } catch (const Error& e) {
+    forcedError_ = e.what();
+  }
+}
 
 GlooBackend::~GlooBackend() = default;
 
@@ -57,6 +66,7 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
     attr.hostname = cfg_.hostname.empty() ? "127.0.0.1" : cfg_.hostname;
   }
   try {
+    if (!forcedError_.empty()) throw Error(Code::InvalidArgument, forcedError_);
     if (!store_) {
       store_ = std::make_shared<StoreClient>(cfg_.storeHost, cfg_.storePort, cfg_.token,
                                              "rank " + std::to_string(cfg_.rank), timeout);
@@ -267,15 +277,24 @@ void GlooBackend::run(Op& op) {
 
 void GlooBackend::allReduce(Op& op) {
   const size_t width = elementSize(op.dtype);
-  withWidth(width, [&](auto t) {
-    using T = decltype(t);
-    gloo::AllreduceOptions o(ctx_);
-    if (op.send.data != op.recv.data) o.setInput(static_cast<T*>(op.send.data), op.count);
-    o.setOutput(static_cast<T*>(op.recv.data), op.count);
-    o.setReduceFunction(reduceFunction(op.dtype, op.redop));
-    o.setTimeout(op.timeout);
-    gloo::allreduce(o);
-  });
+  const AllReduceAlgo algo = chooseAllReduce(forcedAllReduce_, op.count, op.dtype, op.redop, cfg_.size);
+  if (isLegacy(algo)) {
+    // The legacy classes reduce in place with the context's timeout (set at connect).
+    if (op.send.data != op.recv.data) std::memcpy(op.recv.data, op.send.data, op.count * width);
+    legacy_.run(ctx_, algo, op.dtype, op.recv.data, op.count);
+  } else {
+    withWidth(width, [&](auto t) {
+      using T = decltype(t);
+      gloo::AllreduceOptions o(ctx_);
+      // Unset, Gloo picks its ring: the default path stays exactly what it was.
+      if (algo == AllReduceAlgo::Bcube) o.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
+      if (op.send.data != op.recv.data) o.setInput(static_cast<T*>(op.send.data), op.count);
+      o.setOutput(static_cast<T*>(op.recv.data), op.count);
+      o.setReduceFunction(reduceFunction(op.dtype, op.redop));
+      o.setTimeout(op.timeout);
+      gloo::allreduce(o);
+    });
+  }
   if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
 }
 

@@ -11,6 +11,7 @@
 #include "../core/agreement.h"
 #include "../core/backend.h"
 #include "../core/store_client.h"
+#include "gloo_algorithms.h"
 #include "mesh_exchange.h"
 
 namespace gloo {
@@ -77,6 +78,10 @@ class GlooBackend : public Backend {
   int splits_ = 0;
   std::vector<uint8_t> scratch_;  // reduceScatter staging
   std::unique_ptr<MeshExchange> mesh_;  // agreement headers and small all-reduces
+  // NCCL_NODE_GLOO_ALLREDUCE at construction: every rank of a job has the same environment.
+  AllReduceAlgo forcedAllReduce_ = AllReduceAlgo::Auto;
+  std::string forcedError_;
+  LegacyAllReduces legacy_;
 };
 
 }  // namespace ncclnode

@@ -1,0 +1,153 @@
+// Which of Gloo's algorithms is fastest per collective and size on this host: per
+// size it times, on Gloo called directly from C++ (float32, sum),
+//   all-reduce      new-style gloo::allreduce (ring, bcube) and the legacy classes
+//                   AllreduceRing, AllreduceRingChunked, AllreduceHalvingDoubling,
+//                   AllreduceBcube (constructed once per buffer, as a cache would),
+//                   and AllreduceHalvingDoubling constructed on every call;
+//   all-gather      new-style gloo::allgather and legacy AllgatherRing;
+//   reduce-scatter  the addon's all-to-all plus local reduction and legacy
+//                   ReduceScatterHalvingDoubling.
+//
+//   gloo_algos <rank> <size> <store-dir> [iters=200] [min=64K] [max=64M]
+// prints one JSON object per (collective, algorithm, size), each the median
+// per-call time on rank 0 in microseconds. Sizes are the per-rank input for
+// all-reduce and reduce-scatter, the gathered output for all-gather.
+#include <gloo/allgather.h>
+#include <gloo/allgather_ring.h>
+#include <gloo/allreduce.h>
+#include <gloo/allreduce_bcube.h>
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/math.h>
+#include <gloo/reduce_scatter.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "direct_common.h"
+
+namespace {
+
+constexpr auto kTimeout = std::chrono::minutes(1);
+using Ctx = std::shared_ptr<gloo::Context>;
+
+double timeIt(const Ctx& ctx, int n, const std::function<void()>& call) {
+  for (int i = 0; i < 3; ++i) call();  // warm-up
+  gloo::BarrierOptions b(ctx);
+  gloo::barrier(b);
+  return bench::medianUs(n, call);
+}
+
+void newAllreduce(const Ctx& ctx, float* buf, size_t count, gloo::AllreduceOptions::Algorithm a) {
+  gloo::AllreduceOptions o(ctx);
+  o.setAlgorithm(a);
+  o.setOutput(buf, count);
+  o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+  o.setTimeout(kTimeout);
+  gloo::allreduce(o);
+}
+
+void report(int rank, const char* coll, const char* algo, size_t bytes, double us, int n) {
+  if (rank == 0) std::printf("{\"coll\":\"%s\",\"algo\":\"%s\",\"size\":%zu,\"us\":%.1f,\"iters\":%d}\n", coll, algo, bytes, us, n);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::DirectArgs args;
+  args.minBytes = 64u << 10;
+  if (!bench::parseDirectArgs(argc, argv, &args)) return 2;
+  const int rank = args.rank, P = args.size;
+
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  gloo::rendezvous::FileStore fileStore(args.dir);
+  gloo::rendezvous::PrefixStore store("gloo_algos", fileStore);
+  auto rctx = std::make_shared<gloo::rendezvous::Context>(rank, P);
+  rctx->connectFullMesh(store, device);
+  Ctx ctx = rctx;
+
+  std::vector<float> buf(args.maxBytes / sizeof(float) + P, 1.0f), out(buf.size() + P, 0.0f);
+  for (size_t bytes = args.minBytes; bytes <= args.maxBytes; bytes *= 2) {
+    const int count = static_cast<int>(bytes / sizeof(float));
+    const int n = args.itersFor(bytes);
+    std::vector<float*> ptrs{buf.data()};
+    double us;
+    us = timeIt(ctx, n, [&] { newAllreduce(ctx, buf.data(), count, gloo::AllreduceOptions::Algorithm::RING); });
+    report(rank, "allreduce", "new-ring", bytes, us, n);
+    us = timeIt(ctx, n, [&] { newAllreduce(ctx, buf.data(), count, gloo::AllreduceOptions::Algorithm::BCUBE); });
+    report(rank, "allreduce", "new-bcube", bytes, us, n);
+    {
+      gloo::AllreduceRing<float> a(ctx, ptrs, count);
+      us = timeIt(ctx, n, [&] { a.run(); });
+      report(rank, "allreduce", "legacy-ring", bytes, us, n);
+    }
+    {
+      gloo::AllreduceRingChunked<float> a(ctx, ptrs, count);
+      us = timeIt(ctx, n, [&] { a.run(); });
+      report(rank, "allreduce", "legacy-ring-chunked", bytes, us, n);
+    }
+    {
+      gloo::AllreduceHalvingDoubling<float> a(ctx, ptrs, count);
+      us = timeIt(ctx, n, [&] { a.run(); });
+      report(rank, "allreduce", "legacy-halving-doubling", bytes, us, n);
+    }
+    {
+      gloo::AllreduceBcube<float> a(ctx, ptrs, count);
+      us = timeIt(ctx, n, [&] { a.run(); });
+      report(rank, "allreduce", "legacy-bcube", bytes, us, n);
+    }
+    us = timeIt(ctx, n, [&] {
+      gloo::AllreduceHalvingDoubling<float> a(ctx, ptrs, count);
+      a.run();
+    });
+    report(rank, "allreduce", "legacy-halving-doubling-per-call", bytes, us, n);
+
+    // All-gather: `bytes` is the gathered output.
+    const int per = count / P;
+    us = timeIt(ctx, n, [&] {
+      gloo::AllgatherOptions o(ctx);
+      o.setInput(buf.data(), per);
+      o.setOutput(out.data(), static_cast<size_t>(per) * P);
+      o.setTimeout(kTimeout);
+      gloo::allgather(o);
+    });
+    report(rank, "allgather", "new", bytes, us, n);
+    {
+      std::vector<const float*> in{buf.data()};
+      gloo::AllgatherRing<float> a(ctx, in, out.data(), per);
+      us = timeIt(ctx, n, [&] { a.run(); });
+      report(rank, "allgather", "legacy-ring", bytes, us, n);
+    }
+
+    // Reduce-scatter: `bytes` is the per-rank input, each rank keeps bytes/P.
+    us = timeIt(ctx, n, [&] {
+      gloo::AlltoallOptions o(ctx);
+      o.setInput(buf.data(), static_cast<size_t>(per) * P);
+      o.setOutput(out.data(), static_cast<size_t>(per) * P);
+      o.setTimeout(kTimeout);
+      gloo::alltoall(o);
+      for (int r = 1; r < P; ++r) gloo::sum<float>(out.data(), out.data(), out.data() + r * per, per);
+    });
+    report(rank, "reducescatter", "alltoall-reduce", bytes, us, n);
+    {
+      std::vector<int> recv(P, per);
+      gloo::ReduceScatterHalvingDoubling<float> a(ctx, ptrs, per * P, recv);
+      us = timeIt(ctx, n, [&] { a.run(); });
+      report(rank, "reducescatter", "legacy-halving-doubling", bytes, us, n);
+    }
+  }
+  return 0;
+}
