@@ -19,7 +19,10 @@ await comm.allReduce(buf);
 await comm.allReduce(buf);
 await comm.broadcast(new Float32Array(8), { root: 1 });
 
-const allDumped = () => existsSync(dir) && readdirSync(dir).filter((f) => f.startsWith('nccl-node-trace-rank')).length >= comm.size;
+// Ranks with a finished dump: a dump is written to <name>.tmp and renamed, so a .tmp (of a
+// first dump, or of a later one replacing it) must not count.
+const allDumped = (): boolean => existsSync(dir)
+  && new Set(readdirSync(dir).flatMap((f) => /^nccl-node-trace-rank(\d+)-\d+\.json$/.exec(f)?.[1] ?? [])).size >= comm.size;
 let error: string | null = null;
 let message: string | null = null;
 if (comm.rank !== p.stall) {

@@ -66,7 +66,10 @@ if (world.rank !== p.stall) {
     error = (err as { code?: string }).code ?? String(err);
   }
 }
-const allDumped = () => existsSync(dir) && readdirSync(dir).filter((f) => f.startsWith('nccl-node-trace-rank')).length >= world.size;
+// Ranks with a finished dump: a dump is written to <name>.tmp and renamed, so a .tmp (of a
+// first dump, or of a later one replacing it) must not count.
+const allDumped = (): boolean => existsSync(dir)
+  && new Set(readdirSync(dir).flatMap((f) => /^nccl-node-trace-rank(\d+)-\d+\.json$/.exec(f)?.[1] ?? [])).size >= world.size;
 const deadline = Date.now() + 15_000;
 while (!allDumped() && Date.now() < deadline) await sleep(50);
 writeResult({

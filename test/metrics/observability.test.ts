@@ -84,7 +84,7 @@ describe('one 4-rank TinyLM run with a slow rank, a NaN, a bit flip and a hang',
     // The hang: ranks 0, 1, 3 time out, every rank's record is dumped, trace analyze names rank 2.
     expect(out.map((r) => r.error)).toEqual(['ERR_TIMEOUT', 'ERR_TIMEOUT', null, 'ERR_TIMEOUT']);
     expect(out.every((r) => r.allDumped)).toBe(true);
-    const files = readdirSync(dir).filter((f) => f.startsWith('nccl-node-trace-rank')).map((f) => f.replace(/-\d+\.json$/, '')).sort();
+    const files = readdirSync(dir).filter((f) => /^nccl-node-trace-rank\d+-\d+\.json$/.test(f)).map((f) => f.replace(/-\d+\.json$/, '')).sort();
     expect(files).toEqual([0, 1, 2, 3].map((r) => `nccl-node-trace-rank${r}`));
     const a = JSON.parse(execFileSync(process.execPath, [join(repoRoot, 'bin', 'nccl-node.js'), 'trace', 'analyze', dir, '--json'], { encoding: 'utf8', timeout: 30_000 })) as TraceAnalysis;
     const w = a.comms.find((c) => c.comm === 'world')!;
