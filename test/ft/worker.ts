@@ -13,7 +13,8 @@ import { StoreClient } from '../../src/rendezvous/client.js';
 import { readPayload, report, writeResult } from '../helpers/ranks.js';
 import { pino } from 'pino';
 import { NcclNodeError } from '../../src/errors.js';
-import { flatParams, waitForJoiner } from './worker-util.js';
+import { waitForJoiner } from './worker-util.js';
+import { concat } from '../runtime/helpers.js';
 
 export interface FtPayload {
   cfg: Omit<ElasticTrainConfig, 'beforeStep' | 'afterStep'>;
@@ -82,7 +83,7 @@ try {
       }
     },
   });
-  const flat = flatParams(r.params);
+  const flat = concat(r.params);
   writeResult({ decisions: r.decisions, losses: r.losses, generation: group.generation, rank: group.comm.rank, size: group.comm.size, metrics: await r.ladder.registry.metrics() }, flat);
   await group.close();
 } catch (err) {
