@@ -4,7 +4,8 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <set>
+#include <algorithm>
+#include <vector>
 #include <sstream>
 
 #include "../core/errors.h"
@@ -14,8 +15,10 @@ namespace ncclnode {
 namespace {
 
 std::mutex registryMu;
-std::set<const FlightRecorder*>& registry() {
-  static auto* r = new std::set<const FlightRecorder*>();
+// In creation order, so a dump lists the world before the communicators split from it
+// (ordering by address made that order change from run to run).
+std::vector<const FlightRecorder*>& registry() {
+  static auto* r = new std::vector<const FlightRecorder*>();
   return *r;
 }
 
@@ -46,12 +49,13 @@ FlightRecorder::FlightRecorder(std::string name, int rank, int size) : name_(std
   capacity_ = env && *env ? std::strtoul(env, nullptr, 10) : 2000;
   ring_.resize(capacity_);
   std::lock_guard<std::mutex> lock(registryMu);
-  registry().insert(this);
+  registry().push_back(this);
 }
 
 FlightRecorder::~FlightRecorder() {
   std::lock_guard<std::mutex> lock(registryMu);
-  registry().erase(this);
+  auto& r = registry();
+  r.erase(std::remove(r.begin(), r.end(), this), r.end());
 }
 
 uint64_t FlightRecorder::begin(const Op& op, const char* what) {
