@@ -145,8 +145,10 @@ export class ShardedDataParallelOn<B extends DeviceBuffer | Float32Array, R exte
     await this.#zeroing;
     const u = this.units[index]!;
     const ready = this.#unshard(u);
-    // Queued before this unit's reduce-scatter, so backward's gather is not behind it.
-    if (this.#o.stage === 3 && this.#o.prefetch && prefetch >= 0 && prefetch < this.units.length) void this.#unshard(this.units[prefetch]!);
+    // Queued before this unit's reduce-scatter, so backward's gather is not behind it. Its
+    // failure reaches whoever awaits the unit; after a fault nobody may, and an unhandled
+    // rejection would end the process before the caller can recover.
+    if (this.#o.stage === 3 && this.#o.prefetch && prefetch >= 0 && prefetch < this.units.length) this.#unshard(this.units[prefetch]!).catch(() => {});
     if (backward && !u.grad) {
       const grad = (u.grad = await this.#s.zeros(u.padded));
       this.#grow(grad.byteLength);
@@ -214,6 +216,7 @@ export class ShardedDataParallelOn<B extends DeviceBuffer | Float32Array, R exte
       // Stages 2-3 free the unsharded gradient once its reduce-scatter is done with it.
       const next = this.#reduceScatter(u, grad).finally(() => this.#o.stage >= 2 && this.#s.free(grad));
       u.reduce = prev ? Promise.all([prev, next]).then(() => undefined) : next;
+      u.reduce.catch(() => {}); // finish() sees a failure; a step a fault ended never calls it
       if (this.#o.stage >= 2) {
         this.#grow(-grad.byteLength);
         u.grad = null;
