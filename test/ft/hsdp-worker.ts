@@ -1,7 +1,8 @@
 /**
  * One process of an elastic HSDP run (src/ft/hsdp-train.ts): a founding member, or with
  * FT_ROLE=joiner a restarted rank that waits for the test's signal and joins the group
- * live. The member whose founding rank is `dieRank` SIGKILLs itself before step `dieAt`;
+ * live, or with FT_ROLE=spare a spare that registers at start and takes a lost member's
+ * place in the round that finds it gone. The member whose founding rank is `dieRank` SIGKILLs itself before step `dieAt`;
  * founding rank 0 signals the joiner once `joinAt` steps are committed and waits until it
  * registered, so the replica re-forms exactly at that step boundary. Every process that
  * finishes reports its steps (data-parallel rank and size, slot, sample ids), and writes
@@ -26,11 +27,14 @@ export interface HsdpPayload {
 }
 
 const p = readPayload<HsdpPayload>();
-const joiner = process.env.FT_ROLE === 'joiner';
+const spare = process.env.FT_ROLE === 'spare';
+const joiner = process.env.FT_ROLE === 'joiner' || spare;
 const founding = Number(process.env.RANK);
 const opts = { windowMs: p.windowMs, timeoutMs: p.timeoutMs };
 let group: ElasticGroup;
-if (joiner) {
+if (spare) {
+  group = await ElasticGroup.join({ ...opts, spare: true, admitTimeoutMs: 40_000 });
+} else if (joiner) {
   const store = await StoreClient.connect({ host: '127.0.0.1', port: Number(process.env.MASTER_PORT), token: process.env.NCCL_NODE_TOKEN!, connectTimeoutMs: 30_000 });
   await store.get('test/join-now', { timeoutMs: 60_000 });
   await store.close();

@@ -12,6 +12,10 @@
  * [J, N), each from the previous leg's state. The full gathered parameters must be
  * bit-identical on all four finishing processes and to the reference; every step's
  * sample ids, in data-parallel rank order, must be the loader's global order.
+ *
+ * With a spare registered at start, the round that finds the rank gone admits the
+ * spare into the empty slot at once: the replica never leaves, the spare receives
+ * shard 0, and the run equals a plain 2 x 2 HSDP run that never failed.
  */
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -91,5 +95,34 @@ describe('elastic training: HSDP', () => {
     const byStep = range(0, N).map((s) => all.filter((x) => x.step === s).sort((a, b) => a.dpRank - b.dpRank).flatMap((x) => x.ids));
     expect(byStep.flat()).toEqual(expectedIds(N, cfg.dataSeed, cfg.globalBatch));
     for (let s = 0; s < N; s++) expect(byStep[s], `step ${s}`).toEqual(ref.ids.get(s));
+  }, 90_000);
+
+  it('2 replicas x 2 shards with a spare: the spare fills the lost slot in the same round and the run equals an unbroken 2x2 run', async () => {
+    const cfg = { ...config(await corpus(), N), hsdp: { shard: S } };
+    const rs = await runRanks<{ decisions: { action: string; size: number; transferBytes: number; roundMs: number }[]; slot: number }>('test/ft/hsdp-worker.ts', 5, {
+      payload: { cfg, windowMs: 1500, timeoutMs: 15_000, dieRank: 1, dieAt: K } satisfies HsdpPayload,
+      rankEnv: (r): Record<string, string> => (r === 4 ? { FT_ROLE: 'spare' } : { WORLD_SIZE: '4', LOCAL_WORLD_SIZE: '4' }),
+      timeoutMs: 55_000,
+    });
+    const why = describeRanks(rs);
+    expect(rs[1]!.signal, why).toBe('SIGKILL');
+    const finished = [rs[0]!, rs[2]!, rs[3]!, rs[4]!];
+    for (const r of finished) expect(r.code, why).toBe(0);
+    expect(finished.map((r) => r.result!.slot)).toEqual([0, 2, 3, 1]);
+    const range = (a: number, b: number) => Array.from({ length: b - a }, (_, i) => a + i);
+    for (const r of [rs[0]!, rs[2]!, rs[3]!]) {
+      expect(stepsOf(r).every((x) => x.dpSize === 4)).toBe(true);
+      expect(stepsOf(r).map((x) => x.step)).toEqual(range(0, N));
+      expect(r.result!.decisions.map((d) => [d.action, d.size])).toEqual([['restart-in-place', 4]]);
+    }
+    expect(stepsOf(rs[4]!).map((x) => [x.step, x.dpRank])).toEqual(range(K, N).map((s) => [s, 1]));
+    // Only shard 1 moved: founding rank 3 sent it, the others kept theirs.
+    expect(rs[3]!.result!.decisions[0]!.transferBytes).toBeGreaterThan(0);
+    expect(rs[0]!.result!.decisions[0]!.transferBytes).toBe(0);
+    expect(rs[2]!.result!.decisions[0]!.transferBytes).toBe(0);
+    expect(rs[0]!.result!.decisions[0]!.roundMs).toBeLessThan(500);
+    for (const r of finished.slice(1)) expect(r.arrays).toEqual(rs[0]!.arrays);
+    const ref = await referenceChain(cfg, [{ size: 4, from: 0, to: N }]);
+    expect(Array.from(rs[0]!.arrays!)).toEqual(Array.from(ref.params));
   }, 90_000);
 });
