@@ -17,32 +17,13 @@
  * spare into the empty slot at once: the replica never leaves, the spare receives
  * shard 0, and the run equals a plain 2 x 2 HSDP run that never failed.
  */
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { runRanks, type RankResult } from '../helpers/ranks.js';
 import { config, corpus, describeRanks, expectedIds } from './fixture.js';
+import { hsdpReferenceChain as referenceChain } from './hsdp-fixture.js';
 import type { HsdpPayload } from './hsdp-worker.js';
 
 const K = 2, J = 4, N = 7, S = 2;
-
-/** Plain HSDP legs [{size, from, to}], each from the previous leg's saved shards; the last leg's full parameters. */
-async function referenceChain(cfg: HsdpPayload['cfg'], legs: { size: number; from: number; to: number }[]) {
-  const dir = mkdtempSync(join(tmpdir(), 'nccl-node-hsdp-ref-'));
-  const ids = new Map<number, number[]>();
-  let stateIn: string | undefined;
-  let params: Float32Array | null = null;
-  for (const [i, leg] of legs.entries()) {
-    const stateOut = join(dir, `leg${i}`);
-    const rs = await runRanks('test/ft/hsdp-ref-worker.ts', leg.size, { payload: { cfg, from: leg.from, to: leg.to, stateIn, stateOut }, check: true, timeoutMs: 40_000 });
-    for (const r of rs) for (const rep of r.reports) ids.set(rep.step as number, [...(ids.get(rep.step as number) ?? []), ...(rep.ids as number[])]);
-    for (const r of rs) expect(r.arrays).toEqual(rs[0]!.arrays);
-    params = rs[0]!.arrays;
-    stateIn = stateOut;
-  }
-  return { params: params!, ids };
-}
 
 type Step = { step: number; ids: number[]; gen: number; dpRank: number; dpSize: number; slot: number };
 const stepsOf = (r: RankResult) => r.reports.filter((x) => x.step !== undefined) as unknown as Step[];
@@ -121,6 +102,7 @@ describe('elastic training: HSDP', () => {
     expect(rs[0]!.result!.decisions[0]!.transferBytes).toBe(0);
     expect(rs[2]!.result!.decisions[0]!.transferBytes).toBe(0);
     expect(rs[0]!.result!.decisions[0]!.roundMs).toBeLessThan(500);
+    console.log(`HSDP spare: ${JSON.stringify([rs[0]!, rs[3]!].map((r) => r.result!.decisions[0]))}`);
     for (const r of finished.slice(1)) expect(r.arrays).toEqual(rs[0]!.arrays);
     const ref = await referenceChain(cfg, [{ size: 4, from: 0, to: N }]);
     expect(Array.from(rs[0]!.arrays!)).toEqual(Array.from(ref.params));
