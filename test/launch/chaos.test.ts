@@ -210,7 +210,7 @@ describe.skipIf(!netnsAvailable())('chaos: training under injected faults', () =
         let qdiscs: string[] = [];
         try {
           qdiscs = cluster.rootQdiscs(b);
-          await sleep(2000 + Math.floor(r() * 2000));
+          await sleep(1500 + Math.floor(r() * 1500));
         } finally {
           cluster.unslow(b);
         }
@@ -238,6 +238,8 @@ describe.skipIf(!netnsAvailable())('chaos: training under injected faults', () =
         extra.ends = { host: endHost.signal ?? String(endHost.code), other: endOther.code };
         await waitFor('the store host\'s ranks to end', () => gang.every((p) => !alive(p.pid)), 20_000);
         la = launch(a, flags, env, left());
+        // Node b once the store listens again: its launcher would otherwise back off between connection attempts.
+        await waitFor('the new store host', () => cluster.listenerPid(a, PORT), 20_000);
         lb = launch(b, flags, env, left());
       }
       const next = await waitFor('a step after the fault', () => stepsAfter(healed)[0], 60_000);
