@@ -105,6 +105,7 @@ async function trial(cluster: Cluster, ranks: number, fault: string, restore: st
     }
     return s;
   };
+  const tail = (): string => lines.slice(-25).map((l) => l.text).join('\n');
   const step = (l: Line): number | undefined => { const m = /^\[0\] step (\d+) loss/.exec(l.text); return m ? Number(m[1]) : undefined; };
   const after = (t: number, re: RegExp): Line | undefined => lines.find((l) => l.t >= t && re.test(l.text));
   try {
@@ -117,7 +118,10 @@ async function trial(cluster: Cluster, ranks: number, fault: string, restore: st
     // Steps rank 0 had finished at the fault: what a recovery that resumes earlier computes again.
     const done = Math.max(...lines.filter((l) => l.t <= tf).map((l) => step(l) ?? -1));
     const recomputed = (first: Line): number => Math.max(0, done + 1 - (step(first) ?? done + 1));
-    const notice = /; stopping |missed heartbeats|is gone|attempt \d+ failed|restarting rank/;
+    // A collective timeout (a partition's declaration) is printed by the ranks: where every
+    // rank of a node timed out at once their launcher has no rank left to stop, and without
+    // restarts (full) it prints nothing until the job ends.
+    const notice = /; stopping |missed heartbeats|is gone|attempt \d+ failed|restarting rank|ERR_TIMEOUT/;
     // In-process, a partition is declared by the survivors themselves: their collective times
     // out and they re-form without the cut node's ranks (a generation smaller than the gang).
     const shrink = (l: Line): boolean => inProcess && Number(/^\[0\] formed generation \d+ size (\d+)$/.exec(l.text)?.[1] ?? ranks) < ranks;
@@ -191,6 +195,8 @@ async function trial(cluster: Cluster, ranks: number, fault: string, restore: st
     const said = /restored step \d+ (?:from (\S+)|\(\w+; ranks: ([^)]*)\))/.exec(restored.text);
     const sources = said?.[1] ?? said?.[2]?.split(' ').join(',');
     return { ranks, fault, restore, trial: trialNo, restart, ...cut, ...(sources ? { sources } : {}), totalMs: first.t - tf, recomputed: recomputed(first), phases: ph };
+  } catch (err) {
+    throw new Error(`${ranks} ranks, ${fault}, ${restore}: ${(err as Error).message}; the last lines:\n${tail()}`);
   } finally {
     cluster.killAll();
     cluster.heal();
