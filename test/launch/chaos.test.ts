@@ -87,6 +87,8 @@ async function waitFor<T>(what: string, get: () => T | undefined, timeoutMs: num
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const stepOf = (l: Line): number | undefined => { const m = /^\[0\] step (\d+) loss/.exec(l.text); return m ? Number(m[1]) : undefined; };
 const stepsAfter = (t: number): Array<{ t: number; step: number }> => lines.filter((l) => l.t >= t).flatMap((l) => { const s = stepOf(l); return s === undefined ? [] : [{ t: l.t, step: s }]; });
+/** Rank 0's steps in lines[from, to): exact about a fault's moment, where a timestamp may tie. */
+const stepsIn = (from: number, to = lines.length): number[] => lines.slice(from, to).flatMap((l) => { const s = stepOf(l); return s === undefined ? [] : [s]; });
 const hashIn = (from: number): string | undefined => lines.slice(from).map((l) => /final params sha256 ([0-9a-f]{64})/.exec(l.text)?.[1]).find(Boolean);
 
 function procs(reports: string): Proc[] {
@@ -165,7 +167,9 @@ describe.skipIf(!netnsAvailable())('chaos: training under injected faults', () =
     let lb = launch(b, flags, env, RUN_MS);
 
     interface Fault {
-      kind: Kind; victim: string; pid: number | null; tf: number; healed: number; mark: number; lastBefore: number; committed: number[];
+      kind: Kind; victim: string; pid: number | null; tf: number; healed: number; mark: number; committed: number[];
+      /** The furthest step rank 0 had logged when the fault was injected (the lines before mark). */
+      atFault: number;
       /** slow-link: rank 0's step time (median ms) in the steps before the fault and while slowed; the qdiscs while slowed and after. */
       slowed?: { beforeMs: number | null; slowedMs: number | null; stepsSlowed: number; qdiscs: string[]; after: string[] };
       /** kill-store: how the killed host's launcher and the other one ended. */
@@ -181,12 +185,15 @@ describe.skipIf(!netnsAvailable())('chaos: training under injected faults', () =
       const high = Math.max(-1, ...stepsAfter(t0).filter((s) => s.t < since).map((s) => s.step));
       await waitFor(`step ${high + gap}`, () => stepsAfter(since).find((s) => s.step >= high + gap), 30_000);
       const before = stepsAfter(since);
+      const beforeMark = lines.length;
       const lastBefore = Math.max(...before.map((s) => s.step));
       const committed = await committedSteps(ckpt);
       const live = procs(reports).filter((p) => alive(p.pid));
       const newest = Math.max(...live.map((p) => p.attempt));
       const gang = live.filter((p) => p.attempt === newest).sort((x, y) => x.rank - y.rank);
       const mark = lines.length;
+      // A step may have landed since `before` was taken (the checkpoint listing awaits).
+      const atFault = Math.max(lastBefore, ...stepsIn(beforeMark, mark));
       const tf = Date.now();
       let victim = '';
       let pid: number | null = null;
@@ -214,7 +221,7 @@ describe.skipIf(!netnsAvailable())('chaos: training under injected faults', () =
         } finally {
           cluster.unslow(b);
         }
-        const slowedSteps = stepsAfter(tf).filter((s) => s.t <= Date.now());
+        const slowedSteps = lines.slice(mark).flatMap((l) => { const s = stepOf(l); return s === undefined ? [] : [{ t: l.t, step: s }]; });
         extra.slowed = { beforeMs: stepTime(before), slowedMs: stepTime(slowedSteps), stepsSlowed: slowedSteps.length, qdiscs, after: cluster.rootQdiscs(b) };
       } else {
         // The store lives in the launcher that bound the rendezvous port (src/launch/host.ts): node a's.
@@ -246,7 +253,7 @@ describe.skipIf(!netnsAvailable())('chaos: training under injected faults', () =
       if (kind === 'stop-rank') {
         for (const p of gang) if (alive(p.pid)) try { process.kill(p.pid, 'SIGCONT'); } catch { /* gone */ }
       }
-      faults.push({ kind, victim, pid, tf, healed, mark, lastBefore, committed, ...extra });
+      faults.push({ kind, victim, pid, tf, healed, mark, atFault, committed, ...extra });
       since = next.t;
     }
 
@@ -264,11 +271,11 @@ describe.skipIf(!netnsAvailable())('chaos: training under injected faults', () =
       // A gang restart names its cause; a lost store ends the other launcher with ERR_STORE instead.
       const blamed = window.find((l) => (f.kind === 'kill-store' ? /error \[ERR_STORE\]/ : /attempt \d+ failed/).test(l.text))?.text ?? null;
       return {
-        kind: f.kind, victim: f.victim, atStep: f.lastBefore,
+        kind: f.kind, victim: f.victim, atStep: f.atFault,
         detectMs: detected ? detected.t - f.tf : null,
         recoverMs: first ? first.t - f.tf : null,
         restart: detected !== undefined, resumedAt,
-        recomputed: resumedAt === null ? 0 : f.lastBefore + 1 - resumedAt,
+        recomputed: resumedAt === null ? 0 : f.atFault + 1 - resumedAt,
         committedBefore: f.committed.at(-1) ?? null,
         blamed,
         ...(f.slowed ? { stepMs: { before: f.slowed.beforeMs, slowed: f.slowed.slowedMs }, stepsSlowed: f.slowed.stepsSlowed } : {}),
@@ -295,8 +302,8 @@ describe.skipIf(!netnsAvailable())('chaos: training under injected faults', () =
         if (x.restart) expect(x.resumedAt).toBeGreaterThanOrEqual(x.committedBefore ?? 0);
         else if (x.kind === 'slow-link') {
           expect(f.slowed!.stepsSlowed).toBeGreaterThan(0);
-          const window = stepsAfter(f.tf).filter((s) => s.t < (faults[i + 1]?.tf ?? Infinity)).map((s) => s.step);
-          expect(window).toEqual(window.map((_, k) => f.lastBefore + 1 + k));
+          const window = stepsIn(f.mark, faults[i + 1]?.mark);
+          expect(window).toEqual(window.map((_, k) => f.atFault + 1 + k));
         }
         continue;
       }
