@@ -25,15 +25,17 @@
  * live state transfer). Its phases: detect as above; abort -> rank 0's first step in
  * the shrunk generation ("formed generation"); rendezvous -> rank 0's first step with
  * the group grown back (the new process started, joined, and received the state);
- * restore: none; first step -> rank 0's first step line after it. The fault of a node
- * (kill-node, partition) still takes the gang path there.
+ * restore: none; first step -> rank 0's first step line after it. A killed node still
+ * takes the gang path there; a partition is declared by the survivors themselves (their
+ * timeout, then a smaller generation; abort 0 where that line is the first notice), and
+ * the cut node's ranks rejoin after the heal.
  *
  * A partition cuts node b's link (its switch port down: packets vanish, no resets) and
  * keeps it cut until it is declared: nothing closes a connection, so that is the ranks'
  * collective timeout (--timeout-ms, the ranks' init() timeout; a rank on node a exits
- * with ERR_TIMEOUT and its launcher fails the attempt), or node b's missed heartbeats;
- * then it heals, and node b's launcher, whose connections survived, joins the next round.
- * Detect is therefore about --timeout-ms. If nothing declares it within --timeout-ms +
+ * with ERR_TIMEOUT and its launcher fails the attempt); then it heals, and node b's
+ * launcher, whose connections survived, joins the next round. Detect is therefore about
+ * --timeout-ms. If nothing declares it within --timeout-ms +
  * 15 s the link heals anyway and the row is the stall alone (restart: false).
  *
  * --json writes { machine, stepMs, rows }; with --merge, rows already in that file for
