@@ -8,7 +8,8 @@
  *
  * Faults: `killNode` (SIGKILL everything in the namespace), `partition`/`heal` (the
  * node's switch port down/up: a black hole, no resets), `slow` (tc tbf on both ends of
- * the node's link), `stopRank`/`contRank` (SIGSTOP/SIGCONT one process), `killStoreHost`.
+ * the node's link; `unslow` removes it), `stopRank`/`contRank` (SIGSTOP/SIGCONT one
+ * process), `killStoreHost`; `listenerPid` finds the process that listens on a port.
  *
  * Needs root and iproute2. Names are `ncn<pid>-...`, so namespaces left behind by a run
  * that died are recognised (their pid is gone) and deleted by the next `createCluster`.
@@ -217,9 +218,31 @@ export class Cluster {
     tc(this.switchNs, ['qdisc', 'replace', 'dev', node.port, ...tbf]);
   }
 
-  unslow(node: NetNode): void {
-    tc(node.ns, ['qdisc', 'del', 'dev', node.dev, 'root']);
-    tc(this.switchNs, ['qdisc', 'del', 'dev', node.port, 'root']);
+  /**
+   * Removes what `slow` added (both ends back to the kernel's default qdisc). Without a
+   * node: every node. Quiet where nothing was added, so cleanup paths may always call it.
+   */
+  unslow(node?: NetNode): void {
+    for (const n of node ? [node] : this.nodes) {
+      ip(['netns', 'exec', n.ns, 'tc', 'qdisc', 'del', 'dev', n.dev, 'root'], true);
+      ip(['netns', 'exec', this.switchNs, 'tc', 'qdisc', 'del', 'dev', n.port, 'root'], true);
+    }
+  }
+
+  /** The qdisc kinds at the root of the node's link, its end then the switch's (e.g. ['tbf', 'tbf'] while slowed). */
+  rootQdiscs(node: NetNode): string[] {
+    const kind = (ns: string, dev: string): string => {
+      const j = JSON.parse(ip(['netns', 'exec', ns, 'tc', '-j', 'qdisc', 'show', 'dev', dev, 'root'])) as Array<{ kind: string }>;
+      return j[0]?.kind ?? 'none';
+    };
+    return [kind(node.ns, node.dev), kind(this.switchNs, node.port)];
+  }
+
+  /** The pid of the process listening on TCP `port` inside `node` (ss), or undefined if none. */
+  listenerPid(node: NetNode, port: number): number | undefined {
+    const out = ip(['netns', 'exec', node.ns, 'ss', '-Hltnp', `sport = :${port}`], true);
+    const m = /pid=(\d+)/.exec(out);
+    return m ? Number(m[1]) : undefined;
   }
 
   /** Freezes one process (a hung rank) until contRank. */
@@ -238,7 +261,7 @@ export class Cluster {
     this.spawned.clear();
   }
 
-  /** Kills every process in the cluster and deletes its namespaces (idempotent, synchronous). */
+  /** Kills every process in the cluster and deletes its namespaces, their links and qdiscs with them (idempotent, synchronous). */
   destroy(): void {
     if (this.destroyed) return;
     this.destroyed = true;

@@ -5,12 +5,17 @@
  * --heartbeat-interval 0.25`, one launcher per network namespace, while a seeded
  * schedule injects faults of every kind: a rank SIGKILLed, a rank SIGSTOPped (only the
  * heartbeats can tell), the whole second node SIGKILLed (its launcher is then started
- * again, as a scheduler would), the second node's link cut for a few seconds and healed.
+ * again, as a scheduler would), the second node's link cut for a few seconds and healed,
+ * the second node's link slowed (tc tbf) for a few seconds and restored, and the
+ * launcher that hosts the rendezvous store SIGKILLed (the other launcher then ends with
+ * ERR_STORE, and the job is started again on both nodes, as a scheduler would).
  * Asserted: the run completes; its final parameters are bit-identical to an
  * uninterrupted run of the same config (same world size and seed, one node, computed
  * here); every committed checkpoint verifies; every restart resumes from the newest
- * checkpoint committed before its fault (none lost). Printed per fault: detection time,
- * recovery time, steps recomputed; and the effective training time.
+ * checkpoint committed before its fault (none lost); a slowed link either keeps training
+ * (no restart, steps done while slowed) or, if a timeout fires, recovers like a fault.
+ * Printed per fault: detection time, recovery time, steps recomputed (for a slowed link
+ * also the step time before and while slowed); and the effective training time.
  * CHAOS_SEED replays a schedule; CHAOS_ROUNDS faults of each kind (default 2).
  */
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -29,11 +34,16 @@ const FIXTURE = 'test/launch/fixtures/chaos-train.mts';
 const PORT = 29500;
 const SEED = Number(process.env.CHAOS_SEED ?? Math.floor(Math.random() * 2 ** 31));
 const ROUNDS = Number(process.env.CHAOS_ROUNDS ?? '2');
-const KINDS = ['kill-rank', 'stop-rank', 'kill-node', 'partition'] as const;
+const KINDS = ['kill-rank', 'stop-rank', 'kill-node', 'partition', 'slow-link', 'kill-store'] as const;
 type Kind = (typeof KINDS)[number];
 const STEP_MS = 40;
 const CKPT_EVERY = 4;
-const STEPS = 30 + ROUNDS * KINDS.length * 14;
+// A fault moves the furthest step on by at most ~8 (its gap of 3-7 and one in flight): 10 each leaves room.
+const STEPS = 30 + ROUNDS * KINDS.length * 10;
+/** The slowed link's rate: an all-reduce step's bytes take several times the 40 ms step over it. */
+const SLOW_RATE = '2mbit';
+/** How long the launchers of the faulted run may take in all. */
+const RUN_MS = 160_000;
 
 /** A seeded generator, so a schedule replays from its seed. */
 const rng = mulberry32;
@@ -77,6 +87,8 @@ async function waitFor<T>(what: string, get: () => T | undefined, timeoutMs: num
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const stepOf = (l: Line): number | undefined => { const m = /^\[0\] step (\d+) loss/.exec(l.text); return m ? Number(m[1]) : undefined; };
 const stepsAfter = (t: number): Array<{ t: number; step: number }> => lines.filter((l) => l.t >= t).flatMap((l) => { const s = stepOf(l); return s === undefined ? [] : [{ t: l.t, step: s }]; });
+/** Rank 0's steps in lines[from, to): exact about a fault's moment, where a timestamp may tie. */
+const stepsIn = (from: number, to = lines.length): number[] => lines.slice(from, to).flatMap((l) => { const s = stepOf(l); return s === undefined ? [] : [s]; });
 const hashIn = (from: number): string | undefined => lines.slice(from).map((l) => /final params sha256 ([0-9a-f]{64})/.exec(l.text)?.[1]).find(Boolean);
 
 function procs(reports: string): Proc[] {
@@ -91,6 +103,21 @@ function alive(pid: number): boolean {
     return false;
   }
 }
+
+/** `p`, or an error naming `what` after `ms`. */
+async function within<T>(what: string, p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), ms)));
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+const median = (xs: number[]): number | null => (xs.length ? [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]! : null);
+/** The median time between consecutive step lines of `steps` (ms), null with fewer than two. */
+const stepTime = (steps: Array<{ t: number }>): number | null => median(steps.slice(1).map((s, i) => s.t - steps[i]!.t));
 
 async function committedSteps(dir: string): Promise<number[]> {
   return (await listCheckpoints(dir)).filter((e) => e.committed).map((e) => e.step);
@@ -135,12 +162,21 @@ describe.skipIf(!netnsAvailable())('chaos: training under injected faults', () =
     const env = { ...base, CHAOS_CKPT_DIR: ckpt, CHAOS_CKPT_EVERY: String(CKPT_EVERY) };
     const from = lines.length;
     const t0 = Date.now();
-    const la = launch(a, flags, env, 110_000);
-    let lb = launch(b, flags, env, 110_000);
-    const nodeB: Spawned[] = [lb];
+    const left = (): number => Math.max(10_000, RUN_MS - (Date.now() - t0));
+    let la = launch(a, flags, env, RUN_MS);
+    let lb = launch(b, flags, env, RUN_MS);
 
-    const faults: Array<{ kind: Kind; victim: string; pid: number | null; tf: number; healed: number; mark: number; lastBefore: number; committed: number[] }> = [];
-    const notice = (l: Line): boolean => /attempt \d+ failed|ERR_PEER_LOST|missed heartbeats|is gone/.test(l.text);
+    interface Fault {
+      kind: Kind; victim: string; pid: number | null; tf: number; healed: number; mark: number; committed: number[];
+      /** The furthest step rank 0 had logged when the fault was injected (the lines before mark). */
+      atFault: number;
+      /** slow-link: rank 0's step time (median ms) in the steps before the fault and while slowed; the qdiscs while slowed and after. */
+      slowed?: { beforeMs: number | null; slowedMs: number | null; stepsSlowed: number; qdiscs: string[]; after: string[] };
+      /** kill-store: how the killed host's launcher and the other one ended. */
+      ends?: { host: string; other: number | null };
+    }
+    const faults: Fault[] = [];
+    const notice = (l: Line): boolean => /attempt \d+ failed|ERR_PEER_LOST|missed heartbeats|is gone|lost the job's store/.test(l.text);
     let since = t0;
     for (const kind of schedule) {
       // Faults land mid-run, a few new steps past the furthest step so far, so the run moves on.
@@ -148,15 +184,20 @@ describe.skipIf(!netnsAvailable())('chaos: training under injected faults', () =
       const gap = 3 + Math.floor(r() * 5);
       const high = Math.max(-1, ...stepsAfter(t0).filter((s) => s.t < since).map((s) => s.step));
       await waitFor(`step ${high + gap}`, () => stepsAfter(since).find((s) => s.step >= high + gap), 30_000);
-      const lastBefore = Math.max(...stepsAfter(since).map((s) => s.step));
+      const before = stepsAfter(since);
+      const beforeMark = lines.length;
+      const lastBefore = Math.max(...before.map((s) => s.step));
       const committed = await committedSteps(ckpt);
       const live = procs(reports).filter((p) => alive(p.pid));
       const newest = Math.max(...live.map((p) => p.attempt));
       const gang = live.filter((p) => p.attempt === newest).sort((x, y) => x.rank - y.rank);
       const mark = lines.length;
+      // A step may have landed since `before` was taken (the checkpoint listing awaits).
+      const atFault = Math.max(lastBefore, ...stepsIn(beforeMark, mark));
       const tf = Date.now();
       let victim = '';
       let pid: number | null = null;
+      const extra: Pick<Fault, 'slowed' | 'ends'> = {};
       if (kind === 'kill-rank' || kind === 'stop-rank') {
         const p = gang[Math.floor(r() * gang.length)]!;
         victim = `rank ${p.rank} pid ${p.pid} on ${p.host}`;
@@ -165,24 +206,54 @@ describe.skipIf(!netnsAvailable())('chaos: training under injected faults', () =
       } else if (kind === 'kill-node') {
         victim = b.hostname;
         cluster.killNode(b);
-      } else {
+      } else if (kind === 'partition') {
         victim = b.hostname;
         cluster.partition(b);
         await sleep(2000 + Math.floor(r() * 2000));
         cluster.heal(b);
+      } else if (kind === 'slow-link') {
+        victim = `${b.hostname} at ${SLOW_RATE}`;
+        cluster.slow(b, SLOW_RATE);
+        let qdiscs: string[] = [];
+        try {
+          qdiscs = cluster.rootQdiscs(b);
+          await sleep(1500 + Math.floor(r() * 1500));
+        } finally {
+          cluster.unslow(b);
+        }
+        const slowedSteps = lines.slice(mark).flatMap((l) => { const s = stepOf(l); return s === undefined ? [] : [{ t: l.t, step: s }]; });
+        extra.slowed = { beforeMs: stepTime(before), slowedMs: stepTime(slowedSteps), stepsSlowed: slowedSteps.length, qdiscs, after: cluster.rootQdiscs(b) };
+      } else {
+        // The store lives in the launcher that bound the rendezvous port (src/launch/host.ts): node a's.
+        const host = cluster.listenerPid(a, PORT);
+        expect(host, 'the store host is the launcher started on node a').toBe(la.child.pid);
+        victim = `store host pid ${host} on ${a.hostname}`;
+        pid = host!;
+        process.kill(host!, 'SIGKILL');
       }
       const healed = Date.now();
       if (kind === 'kill-node') {
         // The operator notices the node's launcher died and starts it again.
         await waitFor('the failure noticed on node a', () => lines.slice(mark).find(notice), 20_000);
-        lb = launch(b, flags, env, Math.max(10_000, 110_000 - (Date.now() - t0)));
-        nodeB.push(lb);
+        lb = launch(b, flags, env, left());
+      }
+      if (kind === 'kill-store') {
+        // The other launcher cannot go on without the store: it stops its ranks and ends
+        // with ERR_STORE; the host's ranks end with their launcher (the orphan guard). A
+        // scheduler then starts the job again on both nodes; it resumes from the checkpoint.
+        const [endHost, endOther] = await within('both launchers to end after the store host was killed', Promise.all([la.done, lb.done]), 20_000);
+        extra.ends = { host: endHost.signal ?? String(endHost.code), other: endOther.code };
+        await waitFor('the store host\'s ranks to end', () => gang.every((p) => !alive(p.pid)), 20_000);
+        la = launch(a, flags, env, left());
+        // Node b once the store listens again: its launcher would otherwise back off between connection attempts.
+        await waitFor('the new store host', () => cluster.listenerPid(a, PORT), 20_000);
+        lb = launch(b, flags, env, left());
       }
       const next = await waitFor('a step after the fault', () => stepsAfter(healed)[0], 60_000);
       if (kind === 'stop-rank') {
         for (const p of gang) if (alive(p.pid)) try { process.kill(p.pid, 'SIGCONT'); } catch { /* gone */ }
       }
-      faults.push({ kind, victim, pid, tf, healed, mark, lastBefore, committed });
+      faults.push({ kind, victim, pid, tf, healed, mark, atFault, committed, ...extra });
       since = next.t;
     }
 
@@ -197,15 +268,18 @@ describe.skipIf(!netnsAvailable())('chaos: training under injected faults', () =
       const first = window.find((l) => stepOf(l) !== undefined && l.t > (detected ? detected.t : f.healed));
       const resumeLine = window.map((l) => /resumed from .* at step (\d+)/.exec(l.text)).find(Boolean);
       const resumedAt = detected ? (resumeLine ? Number(resumeLine[1]) : 0) : null;
-      const blamed = window.find((l) => /attempt \d+ failed/.test(l.text))?.text ?? null;
+      // A gang restart names its cause; a lost store ends the other launcher with ERR_STORE instead.
+      const blamed = window.find((l) => (f.kind === 'kill-store' ? /error \[ERR_STORE\]/ : /attempt \d+ failed/).test(l.text))?.text ?? null;
       return {
-        kind: f.kind, victim: f.victim, atStep: f.lastBefore,
+        kind: f.kind, victim: f.victim, atStep: f.atFault,
         detectMs: detected ? detected.t - f.tf : null,
         recoverMs: first ? first.t - f.tf : null,
         restart: detected !== undefined, resumedAt,
-        recomputed: resumedAt === null ? 0 : f.lastBefore + 1 - resumedAt,
+        recomputed: resumedAt === null ? 0 : f.atFault + 1 - resumedAt,
         committedBefore: f.committed.at(-1) ?? null,
         blamed,
+        ...(f.slowed ? { stepMs: { before: f.slowed.beforeMs, slowed: f.slowed.slowedMs }, stepsSlowed: f.slowed.stepsSlowed } : {}),
+        ...(f.ends ? { ends: f.ends } : {}),
       };
     });
     for (const x of results) console.log(`chaos fault ${JSON.stringify(x)}`);
@@ -216,13 +290,32 @@ describe.skipIf(!netnsAvailable())('chaos: training under injected faults', () =
     expect({ a: endA.code, b: endB.code }, lines.slice(-60).map((l) => `${l.node}: ${l.text}`).join('\n')).toEqual({ a: 0, b: 0 });
     expect(results).toHaveLength(schedule.length);
     for (const [i, x] of results.entries()) {
-      if (x.kind === 'partition') continue; // a short cut may heal before anything notices (TCP retransmits)
-      // Every process or node fault restarts the gang, blaming the right process or node, and
-      // resumes from the newest checkpoint committed before the fault, or a later one: none lost.
+      const f = faults[i]!;
+      if (f.slowed) {
+        // tbf on both ends while slowed, gone after.
+        expect({ slowed: f.slowed.qdiscs, after: f.slowed.after }).toEqual({ slowed: ['tbf', 'tbf'], after: [expect.not.stringMatching(/^tbf$/), expect.not.stringMatching(/^tbf$/)] });
+      }
+      if (x.kind === 'partition' || x.kind === 'slow-link') {
+        // A short cut may heal before anything notices (TCP retransmits), and a slow link is
+        // no failure: training went on through it (steps done while slowed, none done again).
+        // Where a timeout fired all the same, it is a restart like any other: nothing lost.
+        if (x.restart) expect(x.resumedAt).toBeGreaterThanOrEqual(x.committedBefore ?? 0);
+        else if (x.kind === 'slow-link') {
+          expect(f.slowed!.stepsSlowed).toBeGreaterThan(0);
+          const window = stepsIn(f.mark, faults[i + 1]?.mark);
+          expect(window).toEqual(window.map((_, k) => f.atFault + 1 + k));
+        }
+        continue;
+      }
+      // Every process, node or store fault restarts the gang (a lost store: the whole job),
+      // blaming the right process or node, and resumes from the newest checkpoint committed
+      // before the fault, or a later one: none lost.
       expect(x.restart).toBe(true);
       expect(x.resumedAt).toBeGreaterThanOrEqual(x.committedBefore ?? 0);
-      const f = faults[i]!;
-      expect(x.blamed).toContain(f.pid !== null ? `(pid ${f.pid})` : `(${f.victim})`);
+      if (x.kind === 'kill-store') {
+        expect(f.ends).toEqual({ host: 'SIGKILL', other: 1 });
+        expect(x.blamed).toContain(`lost the job's store at ${a.addr}:${PORT}`);
+      } else expect(x.blamed).toContain(f.pid !== null ? `(pid ${f.pid})` : `(${f.victim})`);
     }
     expect(hashIn(from)).toBe(refHash);
     expect(steps.at(-1)!.step).toBe(STEPS - 1);
@@ -235,5 +328,5 @@ describe.skipIf(!netnsAvailable())('chaos: training under injected faults', () =
       const v = await verify(e.dir);
       expect({ dir: e.dir, problems: v.problems }).toEqual({ dir: e.dir, problems: [] });
     }
-  }, 180_000);
+  }, 240_000);
 });
