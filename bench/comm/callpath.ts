@@ -49,7 +49,7 @@ async function rankMain(): Promise<void> {
     // Large calls: fewer of them, the run stays a few seconds.
     const iters = bytes <= 4096 ? ITERS : Math.max(20, Math.floor(ITERS / 30));
     const queue = bytes <= 4096 ? QUEUE : Math.max(4, Math.floor(QUEUE / 4));
-    for (let i = 0; i < 50; i++) await comm.allReduce(buf); // warm-up (JIT, connections)
+    for (let i = 0; i < (bytes <= 4096 ? 3000 : 20); i++) await comm.allReduce(buf); // warm-up (JIT, connections)
     await comm.barrier();
     const t = new Float64Array(iters);
     for (let i = 0; i < iters; i++) {
