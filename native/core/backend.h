@@ -55,6 +55,18 @@ class Backend {
   // started anything. Must not throw: a failure is kept in op.prepostError for run().
   virtual bool prepost(Op& op) { return false; }
 
+  // Whether `op` may run to completion on the submitting (JS) thread, when nothing of
+  // this communicator is queued or unsettled: a group of one rank (no peer to wait
+  // for, nothing that can hang), host memory only, outside any group, on a backend
+  // whose launch() completes what it runs (the default one). The engine then settles
+  // the op before submit() returns, without the round trip through the worker thread
+  // and the thread-safe function. A backend that keeps ops in flight, or needs its
+  // own thread for them (a current device), answers false.
+  virtual bool completesOnCaller(const Op& op) const {
+    return size() == 1 && op.send.mem == MemKind::Host && op.recv.mem == MemKind::Host &&
+           op.group == Op::Group::None;
+  }
+
   // Makes a new backend for the ranks sharing `color`, ordered by (key, rank).
   // Collective over this backend's group. Returns null for a negative color.
   virtual std::unique_ptr<Backend> split(int color, int key, std::chrono::milliseconds timeout) = 0;

@@ -222,13 +222,10 @@ Napi::Value CommWrap::submit(const Napi::CallbackInfo& info, OpKind kind) {
     const bool isRoot = op.root == rank_;
     const bool hasSend = !info[3].IsUndefined() && !info[3].IsNull();
     const bool hasRecv = !info[4].IsUndefined() && !info[4].IsNull();
-    if (hasSend) {
-      op.send = viewOf(info[3], kind == OpKind::Send || kind == OpKind::Recv ? "buffer" : "send buffer");
-      p->sendRef = Napi::Persistent(info[3]);
-    }
-    if (hasRecv && !(hasSend && info[4].StrictEquals(info[3]))) {
+    const bool ownRecv = hasRecv && !(hasSend && info[4].StrictEquals(info[3]));
+    if (hasSend) op.send = viewOf(info[3], kind == OpKind::Send || kind == OpKind::Recv ? "buffer" : "send buffer");
+    if (ownRecv) {
       op.recv = viewOf(info[4], kind == OpKind::Send || kind == OpKind::Recv ? "buffer" : "receive buffer");
-      p->recvRef = Napi::Persistent(info[4]);
     } else if (hasRecv) {
       op.recv = op.send;
     }
@@ -274,6 +271,11 @@ Napi::Value CommWrap::submit(const Napi::CallbackInfo& info, OpKind kind) {
     }
     p->deferred.emplace(Napi::Promise::Deferred::New(env));
     p->owner = Napi::Persistent(Value());
+    // Completed before this returns: the caller's arguments keep the buffers alive
+    // and nothing can detach them meanwhile.
+    if (engine_->runsOnCaller(op)) return engine_->runOnCaller(env, std::move(p));
+    if (hasSend) p->sendRef = Napi::Persistent(info[3]);
+    if (ownRecv) p->recvRef = Napi::Persistent(info[4]);
     return engine_->submit(env, std::move(p));
   }
 }

@@ -1,5 +1,7 @@
 #include "engine.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "buffers.h"
@@ -11,6 +13,8 @@ Engine::Engine(Napi::Env env, std::unique_ptr<Backend> backend, SplitFactory spl
     : backend_(std::move(backend)), name_(backend_->name()), version_(backend_->version()),
       rank_(backend_->rank()), size_(backend_->size()),
       splitFactory_(splitFactory) {
+  const char* onCaller = std::getenv("NCCL_NODE_INLINE_COMPLETION");
+  onCaller_ = onCaller == nullptr || std::strcmp(onCaller, "0") != 0;
   tsfn_ = Tsfn::New(env, "nccl-node-engine", 0, 1, this);
   tsfn_.Unref(env);  // an idle communicator keeps nothing alive
   backend_->setCompletion([this](Op& op) { completeLater(op); });
@@ -21,7 +25,7 @@ Engine::~Engine() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     stop_ = true;
-    cv_.wait(lock, [this] { return concurrent_ == 0; });
+    idle_.wait(lock, [this] { return concurrent_ == 0; });
   }
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
@@ -31,6 +35,33 @@ Engine::~Engine() {
 Napi::Promise Engine::submit(Napi::Env env, std::unique_ptr<Pending> p) {
   auto promise = p->deferred->Promise();
   submitRejected(env, std::move(p));
+  return promise;
+}
+
+// Above this many bytes an op goes to the worker even when it could run here: the
+// copy (an out-of-place op) would hold up the JS thread longer than the hand-off costs.
+constexpr size_t kOnCallerBytes = 64 * 1024;
+
+bool Engine::runsOnCaller(const Op& op) const {
+  return onCaller_ && inFlight_ == 0 && backend_ && !aborted_ && !destroyed_ && op.kind != OpKind::Split &&
+         !op.rejected && op.count * elementSize(op.dtype) <= kOnCallerBytes && !backend_->concurrent(op) &&
+         backend_->completesOnCaller(op);
+}
+
+Napi::Promise Engine::runOnCaller(Napi::Env env, std::unique_ptr<Pending> p) {
+  auto promise = p->deferred->Promise();
+  Op& op = *p->op;
+  op.enqueued = std::chrono::steady_clock::now();
+  op.owner = p.get();
+  ++inFlight_;
+  if (execute(*p)) {
+    // A backend that kept the op in flight after all: it settles through the
+    // thread-safe function like any other (p is the backend's until then).
+    p.release();
+    if (inFlight_ == 1 && !aborted_) tsfn_.Ref(env);
+    return promise;
+  }
+  settleOnJs(env, p.release());
   return promise;
 }
 
@@ -141,8 +172,9 @@ void Engine::runConcurrently(Pending* p) {
 
 void Engine::leaveConcurrent() {
   std::lock_guard<std::mutex> lock(mu_);
-  --concurrent_;
-  cv_.notify_all();  // under the lock: the engine may be destroyed right after
+  // Only the waits for concurrent_ == 0 listen here: a notify on cv_ would wake the
+  // idle worker (a context switch) for every op that runs on the JS thread.
+  if (--concurrent_ == 0) idle_.notify_all();  // under the lock: the engine may be destroyed right after
 }
 
 // Called by the backend's own thread for an op launch() kept in flight.
@@ -163,7 +195,7 @@ bool Engine::execute(Pending& p) {
     if (p.destroy) {
       // Everything queued before has run; wait for point-to-point stragglers.
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return concurrent_ == 0; });
+      idle_.wait(lock, [this] { return concurrent_ == 0; });
     } else if (aborted_) {
       throw Error(Code::CommAborted, "the communicator was aborted");
     } else if (backend_->broken() && !p.connect && !(op.shrink && op.shrinkAbort)) {

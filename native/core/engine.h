@@ -41,6 +41,12 @@ class Engine {
 
   // JS thread only.
   Napi::Promise submit(Napi::Env env, std::unique_ptr<Pending> p);
+  // Whether submit() may run `op` on this thread and settle it at once: nothing of
+  // this communicator queued or unsettled (so settlement stays in issue order and
+  // the worker is idle), and an op the backend completes there (Backend::completesOnCaller).
+  bool runsOnCaller(const Op& op) const;
+  // Runs p on this thread; its promise is settled when this returns.
+  Napi::Promise runOnCaller(Napi::Env env, std::unique_ptr<Pending> p);
   // Queues the stand-in of a call this rank rejected (Op::rejected); nothing to await.
   void submitRejected(Napi::Env env, std::unique_ptr<Pending> p);
   void abort(Napi::Env env);
@@ -79,10 +85,13 @@ class Engine {
   Tsfn tsfn_;
   std::thread worker_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;    // the worker: an op queued, or stop_
+  std::condition_variable idle_;  // concurrent_ dropped to 0
   std::deque<Pending*> queue_;
   bool stop_ = false;
   bool busy_ = false;  // under mu_: the worker is running an operation
+  // NCCL_NODE_INLINE_COMPLETION=0 sends every op through the worker (for comparison).
+  bool onCaller_ = true;
   std::atomic<bool> aborted_{false};
   std::atomic<bool> finished_{false};
   bool destroyed_ = false;

@@ -62,6 +62,8 @@ class NcclBackend : public Backend {
   void connect(std::chrono::milliseconds timeout) override;
   void run(Op& op) override;
   bool launch(Op& op) override;
+  // Every op goes through the launcher: it holds the device and NCCL's group state.
+  bool completesOnCaller(const Op&) const override { return false; }
   std::unique_ptr<Backend> split(int color, int key, std::chrono::milliseconds timeout) override;
   bool supportsShrink() const override;
   std::unique_ptr<Backend> shrink(const std::vector<int>& exclude, bool abortParent,
