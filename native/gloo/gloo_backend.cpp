@@ -76,10 +76,13 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
     ctx->setTimeout(timeout);
     GlooStore store(store_, cfg_.prefix, timeout);
     ctx->connectFullMesh(store, device_);
-    std::lock_guard<std::mutex> lock(ctxMu_);
-    if (aborted_) throw Error(Code::CommAborted, "communicator was aborted while connecting");
-    mesh_ = std::make_unique<MeshExchange>(ctx);
-    ctx_ = ctx;
+    {
+      std::lock_guard<std::mutex> lock(ctxMu_);
+      if (aborted_) throw Error(Code::CommAborted, "communicator was aborted while connecting");
+      mesh_ = std::make_unique<MeshExchange>(ctx);
+      ctx_ = ctx;
+    }
+    setupShm(timeout);
   } catch (const Error&) {
     broken_ = true;
     throw;
@@ -96,6 +99,24 @@ void GlooBackend::abort() {
   {
     std::lock_guard<std::mutex> lock(ctxMu_);
     ctx = ctx_;
+  }
+  if (shm_ && shm_->seg) shm_->seg->poison(Code::CommAborted);
+  std::shared_ptr<gloo::Context> leaders;
+  {
+    std::lock_guard<std::mutex> lock(ctxMu_);
+    leaders = leaders_;
+  }
+  if (leaders) {
+    for (int r = 0; r < leaders->size; ++r) {
+      if (r == leaders->rank) continue;
+      try {
+        auto& pair = leaders->getPair(r);
+        if (!pair) continue;
+        pair->close();
+        pair->setSync(true, false);
+      } catch (...) {
+      }
+    }
   }
   if (!ctx) return;
   // Closing every pair makes the peers see their connections drop. Closing alone does
@@ -170,6 +191,10 @@ void GlooBackend::run(Op& op) {
     const bool inPlace = op.send.data == op.recv.data;
     switch (op.kind) {
       case OpKind::AllReduce:
+        if (usesShm(op)) {
+          shmAllReduce(op);
+          break;
+        }
         allReduce(op);
         break;
       case OpKind::Broadcast:
