@@ -38,7 +38,7 @@ Napi::Value CreateGloo(const Napi::CallbackInfo& info) {
   });
 }
 
-// glooShmStats() -> {segments, allReduces, twoLevel, bytes, fallbacks}: this
+// glooShmStats() -> {segments, allReduces, twoLevel, bytes, fallbacks, lastSegment}: this
 // process's use of the shared-memory path, counted since it loaded the addon.
 Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -49,6 +49,8 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
   o.Set("twoLevel", static_cast<double>(s.twoLevel.load()));
   o.Set("bytes", static_cast<double>(s.bytes.load()));
   o.Set("fallbacks", static_cast<double>(s.fallbacks.load()));
+  std::lock_guard<std::mutex> lock(s.mu);
+  o.Set("lastSegment", s.lastSegment);
   return o;
 }
 

@@ -189,7 +189,11 @@ void GlooBackend::setupShm(std::chrono::milliseconds timeout) {
     logFallbackOnce(why.empty() ? "a segment could not be set up on another rank's host" : why);
     return;  // the segment, if any, is unmapped (and its name removed) here
   }
-  if (group->seg) shm::stats().segments++;
+  if (group->seg) {
+    shm::stats().segments++;
+    std::lock_guard<std::mutex> lock(shm::stats().mu);
+    shm::stats().lastSegment = group->seg->name();
+  }
   if (hosts > 1 && group->localRank == 0) {
     auto ctx = std::make_shared<gloo::rendezvous::Context>(hostOf[cfg_.rank], hosts);
     ctx->setTimeout(timeout);

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <string>
 
 #include "../core/dtype.h"
 #include "shm_segment.h"
@@ -44,6 +46,8 @@ struct Stats {
   std::atomic<uint64_t> twoLevel{0};   // of which joined hosts through leaders
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> fallbacks{0};  // communicators that wanted the path and fell back to TCP
+  std::mutex mu;
+  std::string lastSegment;  // name of the last segment this process created or attached
 };
 Stats& stats();
 
