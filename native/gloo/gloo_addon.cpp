@@ -38,7 +38,8 @@ Napi::Value CreateGloo(const Napi::CallbackInfo& info) {
   });
 }
 
-// glooShmStats() -> {segments, allReduces, twoLevel, bytes, fallbacks, lastSegment}: this
+// glooShmStats() -> {segments, allReduces, twoLevel, allGathers,
+// reduceScatters, bytes, fallbacks, lastSegment}: this
 // process's use of the shared-memory path, counted since it loaded the addon.
 Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -47,6 +48,8 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
   o.Set("segments", static_cast<double>(s.segments.load()));
   o.Set("allReduces", static_cast<double>(s.allReduces.load()));
   o.Set("twoLevel", static_cast<double>(s.twoLevel.load()));
+  o.Set("allGathers", static_cast<double>(s.allGathers.load()));
+  o.Set("reduceScatters", static_cast<double>(s.reduceScatters.load()));
   o.Set("bytes", static_cast<double>(s.bytes.load()));
   o.Set("fallbacks", static_cast<double>(s.fallbacks.load()));
   std::lock_guard<std::mutex> lock(s.mu);

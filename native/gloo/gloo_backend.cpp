@@ -228,6 +228,10 @@ void GlooBackend::run(Op& op) {
         });
         break;
       case OpKind::AllGather:
+        if (shmSingleHost()) {
+          shmAllGather(op);
+          break;
+        }
         withWidth(width, [&](auto t) {
           using T = decltype(t);
           gloo::AllgatherOptions o(ctx_);
@@ -238,6 +242,10 @@ void GlooBackend::run(Op& op) {
         });
         break;
       case OpKind::ReduceScatter:
+        if (shmSingleHost()) {
+          shmReduceScatter(op);
+          break;
+        }
         reduceScatter(op);
         break;
       case OpKind::AllToAll:

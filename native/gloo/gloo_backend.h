@@ -72,6 +72,11 @@ class GlooBackend : public Backend {
   void setupShm(std::chrono::milliseconds timeout);
   bool usesShm(const Op& op) const;
   void shmAllReduce(Op& op);
+  bool shmSingleHost() const { return shm_ && shm_->hosts == 1; }
+  void shmAllGather(Op& op);
+  void shmReduceScatter(Op& op);
+  void shmFailed();
+  bool shmAgree(const Op& op);
 
   GlooConfig cfg_;
   std::shared_ptr<StoreClient> store_;

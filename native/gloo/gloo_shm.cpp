@@ -227,11 +227,82 @@ void GlooBackend::shmAllReduce(Op& op) {
   try {
     shm::allReduce(*shm_, op.send.data, op.recv.data, op.count, op.dtype, op.redop, op.timeout, &aborted_, inter);
   } catch (...) {
-    // The other ranks of this host wake on the poisoned segment, the other hosts'
-    // leaders on their closed connections: nobody waits for the deadline.
-    broken_ = true;
-    if (shm_->seg) shm_->seg->poison(Code::PeerLost);
-    closePairs(leaders_);
+    shmFailed();
+    throw;
+  }
+  if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
+}
+
+// The other ranks of this host wake on the poisoned segment, the other hosts'
+// leaders on their closed connections: nobody waits for the deadline.
+void GlooBackend::shmFailed() {
+  broken_ = true;
+  if (shm_->seg) shm_->seg->poison(Code::PeerLost);
+  closePairs(leaders_);
+}
+
+// The agreement round through the segment on a single host, carrying small
+// all-reduces as the TCP mesh round does (gloo_agreement.cpp), reduced in rank order.
+bool GlooBackend::shmAgree(const Op& op) {
+  constexpr size_t kSmall = 32 * 1024;
+  const Fingerprint mine = fingerprintOf(op);
+  const size_t cap = shm_->chunkBytes - sizeof mine;
+  const size_t width = elementSize(op.dtype);
+  const bool small = op.kind == OpKind::AllReduce && !op.rejected && forcedAllReduce_ == AllReduceAlgo::Auto &&
+                     op.count > 0 && op.count * width <= std::min(cap, kSmall);
+  std::string why;
+  const void* body = nullptr;
+  size_t bodyBytes = 0;
+  if (op.rejected) {
+    why = op.rejectReason.substr(0, cap - 1);
+    body = why.c_str();
+    bodyBytes = why.size() + 1;
+  } else if (small) {
+    body = op.send.data;
+    bodyBytes = op.count * width;
+  }
+  bool verdict = false;  // every message arrived: what follows is the same on every rank
+  try {
+    shm::exchange(*shm_, &mine, sizeof mine, body, bodyBytes, op.timeout, &aborted_, [&](const shm::Reader& from) {
+      verdict = true;
+      std::vector<Fingerprint> all(cfg_.size);
+      for (int r = 0; r < cfg_.size; ++r) std::memcpy(&all[r], from(r), sizeof(Fingerprint));
+      checkAgreement(op, all, cfg_.rank, checking(), [&](int r) {
+        const char* text = reinterpret_cast<const char*>(from(r)) + sizeof(Fingerprint);
+        return std::string(text, strnlen(text, cap));
+      });
+      if (!small) return;
+      const ReduceFn fn = reduceFunction(op.dtype, op.redop);
+      auto* out = static_cast<uint8_t*>(op.recv.data);
+      std::memcpy(out, from(0) + sizeof(Fingerprint), bodyBytes);
+      for (int r = 1; r < cfg_.size; ++r) fn(out, out, from(r) + sizeof(Fingerprint), op.count);
+      if (op.redop == RedOp::Avg) divideInPlace(out, op.dtype, op.count, cfg_.size);
+      shm::stats().allReduces++;
+      shm::stats().bytes += bodyBytes;
+    });
+  } catch (...) {
+    // A verdict (a mismatched or refused call) leaves the group usable; a lost or
+    // silent peer does not.
+    if (!verdict) shmFailed();
+    throw;
+  }
+  return small || op.kind == OpKind::Barrier;
+}
+
+void GlooBackend::shmAllGather(Op& op) {
+  try {
+    shm::allGather(*shm_, op.send.data, op.recv.data, op.count, elementSize(op.dtype), op.timeout, &aborted_);
+  } catch (...) {
+    shmFailed();
+    throw;
+  }
+}
+
+void GlooBackend::shmReduceScatter(Op& op) {
+  try {
+    shm::reduceScatter(*shm_, op.send.data, op.recv.data, op.count, op.dtype, op.redop, op.timeout, &aborted_);
+  } catch (...) {
+    shmFailed();
     throw;
   }
   if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);

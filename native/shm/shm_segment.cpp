@@ -58,6 +58,14 @@ Segment::~Segment() {
 
 std::unique_ptr<Segment> Segment::create(const std::string& name, int locals, size_t chunkBytes, uint64_t nonce) {
   const size_t bytes = bytesFor(locals, chunkBytes);
+  // Pages are reserved up front: a huge chunk setting must not take the host's memory.
+  constexpr size_t kMaxBytes = size_t{1} << 30;
+  if (bytes > kMaxBytes) {
+    std::ostringstream s;
+    s << "a segment of " << bytes << " bytes (" << locals << " ranks x 2 + 2 chunks of " << chunkBytes
+      << ") exceeds the 1 GiB limit; lower NCCL_NODE_SHM_CHUNK";
+    throw Error(Code::Unavailable, s.str());
+  }
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0 && errno == EEXIST) {
     // Only a job with this token, store address and communicator could have made

@@ -63,4 +63,16 @@ describe('shared-memory path faults', () => {
     }
     expect(existsSync(path)).toBe(false);
   }, 60_000);
+
+  it('a segment that cannot be made turns the path off for every rank: TCP, correct results, one line on stderr', async () => {
+    // 2 x 2 + 2 chunks of 256 MiB exceed the segment size limit: creation fails before reserving anything.
+    const results = await runRanks('test/fixtures/shm-fault.ts', 2, { args: ['plain'], env: { NCCL_NODE_SHM_CHUNK: String(256 << 20) }, timeoutMs: 30_000 });
+    expect(results.map((r) => r.code), describeRanks(results)).toEqual([0, 0]);
+    for (const w of step(results, 'warm')) {
+      expect(w.ok).toBe(true);
+      expect(w.stats).toMatchObject({ segments: 0, allReduces: 0, fallbacks: 1 });
+    }
+    for (const r of results) expect(r.stderr.match(/shared-memory path off/g), r.stderr).toHaveLength(1);
+    expect(results[0]!.stderr).toContain('exceeds the 1 GiB limit');
+  }, 60_000);
 });
