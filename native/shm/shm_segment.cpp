@@ -167,7 +167,16 @@ void Segment::poison(Code code) {
   hdr_->poison.compare_exchange_strong(expected, static_cast<int32_t>(code) + 1, std::memory_order_acq_rel);
 }
 
+namespace {
+[[noreturn]] void failPoisoned(int p) {
+  throw Error(Code::PeerLost, std::string("a rank on this host failed or aborted its part of the operation (") +
+                                  codeName(static_cast<Code>(p - 1)) + ")");
+}
+}  // namespace
+
 void Waiter::one(int r, std::atomic<uint64_t> RankCtl::*field, uint64_t value) {
+  // Checked before the counters too: a rank that aborted may have posted already.
+  if (int p = seg_.poisoned()) failPoisoned(p);
   const std::atomic<uint64_t>& c = seg_.ctl(r).*field;
   if (c.load(std::memory_order_acquire) >= value) return;
   using clock = std::chrono::steady_clock;
@@ -189,10 +198,7 @@ void Waiter::one(int r, std::atomic<uint64_t> RankCtl::*field, uint64_t value) {
       sleepNs = std::min(sleepNs * 2, 500000L);
     }
     if (abort_ && abort_->load()) throw Error(Code::CommAborted, "communicator was aborted");
-    if (int p = seg_.poisoned()) {
-      throw Error(Code::PeerLost, std::string("a rank on this host failed its part of the operation (") +
-                                      codeName(static_cast<Code>(p - 1)) + ")");
-    }
+    if (int p = seg_.poisoned()) failPoisoned(p);
     const auto now = clock::now();
     if (now - lastCheck > std::chrono::milliseconds(5)) {
       lastCheck = now;
