@@ -100,24 +100,7 @@ void GlooBackend::abort() {
     std::lock_guard<std::mutex> lock(ctxMu_);
     ctx = ctx_;
   }
-  if (shm_ && shm_->seg) shm_->seg->poison(Code::CommAborted);
-  std::shared_ptr<gloo::Context> leaders;
-  {
-    std::lock_guard<std::mutex> lock(ctxMu_);
-    leaders = leaders_;
-  }
-  if (leaders) {
-    for (int r = 0; r < leaders->size; ++r) {
-      if (r == leaders->rank) continue;
-      try {
-        auto& pair = leaders->getPair(r);
-        if (!pair) continue;
-        pair->close();
-        pair->setSync(true, false);
-      } catch (...) {
-      }
-    }
-  }
+  shmAbort();
   if (!ctx) return;
   // Closing every pair makes the peers see their connections drop. Closing alone does
   // not wake a thread of ours waiting on a pair whose peer is alive but silent (stopped,

@@ -76,6 +76,7 @@ class GlooBackend : public Backend {
   void shmAllGather(Op& op);
   void shmReduceScatter(Op& op);
   void shmFailed();
+  void shmAbort();  // from abort(): wakes the host's ranks and the other hosts' leaders
   bool shmAgree(const Op& op);
 
   GlooConfig cfg_;

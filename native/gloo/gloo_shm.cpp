@@ -194,14 +194,16 @@ void GlooBackend::setupShm(std::chrono::milliseconds timeout) {
     std::lock_guard<std::mutex> lock(shm::stats().mu);
     shm::stats().lastSegment = group->seg->name();
   }
+  std::shared_ptr<gloo::Context> ctx;
   if (hosts > 1 && group->localRank == 0) {
-    auto ctx = std::make_shared<gloo::rendezvous::Context>(hostOf[cfg_.rank], hosts);
-    ctx->setTimeout(timeout);
+    auto rdv = std::make_shared<gloo::rendezvous::Context>(hostOf[cfg_.rank], hosts);
+    rdv->setTimeout(timeout);
     GlooStore leaderStore(store_, base + "leaders/", timeout);
-    ctx->connectFullMesh(leaderStore, device_);
-    std::lock_guard<std::mutex> lock(ctxMu_);
-    leaders_ = ctx;
+    rdv->connectFullMesh(leaderStore, device_);
+    ctx = rdv;
   }
+  std::lock_guard<std::mutex> lock(ctxMu_);  // abort() may run on another thread
+  leaders_ = ctx;
   shm_ = std::move(group);
 }
 
@@ -287,6 +289,16 @@ bool GlooBackend::shmAgree(const Op& op) {
     throw;
   }
   return small || op.kind == OpKind::Barrier;
+}
+
+void GlooBackend::shmAbort() {
+  std::shared_ptr<gloo::Context> leaders;
+  {
+    std::lock_guard<std::mutex> lock(ctxMu_);
+    if (shm_ && shm_->seg) shm_->seg->poison(Code::CommAborted);
+    leaders = leaders_;
+  }
+  closePairs(leaders);
 }
 
 void GlooBackend::shmAllGather(Op& op) {

@@ -188,8 +188,10 @@ void Waiter::one(int r, std::atomic<uint64_t> RankCtl::*field, uint64_t value) {
       cpuRelax();
       continue;
     }
-    // More ranks than cores is common (the tests, a laptop): give the core away.
-    if (spins < 4096) {
+    // More ranks than cores is common (the tests, a laptop): give the core away,
+    // briefly: a rank that keeps yielding still takes its share of a busy core
+    // from the ranks it waits for.
+    if (spins < 128 + 256) {
       sched_yield();
       if ((spins & 63) != 0) continue;
     } else {
