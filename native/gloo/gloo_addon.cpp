@@ -38,10 +38,30 @@ Napi::Value CreateGloo(const Napi::CallbackInfo& info) {
   });
 }
 
+// glooShmStats() -> {segments, allReduces, twoLevel, allGathers,
+// reduceScatters, bytes, fallbacks, lastSegment}: this
+// process's use of the shared-memory path, counted since it loaded the addon.
+Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto& s = shm::stats();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("segments", static_cast<double>(s.segments.load()));
+  o.Set("allReduces", static_cast<double>(s.allReduces.load()));
+  o.Set("twoLevel", static_cast<double>(s.twoLevel.load()));
+  o.Set("allGathers", static_cast<double>(s.allGathers.load()));
+  o.Set("reduceScatters", static_cast<double>(s.reduceScatters.load()));
+  o.Set("bytes", static_cast<double>(s.bytes.load()));
+  o.Set("fallbacks", static_cast<double>(s.fallbacks.load()));
+  std::lock_guard<std::mutex> lock(s.mu);
+  o.Set("lastSegment", s.lastSegment);
+  return o;
+}
+
 }  // namespace
 
 void registerGloo(Napi::Env env, Napi::Object exports) {
   exports.Set("createGloo", Napi::Function::New(env, CreateGloo, "createGloo"));
+  exports.Set("glooShmStats", Napi::Function::New(env, GlooShmStats, "glooShmStats"));
 }
 
 }  // namespace ncclnode

@@ -39,7 +39,7 @@ void GlooBackend::postMesh(const Op& op) {
 }
 
 bool GlooBackend::prepost(Op& op) {
-  if (!ctx_ || broken_) return false;
+  if (!ctx_ || broken_ || shmSingleHost()) return false;
   if (op.send.mem == MemKind::Device || op.recv.mem == MemKind::Device || !usesMesh(op)) return false;
   try {
     postMesh(op);
@@ -57,6 +57,7 @@ bool GlooBackend::prepost(Op& op) {
 // exchange is one).
 bool GlooBackend::agree(const Op& op) {
   if (!usesMesh(op)) return false;
+  if (shmSingleHost()) return shmAgree(op);
   if (op.preposted) {
     if (op.prepostError) std::rethrow_exception(op.prepostError);
   } else {

@@ -76,10 +76,13 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
     ctx->setTimeout(timeout);
     GlooStore store(store_, cfg_.prefix, timeout);
     ctx->connectFullMesh(store, device_);
-    std::lock_guard<std::mutex> lock(ctxMu_);
-    if (aborted_) throw Error(Code::CommAborted, "communicator was aborted while connecting");
-    mesh_ = std::make_unique<MeshExchange>(ctx);
-    ctx_ = ctx;
+    {
+      std::lock_guard<std::mutex> lock(ctxMu_);
+      if (aborted_) throw Error(Code::CommAborted, "communicator was aborted while connecting");
+      mesh_ = std::make_unique<MeshExchange>(ctx);
+      ctx_ = ctx;
+    }
+    setupShm(timeout);
   } catch (const Error&) {
     broken_ = true;
     throw;
@@ -97,6 +100,7 @@ void GlooBackend::abort() {
     std::lock_guard<std::mutex> lock(ctxMu_);
     ctx = ctx_;
   }
+  shmAbort();
   if (!ctx) return;
   // Closing every pair makes the peers see their connections drop. Closing alone does
   // not wake a thread of ours waiting on a pair whose peer is alive but silent (stopped,
@@ -170,6 +174,10 @@ void GlooBackend::run(Op& op) {
     const bool inPlace = op.send.data == op.recv.data;
     switch (op.kind) {
       case OpKind::AllReduce:
+        if (usesShm(op)) {
+          shmAllReduce(op);
+          break;
+        }
         allReduce(op);
         break;
       case OpKind::Broadcast:
@@ -203,6 +211,10 @@ void GlooBackend::run(Op& op) {
         });
         break;
       case OpKind::AllGather:
+        if (shmSingleHost()) {
+          shmAllGather(op);
+          break;
+        }
         withWidth(width, [&](auto t) {
           using T = decltype(t);
           gloo::AllgatherOptions o(ctx_);
@@ -213,6 +225,10 @@ void GlooBackend::run(Op& op) {
         });
         break;
       case OpKind::ReduceScatter:
+        if (shmSingleHost()) {
+          shmReduceScatter(op);
+          break;
+        }
         reduceScatter(op);
         break;
       case OpKind::AllToAll:

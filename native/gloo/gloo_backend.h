@@ -13,6 +13,7 @@
 #include "../core/store_client.h"
 #include "gloo_algorithms.h"
 #include "mesh_exchange.h"
+#include "../shm/shm_collectives.h"
 
 namespace gloo {
 class Context;
@@ -67,6 +68,16 @@ class GlooBackend : public Backend {
   void send(Op& op);
   void recv(Op& op);
   [[noreturn]] void rethrow(const Op& op, std::exception_ptr e);
+  // Shared memory between the ranks of a host (gloo_shm.cpp, docs/gloo.md).
+  void setupShm(std::chrono::milliseconds timeout);
+  bool usesShm(const Op& op) const;
+  void shmAllReduce(Op& op);
+  bool shmSingleHost() const { return shm_ && shm_->hosts == 1; }
+  void shmAllGather(Op& op);
+  void shmReduceScatter(Op& op);
+  void shmFailed();
+  void shmAbort();  // from abort(): wakes the host's ranks and the other hosts' leaders
+  bool shmAgree(const Op& op);
 
   GlooConfig cfg_;
   std::shared_ptr<StoreClient> store_;
@@ -82,6 +93,8 @@ class GlooBackend : public Backend {
   AllReduceAlgo forcedAllReduce_ = AllReduceAlgo::Auto;
   std::string forcedError_;
   LegacyAllReduces legacy_;
+  std::unique_ptr<shm::HostGroup> shm_;       // null: every collective goes over TCP
+  std::shared_ptr<gloo::Context> leaders_;    // one rank per host, when the group spans hosts
 };
 
 }  // namespace ncclnode

@@ -1,0 +1,121 @@
+/**
+ * All-reduce between ranks of one host through shared memory (NCCL_NODE_SHM=1,
+ * the default) against the same calls over Gloo's TCP on loopback (NCCL_NODE_SHM=0),
+ * both through the addon from TypeScript, and against raw Gloo from C++ without
+ * the addon (bench/gloo_algos.cpp: the fastest of its all-reduce algorithms per
+ * size), all measured by this script on the same machine. float32 sum, in place,
+ * each call awaited before the next; every figure is the median per-call time on
+ * rank 0. Bus bandwidth as nccl-tests defines it: bytes x 2(n-1)/n / time.
+ * A benchmark, not a test; table and JSON.
+ *
+ *   node --import tsx bench/shm/allreduce.ts [--ranks 2] [--iters 200] [--min 8]
+ *        [--max 64M] [--no-gloo] [--json out.json]
+ */
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { freePort } from '../../test/helpers/ranks.js';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const arg = (name: string, def: string): string => {
+  const i = process.argv.indexOf(name);
+  return i > 0 ? process.argv[i + 1]! : def;
+};
+const bytesOf = (s: string): number => Number.parseFloat(s) * ({ K: 1024, M: 1024 ** 2, G: 1024 ** 3 }[s.slice(-1)] ?? 1);
+const RANKS = Number(arg('--ranks', '2'));
+const ITERS = Number(arg('--iters', '200'));
+const MIN = arg('--min', '8');
+const MAX = arg('--max', '64M');
+const itersFor = (bytes: number): number => (bytes >= 1 << 20 ? Math.max(5, Math.floor(ITERS / 20)) : ITERS);
+
+interface Point { size: number; us: number; iters?: number }
+
+/** One rank of an addon sweep (this file, started with BENCH_ROLE=rank). */
+async function rankMain(): Promise<void> {
+  const { init } = await import('../../src/index.js');
+  const comm = await init({ backend: 'gloo' });
+  const max = bytesOf(MAX);
+  const host = new Float32Array(max / 4 + 1).fill(1);
+  for (let bytes = Math.max(4, bytesOf(MIN)); bytes <= max; bytes *= 2) {
+    const view = host.subarray(0, bytes / 4);
+    for (let i = 0; i < 3; i++) await comm.allReduce(view);
+    await comm.barrier();
+    const n = itersFor(bytes);
+    const times = new Float64Array(n);
+    for (let i = 0; i < n; i++) {
+      const t0 = performance.now();
+      await comm.allReduce(view);
+      times[i] = (performance.now() - t0) * 1000;
+    }
+    if (comm.rank === 0) process.stdout.write(`${JSON.stringify({ size: bytes, us: Number(times.sort()[n >> 1]!.toFixed(3)), iters: n })}\n`);
+  }
+  await comm.destroy();
+}
+
+/** Runs `cmd` once per rank and collects rank 0's JSON lines. */
+async function gang<T>(cmd: (rank: number) => [string, string[], NodeJS.ProcessEnv]): Promise<T[]> {
+  const outs = await Promise.all(Array.from({ length: RANKS }, (_, rank) => new Promise<string>((resolve, reject) => {
+    const [file, args, env] = cmd(rank);
+    const p = spawn(file, args, { env, stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`${file} rank ${rank} exited with ${code}`))));
+  })));
+  return outs[0]!.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as T);
+}
+
+async function addonSweep(shm: boolean): Promise<Point[]> {
+  const port = await freePort();
+  const self = fileURLToPath(import.meta.url);
+  return gang<Point>((rank) => [process.execPath, ['--import', 'tsx', self, ...process.argv.slice(2)], {
+    ...process.env, BENCH_ROLE: 'rank', NCCL_NODE_SHM: shm ? '1' : '0', RANK: String(rank), LOCAL_RANK: String(rank),
+    WORLD_SIZE: String(RANKS), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'shm-bench',
+  }]);
+}
+
+/** Raw Gloo: per size the fastest of gloo_algos' all-reduce algorithms. */
+async function glooBest(): Promise<Map<number, { us: number; algo: string }>> {
+  const best = new Map<number, { us: number; algo: string }>();
+  const bin = [process.env.GLOO_ALGOS, join(ROOT, 'build/gloo_algos')].find((p) => p && existsSync(p));
+  if (!bin || process.argv.includes('--no-gloo')) return best;
+  const dir = mkdtempSync(join(tmpdir(), 'shm-bench-gloo-'));
+  const rows = await gang<{ coll: string; algo: string; size: number; us: number }>((rank) =>
+    [bin, [String(rank), String(RANKS), dir, String(ITERS), String(Math.max(64, bytesOf(MIN))), MAX], process.env]);
+  for (const r of rows.filter((x) => x.coll === 'allreduce')) {
+    const b = best.get(r.size);
+    if (!b || r.us < b.us) best.set(r.size, { us: r.us, algo: r.algo });
+  }
+  return best;
+}
+
+async function main(): Promise<void> {
+  const shm = await addonSweep(true);
+  const tcp = await addonSweep(false);
+  const gloo = await glooBest();
+  const bus = (bytes: number, us: number): number => (bytes * (2 * (RANKS - 1)) / RANKS) / (us * 1e-6) / 1e9;
+  const rows = shm.map((s, i) => {
+    const g = gloo.get(s.size);
+    const t = tcp[i]!;
+    return {
+      size: s.size, shmUs: s.us, tcpUs: t.us, glooBestUs: g?.us ?? null, glooBestAlgo: g?.algo ?? null,
+      shmBusGBs: Number(bus(s.size, s.us).toFixed(3)), tcpBusGBs: Number(bus(s.size, t.us).toFixed(3)),
+      glooBusGBs: g ? Number(bus(s.size, g.us).toFixed(3)) : null,
+      tcpOverShm: Number((t.us / s.us).toFixed(2)), glooOverShm: g ? Number((g.us / s.us).toFixed(2)) : null,
+    };
+  });
+  const cols = Object.keys(rows[0]!) as (keyof (typeof rows)[number])[];
+  const pad = (v: unknown): string => String(v ?? '-').padStart(13);
+  console.log(`# all-reduce float32 sum, ${RANKS} ranks on one host, in place; median microseconds per awaited call`);
+  console.log('# shm: NCCL_NODE_SHM=1 (shared memory), tcp: NCCL_NODE_SHM=0 (Gloo TCP loopback), glooBest: raw Gloo from C++, fastest algorithm');
+  console.log(`# ${cols.map(pad).join(' ')}`);
+  for (const r of rows) console.log(`  ${cols.map((k) => pad(r[k])).join(' ')}`);
+  const doc = { bench: 'shm-allreduce', ranks: RANKS, dtype: 'float32', iters: ITERS, node: process.version, rows };
+  console.log(JSON.stringify(doc));
+  const out = arg('--json', '');
+  if (out) writeFileSync(out, `${JSON.stringify(doc, null, 1)}\n`);
+}
+
+if (process.env.BENCH_ROLE === 'rank') await rankMain();
+else await main();

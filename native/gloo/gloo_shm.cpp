@@ -1,0 +1,323 @@
+// The shared-memory path of the Gloo backend (docs/gloo.md, "Shared memory within
+// a host"): which ranks share a host, the segment per host, and the all-reduce that
+// goes through it instead of TCP on loopback.
+#include <gloo/allreduce.h>
+#include <gloo/rendezvous/context.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include "gloo_backend.h"
+#include "gloo_store.h"
+
+namespace ncclnode {
+
+namespace {
+
+std::string readLine(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+std::string nsInode(const char* path) {
+  struct stat st {};
+  return stat(path, &st) == 0 ? std::to_string(st.st_ino) : "?";
+}
+
+// Ranks may share memory when they run under one kernel (boot id), see one
+// /dev/shm (mount namespace) and, so that network-namespace "nodes" on one machine
+// stay separate hosts as the network sees them, one network namespace.
+std::string hostIdentity() {
+  char name[256] = {0};
+  gethostname(name, sizeof name - 1);
+  return std::string(name) + "|" + readLine("/proc/sys/kernel/random/boot_id") + "|net:" +
+         nsInode("/proc/self/ns/net") + "|mnt:" + nsInode("/proc/self/ns/mnt");
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+bool shmEnabled() {
+  const char* v = std::getenv("NCCL_NODE_SHM");
+  return !(v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "false") == 0 || std::strcmp(v, "off") == 0));
+}
+
+size_t chunkBytes() {
+  const char* v = std::getenv("NCCL_NODE_SHM_CHUNK");
+  long long n = v ? std::atoll(v) : 0;
+  if (n <= 0) n = 512 * 1024;
+  n = std::max<long long>(n, 256);
+  return static_cast<size_t>((n + 63) / 64 * 64);
+}
+
+void logFallbackOnce(const std::string& why) {
+  static std::atomic<bool> logged{false};
+  if (!logged.exchange(true)) {
+    std::fprintf(stderr, "nccl-node: shared-memory path off, collectives between ranks of a host use TCP (%s)\n",
+                 why.c_str());
+  }
+}
+
+// Closing every pair fails a peer's pending operation on its pair at once.
+void closePairs(const std::shared_ptr<gloo::Context>& ctx) {
+  if (!ctx) return;
+  for (int r = 0; r < ctx->size; ++r) {
+    if (r == ctx->rank) continue;
+    try {
+      auto& pair = ctx->getPair(r);
+      if (!pair) continue;
+      pair->close();
+      pair->setSync(true, false);
+    } catch (...) {
+    }
+  }
+}
+
+template <class F>
+void byWidth(size_t width, F&& f) {
+  switch (width) {
+    case 1: f(uint8_t{}); break;
+    case 2: f(uint16_t{}); break;
+    case 4: f(uint32_t{}); break;
+    default: f(uint64_t{}); break;
+  }
+}
+
+}  // namespace
+
+// Collective over the group, after the TCP mesh is up. Every rank takes the same
+// branch: the host map comes from the store, and the segments' fate from one
+// all-gather of a status byte.
+void GlooBackend::setupShm(std::chrono::milliseconds timeout) {
+  if (cfg_.size < 2 || !shmEnabled()) return;
+  const std::string base = cfg_.prefix + "shm/";
+  store_->set(base + "host/" + std::to_string(cfg_.rank), [] {
+    std::string id = hostIdentity();
+    return std::vector<char>(id.begin(), id.end());
+  }());
+  std::vector<std::string> ids(cfg_.size);
+  for (int r = 0; r < cfg_.size; ++r) {
+    auto v = store_->get(base + "host/" + std::to_string(r), timeout);
+    ids[r] = std::string(v.begin(), v.end());
+  }
+  std::map<std::string, int> hostIndex;  // by first rank: host 0 holds rank 0
+  std::vector<int> hostOf(cfg_.size);
+  for (int r = 0; r < cfg_.size; ++r) {
+    auto it = hostIndex.emplace(ids[r], static_cast<int>(hostIndex.size())).first;
+    hostOf[r] = it->second;
+  }
+  const int hosts = static_cast<int>(hostIndex.size());
+  if (hosts == cfg_.size) return;  // one rank per host: nothing to share
+  std::vector<int> local;          // this host's ranks, in rank order
+  for (int r = 0; r < cfg_.size; ++r) {
+    if (hostOf[r] == hostOf[cfg_.rank]) local.push_back(r);
+  }
+  auto group = std::make_unique<shm::HostGroup>();
+  group->localRank = static_cast<int>(std::find(local.begin(), local.end(), cfg_.rank) - local.begin());
+  group->locals = static_cast<int>(local.size());
+  group->hosts = hosts;
+  group->chunkBytes = chunkBytes();
+
+  uint8_t ok = 1;
+  std::string why;
+  if (group->locals > 1) {
+    const std::string key = base + "seg/" + std::to_string(hostOf[cfg_.rank]);
+    if (group->localRank == 0) {
+      const std::string name = "/nccl-node-" + hex(fnv1a(cfg_.token + "\n" + cfg_.storeHost + ":" +
+                                                         std::to_string(cfg_.storePort))) +
+                               "-" + hex(fnv1a(cfg_.prefix)) + "-h" + std::to_string(hostOf[cfg_.rank]);
+      std::random_device rd;
+      const uint64_t nonce = (static_cast<uint64_t>(rd()) << 32 | rd()) ^ static_cast<uint64_t>(getpid());
+      std::string announce;
+      try {
+        group->seg = shm::Segment::create(name, group->locals, group->chunkBytes, nonce);
+        group->seg->attached();
+        announce = "ok " + hex(nonce) + " " + name;
+      } catch (const Error& e) {
+        ok = 0;
+        why = e.what();
+        announce = "fail " + why;
+      }
+      store_->set(key, std::vector<char>(announce.begin(), announce.end()));
+    } else {
+      auto v = store_->get(key, timeout);
+      std::istringstream in(std::string(v.begin(), v.end()));
+      std::string status, nonceHex, name;
+      in >> status >> nonceHex >> name;
+      if (status != "ok") {
+        ok = 0;
+        why = "the host's first rank could not create the segment";
+      } else {
+        try {
+          group->seg = shm::Segment::attach(name, group->locals, group->localRank,
+                                            std::strtoull(nonceHex.c_str(), nullptr, 16));
+          group->seg->attached();
+        } catch (const Error& e) {
+          ok = 0;
+          why = e.what();
+        }
+      }
+    }
+  }
+  std::vector<uint8_t> all(cfg_.size);
+  allGatherBytes(&ok, 1, all.data(), timeout);
+  if (std::find(all.begin(), all.end(), 0) != all.end()) {
+    shm::stats().fallbacks++;
+    logFallbackOnce(why.empty() ? "a segment could not be set up on another rank's host" : why);
+    return;  // the segment, if any, is unmapped (and its name removed) here
+  }
+  if (group->seg) {
+    shm::stats().segments++;
+    std::lock_guard<std::mutex> lock(shm::stats().mu);
+    shm::stats().lastSegment = group->seg->name();
+  }
+  std::shared_ptr<gloo::Context> ctx;
+  if (hosts > 1 && group->localRank == 0) {
+    auto rdv = std::make_shared<gloo::rendezvous::Context>(hostOf[cfg_.rank], hosts);
+    rdv->setTimeout(timeout);
+    GlooStore leaderStore(store_, base + "leaders/", timeout);
+    rdv->connectFullMesh(leaderStore, device_);
+    ctx = rdv;
+  }
+  std::lock_guard<std::mutex> lock(ctxMu_);  // abort() may run on another thread
+  leaders_ = ctx;
+  shm_ = std::move(group);
+}
+
+// A forced Gloo algorithm keeps its TCP path so that it can be measured; small
+// all-reduces have finished in the agreement round by now.
+bool GlooBackend::usesShm(const Op& op) const {
+  return shm_ && op.kind == OpKind::AllReduce && forcedAllReduce_ == AllReduceAlgo::Auto && op.count > 0;
+}
+
+void GlooBackend::shmAllReduce(Op& op) {
+  const size_t width = elementSize(op.dtype);
+  const ReduceFn fn = reduceFunction(op.dtype, op.redop);
+  shm::InterHost inter = [&](void* data, size_t count, std::chrono::milliseconds left) {
+    byWidth(width, [&](auto t) {
+      using T = decltype(t);
+      gloo::AllreduceOptions o(leaders_);
+      o.setOutput(static_cast<T*>(data), count);
+      o.setReduceFunction(fn);
+      o.setTimeout(left);
+      gloo::allreduce(o);
+    });
+  };
+  try {
+    shm::allReduce(*shm_, op.send.data, op.recv.data, op.count, op.dtype, op.redop, op.timeout, &aborted_, inter);
+  } catch (...) {
+    shmFailed();
+    throw;
+  }
+  if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
+}
+
+// The other ranks of this host wake on the poisoned segment, the other hosts'
+// leaders on their closed connections: nobody waits for the deadline.
+void GlooBackend::shmFailed() {
+  broken_ = true;
+  if (shm_->seg) shm_->seg->poison(Code::PeerLost);
+  closePairs(leaders_);
+}
+
+// The agreement round through the segment on a single host, carrying small
+// all-reduces as the TCP mesh round does (gloo_agreement.cpp), reduced in rank order.
+bool GlooBackend::shmAgree(const Op& op) {
+  constexpr size_t kSmall = 32 * 1024;
+  const Fingerprint mine = fingerprintOf(op);
+  const size_t cap = shm_->chunkBytes - sizeof mine;
+  const size_t width = elementSize(op.dtype);
+  const bool small = op.kind == OpKind::AllReduce && !op.rejected && forcedAllReduce_ == AllReduceAlgo::Auto &&
+                     op.count > 0 && op.count * width <= std::min(cap, kSmall);
+  std::string why;
+  const void* body = nullptr;
+  size_t bodyBytes = 0;
+  if (op.rejected) {
+    why = op.rejectReason.substr(0, cap - 1);
+    body = why.c_str();
+    bodyBytes = why.size() + 1;
+  } else if (small) {
+    body = op.send.data;
+    bodyBytes = op.count * width;
+  }
+  bool verdict = false;  // every message arrived: what follows is the same on every rank
+  try {
+    shm::exchange(*shm_, &mine, sizeof mine, body, bodyBytes, op.timeout, &aborted_, [&](const shm::Reader& from) {
+      verdict = true;
+      std::vector<Fingerprint> all(cfg_.size);
+      for (int r = 0; r < cfg_.size; ++r) std::memcpy(&all[r], from(r), sizeof(Fingerprint));
+      checkAgreement(op, all, cfg_.rank, checking(), [&](int r) {
+        const char* text = reinterpret_cast<const char*>(from(r)) + sizeof(Fingerprint);
+        return std::string(text, strnlen(text, cap));
+      });
+      if (!small) return;
+      const ReduceFn fn = reduceFunction(op.dtype, op.redop);
+      auto* out = static_cast<uint8_t*>(op.recv.data);
+      std::memcpy(out, from(0) + sizeof(Fingerprint), bodyBytes);
+      for (int r = 1; r < cfg_.size; ++r) fn(out, out, from(r) + sizeof(Fingerprint), op.count);
+      if (op.redop == RedOp::Avg) divideInPlace(out, op.dtype, op.count, cfg_.size);
+      shm::stats().allReduces++;
+      shm::stats().bytes += bodyBytes;
+    });
+  } catch (...) {
+    // A verdict (a mismatched or refused call) leaves the group usable; a lost or
+    // silent peer does not.
+    if (!verdict) shmFailed();
+    throw;
+  }
+  return small || op.kind == OpKind::Barrier;
+}
+
+void GlooBackend::shmAbort() {
+  std::shared_ptr<gloo::Context> leaders;
+  {
+    std::lock_guard<std::mutex> lock(ctxMu_);
+    if (shm_ && shm_->seg) shm_->seg->poison(Code::CommAborted);
+    leaders = leaders_;
+  }
+  closePairs(leaders);
+}
+
+void GlooBackend::shmAllGather(Op& op) {
+  try {
+    shm::allGather(*shm_, op.send.data, op.recv.data, op.count, elementSize(op.dtype), op.timeout, &aborted_);
+  } catch (...) {
+    shmFailed();
+    throw;
+  }
+}
+
+void GlooBackend::shmReduceScatter(Op& op) {
+  try {
+    shm::reduceScatter(*shm_, op.send.data, op.recv.data, op.count, op.dtype, op.redop, op.timeout, &aborted_);
+  } catch (...) {
+    shmFailed();
+    throw;
+  }
+  if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
+}
+
+}  // namespace ncclnode

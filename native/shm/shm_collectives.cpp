@@ -1,0 +1,171 @@
+#include "shm_collectives.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ncclnode {
+namespace shm {
+
+Stats& stats() {
+  static Stats s;
+  return s;
+}
+
+void allReduce(HostGroup& g, const void* in, void* out, size_t count, DType dtype, RedOp op,
+               std::chrono::milliseconds timeout, const std::atomic<bool>* abort, const InterHost& interHost) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + timeout;
+  auto left = [&] {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+    return std::max(ms, std::chrono::milliseconds(1));
+  };
+  const size_t width = elementSize(dtype);
+  const size_t chunkElems = std::max<size_t>(1, g.chunkBytes / width);
+  const ReduceFn fn = reduceFunction(dtype, op);
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  const bool twoLevel = g.hosts > 1;
+  stats().allReduces++;
+  if (twoLevel) stats().twoLevel++;
+  stats().bytes += count * width;
+
+  if (!g.seg) {
+    // Alone on this host: the leaders' step is the whole operation.
+    if (src != dst) std::memcpy(dst, src, count * width);
+    for (size_t off = 0; off < count; off += chunkElems) {
+      interHost(dst + off * width, std::min(chunkElems, count - off), left());
+    }
+    return;
+  }
+
+  Segment& seg = *g.seg;
+  const int L = g.locals;
+  const int me = g.localRank;
+  Waiter w(seg, me, deadline, abort, timeout);
+  RankCtl& mine = seg.ctl(me);
+  for (size_t off = 0; off < count; off += chunkElems) {
+    const size_t n = std::min(chunkElems, count - off);
+    const uint64_t s = ++g.step;
+    const int b = static_cast<int>(s & 1);
+    // Slot b was last used at step s-2: every rank must have finished it.
+    if (s > 2) w.all(&RankCtl::done, s - 2);
+    std::memcpy(seg.slot(me, b), src + off * width, n * width);
+    mine.posted.store(s, std::memory_order_release);
+    w.all(&RankCtl::posted, s);
+    const size_t lo = n * me / L;
+    const size_t hi = n * (me + 1) / L;
+    if (hi > lo) {
+      uint8_t* res = seg.result(b) + lo * width;
+      fn(res, seg.slot(0, b) + lo * width, seg.slot(1, b) + lo * width, hi - lo);
+      for (int j = 2; j < L; ++j) fn(res, res, seg.slot(j, b) + lo * width, hi - lo);
+    }
+    mine.reduced.store(s, std::memory_order_release);
+    if (!twoLevel) {
+      w.all(&RankCtl::reduced, s);
+    } else if (me == 0) {
+      w.all(&RankCtl::reduced, s);
+      interHost(seg.result(b), n, left());
+      mine.bcast.store(s, std::memory_order_release);
+    } else {
+      w.one(0, &RankCtl::bcast, s);
+    }
+    std::memcpy(dst + off * width, seg.result(b), n * width);
+    mine.done.store(s, std::memory_order_release);
+  }
+}
+
+void exchange(HostGroup& g, const void* head, size_t headBytes, const void* body, size_t bodyBytes,
+              std::chrono::milliseconds timeout, const std::atomic<bool>* abort,
+              const std::function<void(const Reader&)>& use) {
+  Segment& seg = *g.seg;
+  const int me = g.localRank;
+  Waiter w(seg, me, std::chrono::steady_clock::now() + timeout, abort, timeout);
+  RankCtl& mine = seg.ctl(me);
+  const uint64_t s = ++g.step;
+  const int b = static_cast<int>(s & 1);
+  if (s > 2) w.all(&RankCtl::done, s - 2);
+  uint8_t* slot = seg.slot(me, b);
+  if (headBytes) std::memcpy(slot, head, headBytes);
+  if (bodyBytes) std::memcpy(slot + headBytes, body, bodyBytes);
+  mine.posted.store(s, std::memory_order_release);
+  w.all(&RankCtl::posted, s);
+  try {
+    use([&](int r) -> const uint8_t* { return seg.slot(r, b); });
+  } catch (...) {
+    mine.done.store(s, std::memory_order_release);
+    throw;
+  }
+  mine.done.store(s, std::memory_order_release);
+}
+
+void allGather(HostGroup& g, const void* in, void* out, size_t count, size_t width, std::chrono::milliseconds timeout,
+               const std::atomic<bool>* abort) {
+  Segment& seg = *g.seg;
+  const int L = g.locals;
+  const int me = g.localRank;
+  Waiter w(seg, me, std::chrono::steady_clock::now() + timeout, abort, timeout);
+  RankCtl& mine = seg.ctl(me);
+  const size_t chunkElems = std::max<size_t>(1, g.chunkBytes / width);
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  stats().allGathers++;
+  stats().bytes += count * width * L;
+  for (size_t off = 0; off < count; off += chunkElems) {
+    const size_t n = std::min(chunkElems, count - off);
+    const uint64_t s = ++g.step;
+    const int b = static_cast<int>(s & 1);
+    if (s > 2) w.all(&RankCtl::done, s - 2);
+    std::memcpy(seg.slot(me, b), src + off * width, n * width);
+    mine.posted.store(s, std::memory_order_release);
+    // Copy each peer's part as soon as it is there, not after the slowest.
+    for (int k = 0; k < L; ++k) {
+      const int j = (me + k) % L;
+      if (j != me) w.one(j, &RankCtl::posted, s);
+      std::memcpy(dst + (static_cast<size_t>(j) * count + off) * width, seg.slot(j, b), n * width);
+    }
+    mine.done.store(s, std::memory_order_release);
+  }
+}
+
+void reduceScatter(HostGroup& g, const void* in, void* out, size_t count, DType dtype, RedOp op,
+                   std::chrono::milliseconds timeout, const std::atomic<bool>* abort) {
+  Segment& seg = *g.seg;
+  const int L = g.locals;
+  const int me = g.localRank;
+  Waiter w(seg, me, std::chrono::steady_clock::now() + timeout, abort, timeout);
+  RankCtl& mine = seg.ctl(me);
+  const size_t width = elementSize(dtype);
+  // A slot holds this rank's piece of every rank's block for one step.
+  const size_t chunkElems = std::max<size_t>(1, g.chunkBytes / width / L);
+  const ReduceFn fn = reduceFunction(dtype, op);
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  stats().reduceScatters++;
+  stats().bytes += count * width * L;
+  for (size_t off = 0; off < count; off += chunkElems) {
+    const size_t n = std::min(chunkElems, count - off);
+    const uint64_t s = ++g.step;
+    const int b = static_cast<int>(s & 1);
+    if (s > 2) w.all(&RankCtl::done, s - 2);
+    uint8_t* slot = seg.slot(me, b);
+    for (int d = 0; d < L; ++d) {
+      std::memcpy(slot + static_cast<size_t>(d) * n * width, src + (static_cast<size_t>(d) * count + off) * width,
+                  n * width);
+    }
+    mine.posted.store(s, std::memory_order_release);
+    w.all(&RankCtl::posted, s);
+    // The output may alias this rank's input: everything it needs of it is staged.
+    const size_t at = static_cast<size_t>(me) * n * width;
+    uint8_t* o = dst + off * width;
+    if (L == 1) {
+      std::memcpy(o, seg.slot(0, b) + at, n * width);
+    } else {
+      fn(o, seg.slot(0, b) + at, seg.slot(1, b) + at, n);
+      for (int j = 2; j < L; ++j) fn(o, o, seg.slot(j, b) + at, n);
+    }
+    mine.done.store(s, std::memory_order_release);
+  }
+}
+
+}  // namespace shm
+}  // namespace ncclnode

@@ -1,0 +1,229 @@
+#include "shm_segment.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <sstream>
+#include <thread>
+
+namespace ncclnode {
+namespace shm {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x6e63636c73686d31ull;  // "ncclshm1"
+
+std::string sysError(const std::string& what, int err) { return what + ": " + std::strerror(err); }
+
+size_t headerBytes(int locals) { return sizeof(Header) + static_cast<size_t>(locals) * sizeof(RankCtl); }
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
+
+size_t Segment::bytesFor(int locals, size_t chunkBytes) {
+  const size_t head = (headerBytes(locals) + 4095) / 4096 * 4096;
+  return head + (static_cast<size_t>(locals) * 2 + 2) * chunkBytes;
+}
+
+Segment::Segment(std::string name, int fd, void* base, size_t bytes, int me)
+    : name_(std::move(name)), fd_(fd), base_(base), bytes_(bytes), me_(me) {
+  hdr_ = static_cast<Header*>(base_);
+  ctl_ = reinterpret_cast<RankCtl*>(static_cast<uint8_t*>(base_) + sizeof(Header));
+  const size_t head = (headerBytes(static_cast<int>(hdr_->locals)) + 4095) / 4096 * 4096;
+  data_ = static_cast<uint8_t*>(base_) + head;
+}
+
+Segment::~Segment() {
+  // A rank that never attached (it died while connecting) leaves the name behind;
+  // the creator removes it on the way out.
+  if (me_ == 0 && hdr_->unlinked.exchange(1) == 0) shm_unlink(name_.c_str());
+  munmap(base_, bytes_);
+  close(fd_);
+}
+
+std::unique_ptr<Segment> Segment::create(const std::string& name, int locals, size_t chunkBytes, uint64_t nonce) {
+  const size_t bytes = bytesFor(locals, chunkBytes);
+  // Pages are reserved up front: a huge chunk setting must not take the host's memory.
+  constexpr size_t kMaxBytes = size_t{1} << 30;
+  if (bytes > kMaxBytes) {
+    std::ostringstream s;
+    s << "a segment of " << bytes << " bytes (" << locals << " ranks x 2 + 2 chunks of " << chunkBytes
+      << ") exceeds the 1 GiB limit; lower NCCL_NODE_SHM_CHUNK";
+    throw Error(Code::Unavailable, s.str());
+  }
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    // Only a job with this token, store address and communicator could have made
+    // it, and this one is being made now: it is a dead job's leftover.
+    shm_unlink(name.c_str());
+    fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  }
+  if (fd < 0) throw Error(Code::Unavailable, sysError("shm_open " + name, errno));
+  int rc = ftruncate(fd, static_cast<off_t>(bytes));
+  if (rc == 0) rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  else rc = errno;
+  if (rc != 0) {
+    close(fd);
+    shm_unlink(name.c_str());
+    std::ostringstream s;
+    s << "reserving " << bytes << " bytes of shared memory for " << name;
+    throw Error(Code::Unavailable, sysError(s.str(), rc));
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int err = errno;
+    close(fd);
+    shm_unlink(name.c_str());
+    throw Error(Code::Unavailable, sysError("mmap " + name, err));
+  }
+  auto* h = new (base) Header();
+  h->magic = kMagic;
+  h->nonce = nonce;
+  h->locals = static_cast<uint32_t>(locals);
+  h->chunkBytes = chunkBytes;
+  h->totalBytes = bytes;
+  h->attached.store(0);
+  h->unlinked.store(0);
+  h->poison.store(0);
+  auto* ctl = reinterpret_cast<RankCtl*>(static_cast<uint8_t*>(base) + sizeof(Header));
+  for (int r = 0; r < locals; ++r) new (&ctl[r]) RankCtl();
+  std::unique_ptr<Segment> seg(new Segment(name, fd, base, bytes, 0));
+  seg->lockOwn();
+  return seg;
+}
+
+std::unique_ptr<Segment> Segment::attach(const std::string& name, int locals, int me, uint64_t nonce) {
+  int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) throw Error(Code::Unavailable, sysError("shm_open " + name, errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Header))) {
+    close(fd);
+    throw Error(Code::Unavailable, "shared-memory segment " + name + " is not the one announced (size)");
+  }
+  const size_t bytes = static_cast<size_t>(st.st_size);
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int err = errno;
+    close(fd);
+    throw Error(Code::Unavailable, sysError("mmap " + name, err));
+  }
+  auto* h = static_cast<Header*>(base);
+  if (h->magic != kMagic || h->nonce != nonce || h->locals != static_cast<uint32_t>(locals) ||
+      h->totalBytes != bytes) {
+    munmap(base, bytes);
+    close(fd);
+    throw Error(Code::Unavailable, "shared-memory segment " + name + " is not the one announced (header)");
+  }
+  std::unique_ptr<Segment> seg(new Segment(name, fd, base, bytes, me));
+  seg->lockOwn();
+  return seg;
+}
+
+void Segment::lockOwn() {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = me_;
+  fl.l_len = 1;
+  if (fcntl(fd_, F_OFD_SETLK, &fl) != 0) {
+    throw Error(Code::Unavailable, sysError("locking shared-memory segment " + name_, errno));
+  }
+}
+
+void Segment::attached() {
+  if (hdr_->attached.fetch_add(1, std::memory_order_acq_rel) + 1 == hdr_->locals &&
+      hdr_->unlinked.exchange(1) == 0) {
+    shm_unlink(name_.c_str());
+  }
+}
+
+bool Segment::alive(int r) const {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = r;
+  fl.l_len = 1;
+  if (fcntl(fd_, F_OFD_GETLK, &fl) != 0) return true;  // cannot tell: rely on the deadline
+  return fl.l_type != F_UNLCK;
+}
+
+void Segment::poison(Code code) {
+  int32_t expected = 0;
+  hdr_->poison.compare_exchange_strong(expected, static_cast<int32_t>(code) + 1, std::memory_order_acq_rel);
+}
+
+namespace {
+[[noreturn]] void failPoisoned(int p) {
+  throw Error(Code::PeerLost, std::string("a rank on this host failed or aborted its part of the operation (") +
+                                  codeName(static_cast<Code>(p - 1)) + ")");
+}
+}  // namespace
+
+void Waiter::one(int r, std::atomic<uint64_t> RankCtl::*field, uint64_t value) {
+  // Checked before the counters too: a rank that aborted may have posted already.
+  if (int p = seg_.poisoned()) failPoisoned(p);
+  const std::atomic<uint64_t>& c = seg_.ctl(r).*field;
+  if (c.load(std::memory_order_acquire) >= value) return;
+  using clock = std::chrono::steady_clock;
+  auto lastCheck = clock::now();
+  long sleepNs = 2000;
+  for (unsigned spins = 0;; ++spins) {
+    if (c.load(std::memory_order_acquire) >= value) return;
+    if (spins < 128) {
+      cpuRelax();
+      continue;
+    }
+    // More ranks than cores is common (the tests, a laptop): give the core away,
+    // briefly: a rank that keeps yielding still takes its share of a busy core
+    // from the ranks it waits for.
+    if (spins < 128 + 256) {
+      sched_yield();
+      if ((spins & 63) != 0) continue;
+    } else {
+      struct timespec ts {0, sleepNs};
+      nanosleep(&ts, nullptr);
+      sleepNs = std::min(sleepNs * 2, 500000L);
+    }
+    if (abort_ && abort_->load()) throw Error(Code::CommAborted, "communicator was aborted");
+    if (int p = seg_.poisoned()) failPoisoned(p);
+    const auto now = clock::now();
+    if (now - lastCheck > std::chrono::milliseconds(5)) {
+      lastCheck = now;
+      if (!seg_.alive(r)) {
+        seg_.poison(Code::PeerLost);
+        throw Error(Code::PeerLost, "local rank " + std::to_string(r) +
+                                        " closed its shared-memory segment or died");
+      }
+    }
+    if (now > deadline_) {
+      seg_.poison(Code::Timeout);
+      std::ostringstream s;
+      s << "timed out after " << timeout_.count() << " ms waiting for local rank " << r << " in shared memory";
+      throw Error(Code::Timeout, s.str());
+    }
+  }
+}
+
+void Waiter::all(std::atomic<uint64_t> RankCtl::*field, uint64_t value) {
+  for (int r = 0; r < seg_.locals(); ++r) {
+    if (r != me_) one(r, field, value);
+  }
+}
+
+}  // namespace shm
+}  // namespace ncclnode
