@@ -15,7 +15,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
+import type { Member } from '../../src/ft/membership.js';
 import { resolveOptions } from '../../src/launch/options.js';
+import { spareTakes } from '../../src/launch/spares.js';
 import { config, corpus, referenceChain } from '../ft/fixture.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -131,6 +133,17 @@ describe('nccl-node run --spares', () => {
     const unspared = toFullSize(plain.out, plainR0.pid, 3);
     console.log(`kill to the first committed step at full size: --spares 1 ${spared.map((ms) => `${ms} ms`).join(', ')}; no spares ${unspared[0]} ms`);
   }, 120_000);
+
+  it('pairs the admitted spares with the lost RANKs that did not come back', () => {
+    const m = (id: string, rank: number, prevRank: number, founding: number, life = 0): Member => ({ id, rank, prevRank, founding, life, step: 0, ticket: rank + 1 });
+    const prev = [m('a', 0, 0, 0), m('b', 1, 1, 1, 2), m('c', 2, 2, 2), m('d', 3, 3, 3)];
+    // RANK 1 and 3 lost; 2 lost and restarted (it came back as a joiner); two spares admitted.
+    const now = [m('a', 0, 0, 0), m('s1', 1, -1, -2), m('c2', 2, -1, 2, 1), m('s0', 3, -1, -1)];
+    expect(spareTakes(prev, now, 's1')).toEqual({ rank: 1, life: 3 });
+    expect(spareTakes(prev, now, 's0')).toEqual({ rank: 3, life: 1 });
+    expect(spareTakes(prev, now, 'a')).toBeUndefined();
+    expect(spareTakes(prev, [m('a', 0, 0, 0), m('b', 1, 1, 1), m('c', 2, 2, 2), m('s', 3, -1, -1)], 's')).toEqual({ rank: 3, life: 1 });
+  });
 
   it('refuses --spares without --restart-scope rank', () => {
     const cli = spawnSync(process.execPath, [BIN, 'run', '--nproc-per-node', '1', '--spares', '1', FIXTURE], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, NCCL_NODE_TOKEN: undefined } });
