@@ -23,7 +23,9 @@
  * Under `nccl-node run` every member heartbeats (src/comm/heartbeat.ts) so the
  * launcher can tell a stopped process from a busy one, and a rank the launcher
  * restarted alone (--restart-scope rank, NCCL_NODE_FT_REJOIN=1) joins from start(),
- * so one training script serves both its first life and the later ones.
+ * so one training script serves both its first life and the later ones. A spare worker
+ * of `nccl-node run --spares` (NCCL_NODE_FT_SPARE=1) joins from start() as a spare and,
+ * once admitted, carries on as the RANK it replaced (src/launch/spares.ts).
  *
  * A re-formation does not wait for members known to be gone (gone.ts): each member's
  * round record carries its RANK, life and pid, and what it knows of the others. A
@@ -39,6 +41,7 @@ import { NcclNodeError } from '../errors.js';
 import { resolveJobEnv } from '../launch/env.js';
 import { announceJoin } from '../launch/join.js';
 import { RANK_RESTART_COUNT_ENV, REJOIN_ENV } from '../launch/rank-process.js';
+import { memberTookKey, SPARE_ENV, SPARE_INDEX_ENV, spareReadyKey, spareTakes, spareTookKey } from '../launch/spares.js';
 import { startFailureDetection, stopFailureDetection } from '../comm/heartbeat.js';
 import { binding } from '../native.js';
 import { createNcclComm } from '../comm/nccl/nccl-init.js';
@@ -101,7 +104,7 @@ export class ElasticGroup {
   readonly #localRank: number;
   readonly #admitTimeoutMs: number;
   /** What every round record of this process carries besides id, rank and step. */
-  readonly #self: Pick<MemberInfo, 'founding' | 'life' | 'pid' | 'host'>;
+  #self: Pick<MemberInfo, 'founding' | 'life' | 'pid' | 'host'>;
   readonly #launcher = process.env['NCCL_NODE_LAUNCHER'] === '1';
 
   private constructor(store: StoreHandle, o: ElasticGroupOptions, job: { localRank: number; rank: number }) {
@@ -120,6 +123,11 @@ export class ElasticGroup {
     this.timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   }
 
+  /** The launcher's RANK this process holds (a spare: the one it took; negative while it waits) and its life. */
+  get launcherRank(): { rank: number; life: number } {
+    return { rank: this.#self.founding ?? -1, life: this.#self.life ?? 0 };
+  }
+
   get store(): StoreClient {
     return this.#store.client;
   }
@@ -130,6 +138,7 @@ export class ElasticGroup {
    */
   static async start(o: ElasticGroupOptions = {}): Promise<ElasticGroup> {
     if (process.env[REJOIN_ENV] === '1') return ElasticGroup.join(o);
+    if (process.env[SPARE_ENV] === '1') return ElasticGroup.#launcherSpare(o);
     const job = resolveJobEnv(process.env, {});
     if (job.token === undefined) throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'ElasticGroup.start: no job token; set NCCL_NODE_TOKEN or start the job with nccl-node run');
     const timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
@@ -162,10 +171,44 @@ export class ElasticGroup {
     return g;
   }
 
+  /**
+   * A launcher's spare: registers (negative RANK, so no lost RANK is matched to it), says
+   * it is ready, and once admitted takes on the RANK it replaced: announces and
+   * heartbeats as it and tells its launcher (`took`).
+   */
+  static async #launcherSpare(o: ElasticGroupOptions): Promise<ElasticGroup> {
+    // Its RANK and LOCAL_RANK lie past the world's (LOCAL_RANK picks its own device): read the job without them.
+    const job = resolveJobEnv(process.env, { rank: 0, localRank: 0 });
+    if (job.token === undefined) throw new NcclNodeError('ERR_INVALID_ARGUMENT', 'ElasticGroup.start: no job token for the spare; start the job with nccl-node run');
+    const index = Number(process.env[SPARE_INDEX_ENV] ?? '0');
+    const node = Number(process.env['GROUP_RANK'] ?? '0');
+    const localRank = Number(process.env['LOCAL_RANK'] ?? '0');
+    const timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const g = new ElasticGroup(await openStore({ ...job, rank: 1, worldSize: Math.max(2, job.worldSize) }, job.token, timeoutMs), o, { localRank, rank: -1 - index });
+    await g.#enter(SPARES, -1, () => g.store.set(spareReadyKey(node, index), String(process.pid)));
+    // A lost member that was itself a spare is listed under its spare RANK; it recorded the RANK it took.
+    const listed = JSON.parse(await g.store.getString(genKey(g.generation - 1, 'members'), { timeoutMs })) as Member[];
+    const prev = await Promise.all(listed.map(async (m) => {
+      if ((m.founding ?? 0) >= 0 || !(await g.store.check(memberTookKey(m.id)))) return m;
+      const t = JSON.parse(await g.store.getString(memberTookKey(m.id))) as { rank: number; life: number };
+      return { ...m, founding: t.rank, life: t.life };
+    }));
+    const took = spareTakes(prev, g.members, g.id);
+    if (took !== undefined) {
+      await g.store.set(memberTookKey(g.id), JSON.stringify(took));
+      g.#self = { ...g.#self, founding: took.rank, life: took.life };
+      await announceJoin(g.store, { rank: took.rank, pid: process.pid, host: hostname(), localRank });
+      startFailureDetection(g.store, took.rank);
+      await g.store.set(spareTookKey(node, index), JSON.stringify({ ...took, pid: process.pid }));
+    }
+    return g;
+  }
+
   /** Registers in a joiner list, waits to be admitted, forms the generation it is admitted to. */
-  async #enter(list: string, step: number): Promise<void> {
+  async #enter(list: string, step: number, registered?: () => Promise<void>): Promise<void> {
     this.#ticket = Number(await this.store.add(list, 1));
     await this.store.set(`${list}/${this.#ticket}`, this.id);
+    await registered?.();
     const admit = JSON.parse(await this.store.getString(`${list}/${this.#ticket}/admit`, { timeoutMs: this.#admitTimeoutMs })) as { generation: number; expected: number };
     await this.#form(admit.generation, { id: this.id, prevRank: -1, step }, admit.expected, this.windowMs);
   }

@@ -26,6 +26,7 @@ import { resolveOptions, resolveToken, type LaunchOptions, type Resolved } from 
 import { rankOutput } from './output.js';
 import { GUARD_FD, nodeArgs, rankEnv } from './rank-process.js';
 import { RankRestarts } from './rank-restart.js';
+import { SPARE_ENV, SPARE_INDEX_ENV, SparePool, type SpareProcess, type Took } from './spares.js';
 import { groupAlive, killGroup, signalExitCode } from './process-group.js';
 import { EtcdRendezvous } from './etcd.js';
 import { roundStore, watchGang } from './round-store.js';
@@ -64,7 +65,20 @@ interface Rank {
   /** The order in which Node reported the exits. */
   exitOrder?: number;
   drained: Promise<void>;
+  /** --spares: the index of the spare this process was started as (it stays a spare until it takes a rank's place). */
+  spare?: number;
 }
+
+/** A lost rank counting on a spare to take its place. */
+interface AwaitingSpare {
+  dead: Rank;
+  record: FailureRecord;
+  restarts: number;
+  timer: NodeJS.Timeout;
+}
+
+/** How long a lost rank waits for the spare promised to it before it is restarted instead. */
+const SPARE_TAKE_WAIT_MS = 30_000;
 
 
 function listRanks(ranks: readonly number[]): string {
@@ -113,6 +127,10 @@ export class Launcher {
   private readonly rankRestarts: RankRestarts;
   /** Previous lives of ranks restarted alone (their pipes are closed when the attempt ends). */
   private retired: Rank[] = [];
+  /** --spares: this attempt's spares (spares.ts), the processes not adopted as ranks, and lost ranks counting on one. */
+  private pool: SparePool | undefined;
+  private spareProcs: Rank[] = [];
+  private readonly awaiting = new Map<number, AwaitingSpare>();
   /** The token this attempt's ranks reach the store with. */
   private rankToken = '';
   private resolveDone!: (r: LaunchResult) => void;
@@ -125,7 +143,7 @@ export class Launcher {
   }
   private readonly killOnExit = (): void => {
     // Last resort if the launcher dies of an exception: no rank outlives it.
-    for (const r of this.ranks) if (r.pid !== undefined) killGroup(r.pid, 'SIGKILL');
+    for (const r of [...this.ranks, ...this.spareProcs]) if (r.pid !== undefined) killGroup(r.pid, 'SIGKILL');
   };
 
   /** The ranks' store: the whole store (c10d), or the attempt's own store (etcd: round-store.ts). */
@@ -261,6 +279,24 @@ export class Launcher {
     const scope = ticket.attempt === 0 ? undefined : `attempt_${ticket.attempt}`;
     this.view = scope === undefined ? this.storeView : prefixedView(this.storeView, scopeKeyPrefix(scope));
     this.startRanks(scope === undefined ? this.token : scopedToken(this.token, scope));
+    this.startSpares();
+  }
+
+  /** --spares: starts this node's spares of the attempt, watched through its store view. */
+  private startSpares(): void {
+    this.pool = undefined;
+    if (this.o.spares === 0) return;
+    const pool = new SparePool(this.view, this.nodeRank, {
+      spawn: (index): SpareProcess => {
+        const p = this.spawnRank(this.worldSize + index, this.o.nprocPerNode + index, 0, index);
+        this.spareProcs.push(p);
+        return { index, pid: p.pid, exited: () => p.exit !== undefined, ready: false };
+      },
+      took: (s, took) => this.spareTook(s, took),
+      log: (line) => this.o.stderr.write(`nccl-node run: ${line}\n`),
+    }, this.watchers.signal);
+    this.pool = pool;
+    for (let i = 0; i < this.o.spares; i++) pool.start('(idle until a rank is lost)');
   }
 
   private startRanks(rankToken: string): void {
@@ -269,20 +305,25 @@ export class Launcher {
     this.watch();
   }
 
-  /** Starts one rank process; `restarts`: how many times it was restarted alone before. */
-  private spawnRank(rank: number, localRank: number, restarts: number): Rank {
+  /**
+   * Starts one rank process; `restarts`: how many times it was restarted alone before.
+   * With `spare`, a spare worker instead: RANK and LOCAL_RANK past the world's, NCCL_NODE_FT_SPARE=1.
+   */
+  private spawnRank(rank: number, localRank: number, restarts: number, spare?: number): Rank {
     const o = this.o;
     const gang = this.gang!;
     const args = [...nodeArgs(o.script), o.script, ...o.scriptArgs];
-    const env = rankEnv(o, { rank, localRank, worldSize: this.worldSize, nodeRank: gang.nodeRank, nnodes: gang.nnodes, attempt: gang.attempt,
+    const base = rankEnv(o, { rank, localRank, worldSize: this.worldSize, nodeRank: gang.nodeRank, nnodes: gang.nnodes, attempt: gang.attempt,
       storeHost: this.storeHost, storePort: this.port, token: this.rankToken, restarts, jobId: this.jobId });
-    const out = rankOutput({ ...o.output, attempt: gang.attempt, restart: restarts }, rank, localRank);
+    const env = spare === undefined ? base : { ...base, [SPARE_ENV]: '1', [SPARE_INDEX_ENV]: String(spare) };
+    const out = rankOutput({ ...o.output, attempt: gang.attempt, restart: restarts }, spare === undefined ? rank : `s${spare}`, localRank);
     // detached: the rank leads its own process group (see process-group.ts).
     const child = spawn(process.execPath, args, { cwd: o.cwd, env, detached: true, stdio: ['ignore', ...out.stdio, 'pipe'] });
     child.once('exit', (code, signal) => {
       r.exit = { code, signal };
       r.exitOrder = this.exits++;
-      this.onExit(r);
+      if (r.spare !== undefined && !this.ranks.includes(r)) this.onSpareExit(r);
+      else this.onExit(r);
     });
     child.once('error', (err) => {
       // Only a failed spawn gets here without 'exit' following.
@@ -302,7 +343,7 @@ export class Launcher {
     guard?.on('end', hungUp);
     guard?.on('close', hungUp);
     guard?.on('data', () => {});
-    const r: Rank = { rank, localRank, child, pid: child.pid, drained };
+    const r: Rank = { rank, localRank, child, pid: child.pid, drained, ...(spare !== undefined ? { spare } : {}) };
     return r;
   }
 
@@ -415,16 +456,85 @@ export class Launcher {
   private restartAlone(r: Rank): boolean {
     if (this.settling || !this.rankRestarts.allowed(this.attempt, r.exit)) return false;
     const record = this.rankRestarts.failureOf(r.rank, r.pid, r.exit!, { node: this.nodeRank, host: this.host });
-    const { restarts, line } = this.rankRestarts.take(record, this.attempt);
+    const spare = this.pool?.claim() ?? false;
+    const { restarts, line } = this.rankRestarts.take(record, this.attempt, spare ? `an idle spare takes rank ${r.rank}'s place` : undefined);
     this.o.stderr.write(`nccl-node run: ${line}\n`);
     // Whatever the dead rank started goes with it.
     if (r.pid !== undefined && groupAlive(r.pid)) killGroup(r.pid, 'SIGKILL');
-    const next = this.spawnRank(r.rank, r.localRank, restarts);
-    this.ranks[this.ranks.indexOf(r)] = next;
-    this.retired.push(r);
-    this.monitor?.replace({ rank: next.rank, pid: next.pid, exited: () => next.exit !== undefined }, r.pid);
-    this.track(this.rankRestarts.publish(this.view, record, restarts, next.pid).catch(() => {}));
+    if (!spare) {
+      this.replaceRank(r, this.spawnRank(r.rank, r.localRank, restarts), record, restarts);
+      return true;
+    }
+    // The survivors' round learns at once that this life is over (src/ft/gone.ts) and admits the spare.
+    this.track(this.rankRestarts.publish(this.view, record, restarts, undefined).catch(() => {}));
+    const timer = setTimeout(() => this.spareMissed(r.rank), Math.min(this.o.joinTimeoutMs, SPARE_TAKE_WAIT_MS));
+    this.awaiting.set(r.rank, { dead: r, record, restarts, timer });
     return true;
+  }
+
+  /** `next` takes dead rank `dead`'s slot: monitored under its rank, recorded in the store. */
+  private replaceRank(dead: Rank, next: Rank, record: FailureRecord, restarts: number): void {
+    this.ranks[this.ranks.indexOf(dead)] = next;
+    this.retired.push(dead);
+    this.monitor?.replace({ rank: next.rank, pid: next.pid, exited: () => next.exit !== undefined }, dead.pid);
+    this.track(this.rankRestarts.publish(this.view, record, restarts, next.pid).catch(() => {}));
+  }
+
+  /** Spare `s` took `took.rank`'s place in the group: it is that rank now, and a new spare starts. */
+  private spareTook(s: SpareProcess, took: Took): void {
+    const p = this.spareProcs.find((x) => x.spare === s.index);
+    const w = this.awaiting.get(took.rank);
+    if (p === undefined || this.phase !== 'running') return;
+    if (w === undefined || !this.ranks.includes(w.dead)) {
+      this.o.stderr.write(`nccl-node run: warning: spare s${s.index} (pid ${p.pid ?? 0}) took the place of rank ${took.rank}, which no lost rank of this node waited for\n`);
+      return;
+    }
+    clearTimeout(w.timer);
+    this.awaiting.delete(took.rank);
+    this.spareProcs.splice(this.spareProcs.indexOf(p), 1);
+    p.rank = took.rank;
+    p.localRank = w.dead.localRank;
+    this.replaceRank(w.dead, p, w.record, w.restarts);
+    this.o.stderr.write(`nccl-node run: spare s${s.index} (pid ${p.pid ?? 0}) took rank ${took.rank}'s place (life ${took.life})\n`);
+    this.pool?.start(`to replace spare s${s.index}`);
+    if (p.exit !== undefined) this.onExit(p);
+  }
+
+  /** The spare promised to lost rank `rank` did not come: the rank is restarted alone instead. */
+  private spareMissed(rank: number): void {
+    const w = this.awaiting.get(rank);
+    if (w === undefined || this.phase !== 'running' || !this.ranks.includes(w.dead)) return;
+    this.awaiting.delete(rank);
+    this.pool?.unclaim();
+    this.o.stderr.write(`nccl-node run: no spare took rank ${rank}'s place within ${seconds(Math.min(this.o.joinTimeoutMs, SPARE_TAKE_WAIT_MS))}; restarting rank ${rank}\n`);
+    this.replaceRank(w.dead, this.spawnRank(w.dead.rank, w.dead.localRank, w.restarts), w.record, w.restarts);
+  }
+
+  /** A spare that ended before taking a place: not a rank, so not a failure. */
+  private onSpareExit(r: Rank): void {
+    if (this.phase !== 'running') return;
+    const how = r.exit?.signal != null ? `was killed by signal ${r.exit.signal}` : `exited with code ${r.exit?.code}`;
+    this.o.stderr.write(`nccl-node run: spare s${r.spare} (pid ${r.pid ?? 0}) ${how}; it held no rank\n`);
+  }
+
+  /** Ends the attempt's spares that hold no rank (SIGTERM, SIGKILL after the grace period); their exits are no failure. */
+  private async stopSpares(): Promise<void> {
+    for (const w of this.awaiting.values()) clearTimeout(w.timer);
+    this.awaiting.clear();
+    this.pool = undefined;
+    const procs = this.spareProcs.splice(0);
+    if (procs.length === 0) return;
+    this.retired.push(...procs);
+    const groups = procs.flatMap((p) => (p.pid === undefined ? [] : [p.pid]));
+    for (const g of groups) if (groupAlive(g)) killGroup(g, 'SIGTERM');
+    const gone = (): boolean => procs.every((p) => p.exit !== undefined) && !groups.some(groupAlive);
+    const deadline = Date.now() + this.o.gracePeriodMs;
+    while (!gone() && Date.now() < deadline) await sleep(20);
+    if (!gone()) {
+      for (const g of groups) if (groupAlive(g)) killGroup(g, 'SIGKILL');
+      const killDeadline = Date.now() + KILL_WAIT_MS;
+      while (!gone() && Date.now() < killDeadline) await sleep(20);
+    }
   }
 
   /**
@@ -574,6 +684,7 @@ export class Launcher {
   /** The attempt ended: re-run the gang if it failed and restarts remain, else end the job. */
   private async complete(result: LaunchResult): Promise<void> {
     if (this.phase === 'done' || this.phase === 'rendezvous') return;
+    await this.stopSpares();
     if (result.exitCode === 0) {
       // Whatever successful ranks left running goes too.
       this.terminateGroups();

@@ -49,6 +49,11 @@ export interface LaunchOptions {
    * rank-restart.ts. Both count against maxRestarts.
    */
   restartScope?: RestartScope;
+  /**
+   * restartScope 'rank' only: idle worker processes kept up per node (spares.ts) that take
+   * a failed rank's place in its group's next membership round. Default 0.
+   */
+  spares?: number;
   masterAddr?: string;
   /** 0 picks a free port (single node only). Default: 0 on one node (as torchrun --standalone), 29500 on several. */
   masterPort?: number;
@@ -101,6 +106,7 @@ export interface Resolved {
   lastCallMs: number;
   maxRestarts: number;
   restartScope: RestartScope;
+  spares: number;
   masterAddr: string;
   masterPort: number;
   runId: string;
@@ -138,6 +144,15 @@ function checkMs(name: string, v: number, min: number): number {
 function checkScope(v: string): RestartScope {
   if (v !== 'gang' && v !== 'rank') throw invalid(`restartScope must be 'gang' or 'rank', got ${JSON.stringify(v)}`, { option: 'restartScope', received: v });
   return v;
+}
+
+function checkSpares(v: number, scope: RestartScope): number {
+  const n = checkInt('spares', v, 0, 4096);
+  if (n > 0 && scope !== 'rank') {
+    throw invalid(`spares (${n}) take a failed rank's place in its running group: they need restartScope 'rank' (--restart-scope rank), got ${JSON.stringify(scope)}`,
+      { option: 'spares', received: n, restartScope: scope });
+  }
+  return n;
 }
 
 export function resolveOptions(o: LaunchOptions): Resolved {
@@ -195,6 +210,7 @@ export function resolveOptions(o: LaunchOptions): Resolved {
     lastCallMs: checkMs('lastCallMs', o.lastCallMs ?? 30_000, 0),
     maxRestarts: checkInt('maxRestarts', o.maxRestarts ?? 0, 0, 1_000_000),
     restartScope: checkScope(o.restartScope ?? 'gang'),
+    spares: checkSpares(o.spares ?? 0, o.restartScope ?? 'gang'),
     masterAddr,
     masterPort,
     runId,

@@ -86,7 +86,7 @@ function stdioOf(s: StreamPlan, prefix: boolean): Stdio {
 }
 
 /** The spawn stdio for one rank's stdout and stderr, and how to wire them up once spawned. */
-export function rankOutput(p: OutputPolicy, rank: number, localRank: number): {
+export function rankOutput(p: OutputPolicy, rank: number | string, localRank: number): {
   stdio: [Stdio, Stdio];
   connect: (stdout: Readable | null, stderr: Readable | null, out: Writable, err: Writable) => Promise<void>;
 } {

@@ -92,13 +92,13 @@ export class RankRestarts {
   }
 
   /** Counts a restart of `record.rank`: its new restart count, and the line the launcher prints. */
-  take(record: FailureRecord, gangRestarts: number): { restarts: number; line: string } {
+  take(record: FailureRecord, gangRestarts: number, how?: string): { restarts: number; line: string } {
     const rank = record.rank!;
     const restarts = this.restartsOf(rank) + 1;
     this.lives.set(rank, restarts);
     this.used++;
     const n = gangRestarts + this.used;
-    return { restarts, line: `${record.message}; restarting rank ${rank} (restart ${n} of ${this.o.maxRestarts}), the other ranks keep running` };
+    return { restarts, line: `${record.message}; ${how ?? `restarting rank ${rank}`} (restart ${n} of ${this.o.maxRestarts}), the other ranks keep running` };
   }
 
   /** Records the restart in the store, for people and tools reading the job's keys. */

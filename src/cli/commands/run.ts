@@ -18,6 +18,7 @@ interface RunFlags {
   nodeRank?: number;
   maxRestarts: number;
   restartScope: 'gang' | 'rank';
+  spares: number;
   rdzvBackend: 'static' | 'c10d' | 'etcd';
   rdzvLeaseTtl: number;
   rdzvEndpoint?: { host: string; port: number };
@@ -159,6 +160,9 @@ With --restart-scope rank only the failed rank is restarted (same RANK, with
 NCCL_NODE_FT_REJOIN=1 and NCCL_NODE_RANK_RESTART_COUNT), the others keep running and
 re-form their group in-process (ElasticGroup, docs/fault-tolerance.md); each restart
 counts against --max-restarts; exit code 75, a lost node or store still stop the gang.
+--spares N (with --restart-scope rank) keeps N idle workers per node (NCCL_NODE_FT_SPARE=1,
+output prefixed "s<k>:") that take a failed rank's place in the group's next round; the
+launcher then starts a new spare instead of restarting the rank (docs/launcher.md).
 
 Elastic: --nnodes MIN:MAX (or --rdzv-backend c10d) with the same --rdzv-endpoint (or
 --master-addr/--master-port) and no --node-rank on every node. The first launcher on the
@@ -183,6 +187,7 @@ export function registerRunCommand(program: Command): void {
     .option('--node-rank <k>', 'this node\'s index, 0 .. nnodes-1 (static rendezvous only; default 0)', integer(0))
     .option('--max-restarts <n>', 're-run the whole gang up to n times after a failure', integer(0), 0)
     .addOption(new Option('--restart-scope <scope>', 'what a failed rank restarts: gang (every rank) or rank (only it; the others re-form in-process, src/ft)').choices(['gang', 'rank']).default('gang'))
+    .option('--spares <n>', 'with --restart-scope rank: idle worker processes kept up per node that take a failed rank\'s place at once', integer(0), 0)
     .option('--rdzv-backend <name>', 'static (node ranks given), c10d (node ranks in join order; implied by --nnodes MIN:MAX) or etcd (the rendezvous in etcd at --rdzv-endpoint)', backendArg, 'static')
     .option('--rdzv-lease-ttl <seconds>', 'etcd: a launcher whose lease is not renewed for this long is out of the job', secondsArg(1), 10)
     .option('--rdzv-endpoint <host:port>', 'where the launchers meet: the same as --master-addr/--master-port', endpointArg)
@@ -252,6 +257,7 @@ async function run(script: string, scriptArgs: string[], flags: RunFlags): Promi
       ...(elastic ? { minNodes: flags.nnodes.min, maxNodes: flags.nnodes.max } : { nnodes: flags.nnodes.min, nodeRank: flags.nodeRank ?? 0 }),
       maxRestarts: flags.maxRestarts,
       restartScope: flags.restartScope,
+      spares: flags.spares,
       ...(etcd ? { rdzvBackend: 'etcd' as const, leaseTtlMs: flags.rdzvLeaseTtl * 1000 } : {}),
       lastCallMs: flags.rdzvLastCall * 1000,
       masterAddr: flags.rdzvEndpoint?.host ?? flags.masterAddr,
