@@ -146,11 +146,17 @@ function checkScope(v: string): RestartScope {
   return v;
 }
 
-function checkSpares(v: number, scope: RestartScope): number {
+function checkSpares(v: number, scope: RestartScope, maxNodes: number): number {
   const n = checkInt('spares', v, 0, 4096);
   if (n > 0 && scope !== 'rank') {
     throw invalid(`spares (${n}) take a failed rank's place in its running group: they need restartScope 'rank' (--restart-scope rank), got ${JSON.stringify(scope)}`,
       { option: 'spares', received: n, restartScope: scope });
+  }
+  // A launcher adopts only its own spares; on several nodes another node's spare could take
+  // a rank that no launcher then watches, and the rank would also be restarted: two holders.
+  if (n > 0 && maxNodes > 1) {
+    throw invalid(`spares (${n}) are supported on single-node jobs only, got up to ${maxNodes} nodes; use node-level spares (--nnodes MIN:MAX) across nodes`,
+      { option: 'spares', received: n, nodes: maxNodes });
   }
   return n;
 }
@@ -210,7 +216,7 @@ export function resolveOptions(o: LaunchOptions): Resolved {
     lastCallMs: checkMs('lastCallMs', o.lastCallMs ?? 30_000, 0),
     maxRestarts: checkInt('maxRestarts', o.maxRestarts ?? 0, 0, 1_000_000),
     restartScope: checkScope(o.restartScope ?? 'gang'),
-    spares: checkSpares(o.spares ?? 0, o.restartScope ?? 'gang'),
+    spares: checkSpares(o.spares ?? 0, o.restartScope ?? 'gang', elastic ? maxNodes : nnodes),
     masterAddr,
     masterPort,
     runId,

@@ -155,4 +155,13 @@ describe('nccl-node run --spares', () => {
       .toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARGUMENT' }));
     expect(resolveOptions({ script: FIXTURE, cwd: ROOT, nprocPerNode: 1, restartScope: 'rank', spares: 2 }).spares).toBe(2);
   });
+
+  it('refuses --spares on a job of several nodes (a launcher adopts only its own spares)', () => {
+    const base = { script: FIXTURE, cwd: ROOT, nprocPerNode: 1, restartScope: 'rank' as const, spares: 1, masterAddr: '127.0.0.1', masterPort: 29999 };
+    expect(() => resolveOptions({ ...base, nnodes: 2, nodeRank: 0 }))
+      .toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARGUMENT', details: expect.objectContaining({ option: 'spares', nodes: 2 }) }));
+    expect(() => resolveOptions({ ...base, minNodes: 1, maxNodes: 3 }))
+      .toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARGUMENT', details: expect.objectContaining({ option: 'spares', nodes: 3 }) }));
+    expect(resolveOptions({ ...base, nnodes: 1, nodeRank: 0 }).spares).toBe(1);
+  });
 });
