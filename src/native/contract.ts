@@ -261,9 +261,26 @@ export interface IoBinding {
   readonly crc32cHardware: boolean;
 }
 
+export interface GlooShmStats {
+  /** Segments mapped, and collectives that went through them. */
+  segments: number;
+  allReduces: number;
+  /** All-reduces across hosts: intra-host through the segment, leaders over TCP. */
+  twoLevel: number;
+  allGathers: number;
+  reduceScatters: number;
+  bytes: number;
+  /** Communicators that fell back to TCP (segment creation failed on some rank). */
+  fallbacks: number;
+  /** Name of the last segment mapped ('' before any). */
+  lastSegment: string;
+}
+
 /** GpuBinding: DeviceBuffer, Stream, Event, createNccl, health; IoBinding: checkpoint I/O. */
 export interface Binding extends GpuBinding, IoBinding {
   createGloo(options: GlooOptions): Promise<NativeComm>;
+  /** This process's use of the Gloo backend's shared-memory path (docs/gloo.md), counted since the addon loaded. */
+  glooShmStats(): GlooShmStats;
   /** float -> float16 (false) or bfloat16 (true) bits, with the native rounding. */
   floatTo16(value: number, bf16: boolean): number;
   /**
