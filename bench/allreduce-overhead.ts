@@ -19,12 +19,12 @@
  *   node --import tsx bench/allreduce-overhead.ts [--backend gloo|nccl] [--ranks 2]
  *        [--standins] [--iters 200] [--max 64M] [--json out.json]
  */
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../test/helpers/ranks.js';
+import { gang } from './gang.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const arg = (name: string, def: string) => {
@@ -71,22 +71,10 @@ async function rankMain(): Promise<void> {
   device?.dispose();
 }
 
-/** Runs `cmd` once per rank and collects rank 0's JSON lines. */
-async function gang<T>(cmd: (rank: number) => [string, string[], NodeJS.ProcessEnv]): Promise<T[]> {
-  const outs = await Promise.all(Array.from({ length: RANKS }, (_, rank) => new Promise<string>((resolve, reject) => {
-    const [file, args, env] = cmd(rank);
-    const p = spawn(file, args, { env, stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    p.stdout.on('data', (d) => (out += d));
-    p.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`${file} rank ${rank} exited with ${code}`))));
-  })));
-  return outs[0]!.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as T);
-}
-
 async function addonSweep(check: boolean): Promise<Point[]> {
   const port = await freePort();
   const self = fileURLToPath(import.meta.url);
-  return gang<Point>((rank) => [process.execPath, ['--import', 'tsx', self, ...process.argv.slice(2)], {
+  return gang<Point>(RANKS, (rank) => [process.execPath, ['--import', 'tsx', self, ...process.argv.slice(2)], {
     ...process.env, ...libEnv, BENCH_ROLE: 'rank', BENCH_CHECK: check ? '1' : '0', RANK: String(rank),
     LOCAL_RANK: String(rank), WORLD_SIZE: String(RANKS), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port),
     NCCL_NODE_TOKEN: 'allreduce-overhead',
@@ -98,7 +86,7 @@ function directSweep<T>(name: string): Promise<T[]> {
     .find((p) => p && existsSync(p));
   if (!bin) throw new Error(`${name} not found: build it with \`bash scripts/setup.sh\` or set ${name.toUpperCase()}`);
   const dir = mkdtempSync(join(tmpdir(), `${name}-`));
-  return gang<T>((rank) => [bin, [String(rank), String(RANKS), dir, String(ITERS), '8', MAX], { ...process.env, ...libEnv }]);
+  return gang<T>(RANKS, (rank) => [bin, [String(rank), String(RANKS), dir, String(ITERS), '8', MAX], { ...process.env, ...libEnv }]);
 }
 
 /** Gloo: Gloo's ring, the addon's algorithm in C++, the addon; check off and on. */

@@ -17,12 +17,12 @@
  *   node --import tsx bench/comm/callpath.ts [--iters 3000] [--queue 64] [--sizes 128K,512K]
  *        [--no-ranks2] [--json out.json]
  */
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../../test/helpers/ranks.js';
+import { gang } from '../gang.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const arg = (name: string, def: string) => {
@@ -73,18 +73,6 @@ async function rankMain(): Promise<void> {
   }
   if (comm.rank === 0) for (const p of out) process.stdout.write(`${JSON.stringify(p)}\n`);
   await comm.destroy();
-}
-
-/** Runs `cmd` once per rank and collects rank 0's JSON lines. */
-async function gang<T>(ranks: number, cmd: (rank: number) => [string, string[], NodeJS.ProcessEnv]): Promise<T[]> {
-  const outs = await Promise.all(Array.from({ length: ranks }, (_, rank) => new Promise<string>((resolve, reject) => {
-    const [file, args, env] = cmd(rank);
-    const p = spawn(file, args, { env, stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    p.stdout.on('data', (d) => (out += d));
-    p.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`${file} rank ${rank} exited with ${code}`))));
-  })));
-  return outs[0]!.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as T);
 }
 
 async function addon(ranks: number, inline: boolean): Promise<Point[]> {

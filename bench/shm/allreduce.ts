@@ -11,12 +11,12 @@
  *   node --import tsx bench/shm/allreduce.ts [--ranks 2] [--iters 200] [--min 8]
  *        [--max 64M] [--no-gloo] [--json out.json]
  */
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../../test/helpers/ranks.js';
+import { gang } from '../gang.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const arg = (name: string, def: string): string => {
@@ -54,22 +54,10 @@ async function rankMain(): Promise<void> {
   await comm.destroy();
 }
 
-/** Runs `cmd` once per rank and collects rank 0's JSON lines. */
-async function gang<T>(cmd: (rank: number) => [string, string[], NodeJS.ProcessEnv]): Promise<T[]> {
-  const outs = await Promise.all(Array.from({ length: RANKS }, (_, rank) => new Promise<string>((resolve, reject) => {
-    const [file, args, env] = cmd(rank);
-    const p = spawn(file, args, { env, stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    p.stdout.on('data', (d) => (out += d));
-    p.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`${file} rank ${rank} exited with ${code}`))));
-  })));
-  return outs[0]!.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as T);
-}
-
 async function addonSweep(shm: boolean): Promise<Point[]> {
   const port = await freePort();
   const self = fileURLToPath(import.meta.url);
-  return gang<Point>((rank) => [process.execPath, ['--import', 'tsx', self, ...process.argv.slice(2)], {
+  return gang<Point>(RANKS, (rank) => [process.execPath, ['--import', 'tsx', self, ...process.argv.slice(2)], {
     ...process.env, BENCH_ROLE: 'rank', NCCL_NODE_SHM: shm ? '1' : '0', RANK: String(rank), LOCAL_RANK: String(rank),
     WORLD_SIZE: String(RANKS), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'shm-bench',
   }]);
@@ -81,7 +69,7 @@ async function glooBest(): Promise<Map<number, { us: number; algo: string }>> {
   const bin = [process.env.GLOO_ALGOS, join(ROOT, 'build/gloo_algos')].find((p) => p && existsSync(p));
   if (!bin || process.argv.includes('--no-gloo')) return best;
   const dir = mkdtempSync(join(tmpdir(), 'shm-bench-gloo-'));
-  const rows = await gang<{ coll: string; algo: string; size: number; us: number }>((rank) =>
+  const rows = await gang<{ coll: string; algo: string; size: number; us: number }>(RANKS, (rank) =>
     [bin, [String(rank), String(RANKS), dir, String(ITERS), String(Math.max(64, bytesOf(MIN))), MAX], process.env]);
   for (const r of rows.filter((x) => x.coll === 'allreduce')) {
     const b = best.get(r.size);

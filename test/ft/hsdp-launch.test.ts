@@ -9,54 +9,29 @@
  * rank must be bit-identical to it; every step's ids, in data-parallel rank order, the
  * loader's global order.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
-import os from 'node:os';
+import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { launchRankScope, readRecords, tail } from '../helpers/rank-scope.js';
 import { config, corpus, expectedIds } from './fixture.js';
 import { hsdpReferenceChain } from './hsdp-fixture.js';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const BIN = path.join(ROOT, 'bin/nccl-node.js');
 const K = 2, GROW_AT = 4, N = 7;
 
 interface Step { step: number; ids: number[]; dpRank: number; dpSize: number; slot: number }
 interface End { rank: number; pid: number; restarts: number; slot: number; decisions: { action: string; size: number; transferBytes: number }[]; params: string }
 interface Start { rank: number; pid: number; restarts: number; rejoin: boolean }
 
-const started: ChildProcess[] = [];
-afterEach(() => {
-  for (const c of started.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-});
-
 describe('elastic HSDP under nccl-node run --restart-scope rank', () => {
   it('rank 2 is killed: only it is restarted, its replica comes back with its shard, and all ranks match the 2x2 / 1x2 / 2x2 legs exactly', async () => {
     const cfg = { ...config(await corpus(), N), hsdp: { shard: 2 } };
-    const out = mkdtempSync(path.join(os.tmpdir(), 'nccl-node-hsdp-run-'));
     const payload = { cfg, windowMs: 1000, timeoutMs: 20_000, faultRank: 2, faultAt: K, growAt: GROW_AT };
-    const child = spawn(process.execPath, [BIN, 'run', '--nproc-per-node', '4', '--restart-scope', 'rank', '--max-restarts', '2',
-      '--heartbeat-interval', '0.25', '--grace-period', '1', '--join-timeout', '30', 'test/ft/hsdp-launch-worker.ts'], {
-      cwd: ROOT,
-      env: { ...process.env, NCCL_NODE_TOKEN: undefined, FT_OUT: out, FT_PAYLOAD: JSON.stringify(payload) },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
-    started.push(child);
-    let stderr = '';
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const code = await new Promise<number | null>((resolve) => {
-      const timer = setTimeout(() => child.kill('SIGKILL'), 45_000);
-      child.on('close', (c) => {
-        clearTimeout(timer);
-        resolve(c);
-      });
-    });
-    const why = stderr.split('\n').filter((l) => !l.startsWith('{')).slice(-30).join('\n');
+    const { code, stderr, out } = await launchRankScope({ script: 'test/ft/hsdp-launch-worker.ts', nproc: 4, payload });
+    const why = tail(stderr);
     expect(code, why).toBe(0);
     expect(stderr.match(/restarting rank/g)).toHaveLength(1);
     expect(stderr).not.toMatch(/restarting the gang/);
-    const read = <T>(kind: string): T[] => readdirSync(out).filter((f) => f.startsWith(`${kind}-`)).map((f) => JSON.parse(readFileSync(path.join(out, f), 'utf8')) as T);
+    const read = <T>(kind: string): T[] => readRecords<T>(out, kind);
     const starts = read<Start>('start');
     const lives = (r: number) => starts.filter((s) => s.rank === r).sort((a, b) => a.restarts - b.restarts);
     for (const r of [0, 1, 3]) expect(lives(r)).toHaveLength(1);

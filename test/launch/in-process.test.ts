@@ -11,18 +11,14 @@
  * every rank must be bit-identical to it, and every step's sample ids must be the
  * loader's global order.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
-import os from 'node:os';
+import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { resolveOptions } from '../../src/launch/options.js';
 import type { RankResult } from '../helpers/ranks.js';
+import { launchRankScope, readRecords as read, ROOT, tail, type RankScopeRun } from '../helpers/rank-scope.js';
 import { committedIds, config, corpus, expectedIds, referenceChain } from '../ft/fixture.js';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const BIN = path.join(ROOT, 'bin/nccl-node.js');
 const FIXTURE = 'test/launch/fixtures/ft-elastic.mts';
 const K = 3, GROW_AT = 5, N = 8;
 
@@ -30,35 +26,9 @@ interface Report { step: number; ids: number[]; gen: number; size: number; rank:
 interface End { rank: number; pid: number; restarts: number; reports: Report[]; size: number; decisions: { action: string; ms: number }[]; params: string }
 interface Start { rank: number; pid: number; restarts: number; rejoin: boolean }
 
-const started: ChildProcess[] = [];
-afterEach(() => {
-  for (const c of started.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-});
-
-async function launch(fault: 'kill' | 'stop' | 'exit75', cfg: ReturnType<typeof config>, maxRestarts = 2): Promise<{ code: number | null; stderr: string; out: string }> {
-  const out = mkdtempSync(path.join(os.tmpdir(), 'nccl-node-inproc-'));
+function launch(fault: 'kill' | 'stop' | 'exit75', cfg: ReturnType<typeof config>, maxRestarts = 2): Promise<RankScopeRun> {
   const payload = { cfg, windowMs: 1000, timeoutMs: 20_000, faultRank: 1, faultAt: K, fault, growAt: GROW_AT };
-  const child = spawn(process.execPath, [BIN, 'run', '--nproc-per-node', '3', '--restart-scope', 'rank', '--max-restarts', String(maxRestarts),
-    '--heartbeat-interval', '0.25', '--grace-period', '1', '--join-timeout', '30', FIXTURE], {
-    cwd: ROOT,
-    env: { ...process.env, NCCL_NODE_TOKEN: undefined, FT_OUT: out, FT_PAYLOAD: JSON.stringify(payload) },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  started.push(child);
-  let stderr = '';
-  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-  const code = await new Promise<number | null>((resolve) => {
-    const timer = setTimeout(() => child.kill('SIGKILL'), 40_000);
-    child.on('close', (c) => {
-      clearTimeout(timer);
-      resolve(c);
-    });
-  });
-  return { code, stderr, out };
-}
-
-function read<T>(dir: string, kind: string): T[] {
-  return readdirSync(dir).filter((f) => f.startsWith(`${kind}-`)).map((f) => JSON.parse(readFileSync(path.join(dir, f), 'utf8')) as T);
+  return launchRankScope({ script: FIXTURE, nproc: 3, payload, maxRestarts, deadlineMs: 40_000 });
 }
 
 describe('nccl-node run --restart-scope rank', () => {
@@ -66,7 +36,7 @@ describe('nccl-node run --restart-scope rank', () => {
     it(`rank 1 ${fault === 'kill' ? 'SIGKILLs' : 'SIGSTOPs'} itself: only it is restarted, it rejoins, and all match the 3-2-3 reference exactly`, async () => {
       const cfg = config(await corpus(), N);
       const run = await launch(fault, cfg);
-      const why = run.stderr.split('\n').filter((l) => !l.startsWith('{')).slice(-30).join('\n');
+      const why = tail(run.stderr);
       expect(run.code, why).toBe(0);
       expect(run.stderr).not.toMatch(/restarting the gang/);
       const starts = read<Start>(run.out, 'start');

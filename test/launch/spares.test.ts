@@ -9,18 +9,16 @@
  * must be bit-identical to it. Also timed: from the kill to the first committed step at
  * full size, against the same run without spares (the restarted rank rejoins; 3/2/3).
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
-import os from 'node:os';
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Member } from '../../src/ft/membership.js';
 import { resolveOptions } from '../../src/launch/options.js';
 import { spareTakes } from '../../src/launch/spares.js';
 import { config, corpus, referenceChain } from '../ft/fixture.js';
+import { launchRankScope, readRecords as read, ROOT, type RankScopeRun } from '../helpers/rank-scope.js';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const BIN = path.join(ROOT, 'bin/nccl-node.js');
 const FIXTURE = 'test/launch/fixtures/ft-spares.mts';
 const K = 3, K2 = 6, N = 9;
@@ -31,35 +29,9 @@ interface End { rank: number; life: number; pid: number; spare: number | null; r
 interface Kill { rank: number; life: number; pid: number; t: number }
 type Kills = { rank: number; life: number; at: number; spare?: number }[];
 
-const started: ChildProcess[] = [];
-afterEach(() => {
-  for (const c of started.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-});
-
-async function launch(args: string[], cfg: ReturnType<typeof config>, kills: Kills): Promise<{ code: number | null; stderr: string; out: string }> {
-  const out = mkdtempSync(path.join(os.tmpdir(), 'nccl-node-spares-'));
+function launch(args: string[], cfg: ReturnType<typeof config>, kills: Kills): Promise<RankScopeRun> {
   const payload = { cfg, windowMs: 1000, timeoutMs: 20_000, kills };
-  const child = spawn(process.execPath, [BIN, 'run', '--nproc-per-node', '3', '--restart-scope', 'rank', '--max-restarts', '2',
-    '--heartbeat-interval', '0.25', '--grace-period', '1', '--join-timeout', '30', '--prefix', ...args, FIXTURE], {
-    cwd: ROOT,
-    env: { ...process.env, NCCL_NODE_TOKEN: undefined, FT_OUT: out, FT_PAYLOAD: JSON.stringify(payload) },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  started.push(child);
-  let stderr = '';
-  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-  const code = await new Promise<number | null>((resolve) => {
-    const timer = setTimeout(() => child.kill('SIGKILL'), 50_000);
-    child.on('close', (c) => {
-      clearTimeout(timer);
-      resolve(c);
-    });
-  });
-  return { code, stderr, out };
-}
-
-function read<T>(dir: string, kind: string): T[] {
-  return readdirSync(dir).filter((f) => f.startsWith(`${kind}-`)).map((f) => JSON.parse(readFileSync(path.join(dir, f), 'utf8')) as T);
+  return launchRankScope({ script: FIXTURE, nproc: 3, payload, args: ['--prefix', ...args], deadlineMs: 50_000 });
 }
 
 function steps(dir: string, pid: number): Report[] {
