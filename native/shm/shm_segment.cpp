@@ -168,9 +168,16 @@ void Segment::poison(Code code) {
 }
 
 namespace {
+// A rank that timed out poisons the segment with Timeout: the others fail with the
+// same code (a hang, as on the TCP path, not a lost peer) instead of waiting for their
+// own deadlines; any other mark means a rank failed or aborted.
 [[noreturn]] void failPoisoned(int p) {
+  const Code cause = static_cast<Code>(p - 1);
+  if (cause == Code::Timeout) {
+    throw Error(Code::Timeout, "another rank on this host timed out in this operation (a rank never reached it)");
+  }
   throw Error(Code::PeerLost, std::string("a rank on this host failed or aborted its part of the operation (") +
-                                  codeName(static_cast<Code>(p - 1)) + ")");
+                                  codeName(cause) + ")");
 }
 }  // namespace
 
