@@ -32,7 +32,7 @@ describe('shared-memory all-reduce on one host', () => {
   const tcp: Record<number, Row[][]> = {};
 
   it.each([2, 3, 4])('%i ranks: every dtype equals the reference, floats equal the rank-order fold', async (size) => {
-    const rows = await run(size, { NCCL_NODE_SHM_CHUNK: CHUNK }, size === 3 ? '70001,1048583' : '70001');
+    const rows = await run(size, { NCCL_NODE_SHM: '1', NCCL_NODE_SHM_CHUNK: CHUNK }, size === 3 ? '70001,1048583' : '70001');
     for (const rank of rows) {
       const done = rank.find((x) => x.done);
       expect(done?.done).toBe(true);

@@ -46,7 +46,7 @@ describe('shared-memory path faults', () => {
 
   it('a stale segment under the job\'s name is replaced, and removed once every rank has mapped the new one', async () => {
     const port = await freePort();
-    const env = { MASTER_PORT: String(port) };
+    const env = { NCCL_NODE_SHM: '1', MASTER_PORT: String(port) };
     const first = await runRanks('test/fixtures/shm-fault.ts', 2, { args: ['plain'], env, timeoutMs: 30_000 });
     expect(first.map((r) => r.code), describeRanks(first)).toEqual([0, 0]);
     const name = String(step(first, 'warm')[0]!.stats!.lastSegment);
@@ -66,7 +66,7 @@ describe('shared-memory path faults', () => {
 
   it('a segment that cannot be made turns the path off for every rank: TCP, correct results, one line on stderr', async () => {
     // 2 x 2 + 2 chunks of 256 MiB exceed the segment size limit: creation fails before reserving anything.
-    const results = await runRanks('test/fixtures/shm-fault.ts', 2, { args: ['plain'], env: { NCCL_NODE_SHM_CHUNK: String(256 << 20) }, timeoutMs: 30_000 });
+    const results = await runRanks('test/fixtures/shm-fault.ts', 2, { args: ['plain'], env: { NCCL_NODE_SHM: '1', NCCL_NODE_SHM_CHUNK: String(256 << 20) }, timeoutMs: 30_000 });
     expect(results.map((r) => r.code), describeRanks(results)).toEqual([0, 0]);
     for (const w of step(results, 'warm')) {
       expect(w.ok).toBe(true);

@@ -30,7 +30,7 @@ describe.skipIf(!netnsAvailable())('shared memory within each of 2 nodes', { tim
     const [a, b] = cluster.nodes as [NetNode, NetNode];
     const reports = mkdtempSync(path.join(os.tmpdir(), 'nccl-node-shm-netns-'));
     try {
-      const env = { ...process.env, NCCL_NODE_TOKEN: 'shm-netns-token', SHM_REPORTS: reports, SHM_SIZES: '1031,70001,300007', NCCL_NODE_SHM_CHUNK: '65536' };
+      const env = { ...process.env, NCCL_NODE_TOKEN: 'shm-netns-token', SHM_REPORTS: reports, SHM_SIZES: '1031,70001,300007', NCCL_NODE_SHM: '1', NCCL_NODE_SHM_CHUNK: '65536' };
       const flags = (node: number): string[] => ['run', '--nnodes', '2', '--node-rank', String(node), '--nproc-per-node', '2',
         '--master-addr', a.addr, '--master-port', String(PORT), FIXTURE];
       const nodes = [a, b].map((n, i) => cluster.spawnOn(n, process.execPath, [BIN, ...flags(i)], { cwd: ROOT, env, timeoutMs: 50_000 }));
