@@ -5,7 +5,7 @@
  *
  *   node --import tsx bench/runtime/overlap-torch.ts [--rounds 3] [--layers 24] [--floats 262144]
  *        [--fwd-ms 0.5] [--bwd-ms 1.5] [--steps 15] [--warmup 3] [--caps default,4,1,single]
- *        [--out bench/runtime/overlap-torch.json]
+ *        [--shm] [--out bench/runtime/overlap-torch.json]
  *
  * Per side and bucket cap: fwd+bwd = the step with no gradient sync (torch no_sync());
  * step = the same step with DDP, its wait for the buckets included; exposed = step -
@@ -32,6 +32,8 @@ const { values: a } = parseArgs({
     steps: { type: 'string', default: '15' },
     warmup: { type: 'string', default: '3' },
     caps: { type: 'string', default: 'default,4,1,single' },
+    // Also run nccl-node with the shared-memory path inside the host (opt-in, docs/gloo.md).
+    shm: { type: 'boolean', default: false },
     out: { type: 'string', default: 'bench/runtime/overlap-torch.json' },
   },
 });
@@ -56,8 +58,8 @@ try {
   torchMissing = (e as Error).message.split('\n')[0]!;
 }
 
-async function runNode(): Promise<SideResult[]> {
-  const out = await runRanks<SideResult>(worker, RANKS, { payload, check: true, timeoutMs: 170_000 });
+async function runNode(env: Record<string, string> = {}): Promise<SideResult[]> {
+  const out = await runRanks<SideResult>(worker, RANKS, { payload, env, check: true, timeoutMs: 170_000 });
   return out.map((o) => o.result!);
 }
 
@@ -76,13 +78,14 @@ async function runTorch(): Promise<SideResult[]> {
   return line!;
 }
 
-const sides = torch ? ['nccl-node', 'torch'] : ['nccl-node'];
+const SHM = 'nccl-node NCCL_NODE_SHM=1';
+const sides = [...(torch ? ['nccl-node', 'torch'] : ['nccl-node']), ...(a.shm ? [SHM] : [])];
 const rounds: Record<string, SideResult[][]> = Object.fromEntries(sides.map((s) => [s, []]));
 for (let r = 0; r < Number(a.rounds); r++) {
   // Alternate which side runs first, so neither always gets the fresher machine.
   for (const side of r % 2 === 0 ? sides : [...sides].reverse()) {
     const t0 = performance.now();
-    rounds[side]!.push(side === 'torch' ? await runTorch() : await runNode());
+    rounds[side]!.push(side === 'torch' ? await runTorch() : await runNode(side === SHM ? { NCCL_NODE_SHM: '1' } : {}));
     process.stderr.write(`round ${r + 1} ${side}: ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
   }
 }
@@ -125,14 +128,15 @@ for (const side of sides) {
     });
   }
 }
+// nccl-node over torch per cap: exposed ms and step ms.
 const ratios = torch
-  ? Object.fromEntries(payload.caps.map(String).map((cap, i) => {
-    const n = rows.filter((r) => r.side === 'nccl-node')[i]!, t = rows.filter((r) => r.side === 'torch')[i]!;
+  ? Object.fromEntries(sides.filter((s) => s !== 'torch').map((side) => [side, Object.fromEntries(payload.caps.map(String).map((cap, i) => {
+    const n = rows.filter((r) => r.side === side)[i]!, t = rows.filter((r) => r.side === 'torch')[i]!;
     return [cap, { exposed: +(n.exposedMs / t.exposedMs).toFixed(2), step: +(n.stepMs / t.stepMs).toFixed(3) }];
-  }))
+  }))]))
   : null;
 console.table(rows);
-if (ratios) console.log('nccl-node / torch per cap (exposed ms, step ms):', JSON.stringify(ratios));
+if (ratios) for (const [side, r] of Object.entries(ratios)) console.log(`${side} / torch per cap (exposed ms, step ms): ${JSON.stringify(r)}`);
 else console.log(`torch is not available (${torchMissing}): compared with nccl-node's own no-overlap mode (row 'one bucket after backward')`);
 const report = {
   bench: 'runtime-overlap-torch',

@@ -82,7 +82,7 @@ class Model(torch.nn.Module):
 
 def ddp_of(cap):
     m = Model()
-    kw = dict(gradient_as_bucket_view=True, broadcast_buffers=False)
+    kw = dict(gradient_as_bucket_view=True)
     if cap == "single":
         kw["bucket_cap_mb"] = 1 << 20
     elif cap not in ("default", "nosync"):
