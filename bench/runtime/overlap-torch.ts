@@ -149,7 +149,8 @@ const report = {
   rows,
   ratios,
   lastStep: rounds['nccl-node']!.at(-1)![0]!.lastStep,
-  raw: rounds,
+  // Every round's per-rank results, without the bucket timelines (lastStep above has one).
+  raw: Object.fromEntries(Object.entries(rounds).map(([k, v]) => [k, v.map((ranks) => ranks.map(({ lastStep: _, ...r }) => r))])),
 };
 writeFileSync(a.out!, JSON.stringify(report, null, 2) + '\n');
 console.log(`wrote ${a.out}`);
