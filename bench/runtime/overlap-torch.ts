@@ -13,6 +13,8 @@
  * its own communicator). Medians over steps, then over rounds; spread = min..max over
  * rounds. Without torch (no wheel in /opt/wheels) nccl-node is compared with its own
  * no-overlap mode (cap 'single': one bucket, reduced after backward).
+ * OVERLAP_OTHER_NICE=<n> in the environment gives every thread of every rank but its
+ * compute thread that nice, on both sides (a diagnostic of scheduling priority).
  */
 import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
