@@ -181,11 +181,18 @@ namespace {
 }
 }  // namespace
 
-void Waiter::one(int r, std::atomic<uint64_t> RankCtl::*field, uint64_t value) {
-  // Checked before the counters too: a rank that aborted may have posted already.
+void Waiter::enter() const {
   if (int p = seg_.poisoned()) failPoisoned(p);
+}
+
+// A counter that has reached its value is always taken, on a poisoned segment too:
+// the rank that marked it may have done so after its own part of this operation was
+// complete (it returned, then aborted), and over TCP the data it had delivered is
+// still received. Only a wait that would need more from the ranks fails on the mark.
+void Waiter::one(int r, std::atomic<uint64_t> RankCtl::*field, uint64_t value) {
   const std::atomic<uint64_t>& c = seg_.ctl(r).*field;
   if (c.load(std::memory_order_acquire) >= value) return;
+  if (int p = seg_.poisoned()) failPoisoned(p);
   using clock = std::chrono::steady_clock;
   auto lastCheck = clock::now();
   long sleepNs = 2000;
@@ -206,6 +213,8 @@ void Waiter::one(int r, std::atomic<uint64_t> RankCtl::*field, uint64_t value) {
       nanosleep(&ts, nullptr);
       sleepNs = std::min(sleepNs * 2, 500000L);
     }
+    // The counter first: it may have arrived during the sleep, just before a mark.
+    if (c.load(std::memory_order_acquire) >= value) return;
     if (abort_ && abort_->load()) throw Error(Code::CommAborted, "communicator was aborted");
     if (int p = seg_.poisoned()) failPoisoned(p);
     const auto now = clock::now();
