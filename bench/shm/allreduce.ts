@@ -1,6 +1,6 @@
 /**
  * All-reduce between ranks of one host through shared memory (NCCL_NODE_SHM=1,
- * opt-in) against the same calls over Gloo's TCP on loopback (NCCL_NODE_SHM=0),
+ * the default) against the same calls over Gloo's TCP on loopback (NCCL_NODE_SHM=0),
  * both through the addon from TypeScript, and against raw Gloo from C++ without
  * the addon (bench/gloo_algos.cpp: the fastest of its all-reduce algorithms per
  * size), all measured by this script on the same machine. float32 sum, in place,

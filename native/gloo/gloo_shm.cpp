@@ -60,12 +60,12 @@ std::string hex(uint64_t v) {
   return buf;
 }
 
-// Opt-in (NCCL_NODE_SHM=1) until the fault-tolerance paths are proven on it: a rank that
-// aborts or reports a peer lost must fail its host's waiters as promptly as closing TCP
-// pairs does, which the elastic membership tests do not yet show every time.
+// On unless NCCL_NODE_SHM is 0 (or false, off); 1, true, on or unset: on. Every rank of
+// a job has the same environment, so all take the same branch.
 bool shmEnabled() {
   const char* v = std::getenv("NCCL_NODE_SHM");
-  return v && (std::strcmp(v, "1") == 0 || std::strcmp(v, "true") == 0 || std::strcmp(v, "on") == 0);
+  if (v == nullptr) return true;
+  return !(std::strcmp(v, "0") == 0 || std::strcmp(v, "false") == 0 || std::strcmp(v, "off") == 0);
 }
 
 size_t chunkBytes() {

@@ -42,6 +42,7 @@ void allReduce(HostGroup& g, const void* in, void* out, size_t count, DType dtyp
   const int L = g.locals;
   const int me = g.localRank;
   Waiter w(seg, me, deadline, abort, timeout);
+  w.enter();
   RankCtl& mine = seg.ctl(me);
   for (size_t off = 0; off < count; off += chunkElems) {
     const size_t n = std::min(chunkElems, count - off);
@@ -80,6 +81,7 @@ void exchange(HostGroup& g, const void* head, size_t headBytes, const void* body
   Segment& seg = *g.seg;
   const int me = g.localRank;
   Waiter w(seg, me, std::chrono::steady_clock::now() + timeout, abort, timeout);
+  w.enter();
   RankCtl& mine = seg.ctl(me);
   const uint64_t s = ++g.step;
   const int b = static_cast<int>(s & 1);
@@ -104,6 +106,7 @@ void allGather(HostGroup& g, const void* in, void* out, size_t count, size_t wid
   const int L = g.locals;
   const int me = g.localRank;
   Waiter w(seg, me, std::chrono::steady_clock::now() + timeout, abort, timeout);
+  w.enter();
   RankCtl& mine = seg.ctl(me);
   const size_t chunkElems = std::max<size_t>(1, g.chunkBytes / width);
   const auto* src = static_cast<const uint8_t*>(in);
@@ -133,6 +136,7 @@ void reduceScatter(HostGroup& g, const void* in, void* out, size_t count, DType 
   const int L = g.locals;
   const int me = g.localRank;
   Waiter w(seg, me, std::chrono::steady_clock::now() + timeout, abort, timeout);
+  w.enter();
   RankCtl& mine = seg.ctl(me);
   const size_t width = elementSize(dtype);
   // A slot holds this rank's piece of every rank's block for one step.

@@ -171,21 +171,33 @@ namespace {
 // A rank that timed out poisons the segment with Timeout: the others fail with the
 // same code (a hang, as on the TCP path, not a lost peer) instead of waiting for their
 // own deadlines; any other mark means a rank failed or aborted.
-[[noreturn]] void failPoisoned(int p) {
+// The deadline is named as the timing-out rank's own message names it: every rank's
+// call has the same one.
+[[noreturn]] void failPoisoned(int p, std::chrono::milliseconds timeout) {
   const Code cause = static_cast<Code>(p - 1);
   if (cause == Code::Timeout) {
-    throw Error(Code::Timeout, "another rank on this host timed out in this operation (a rank never reached it)");
+    std::ostringstream s;
+    s << "timed out after " << timeout.count()
+      << " ms: another rank on this host reached that deadline in this operation (a rank never reached it)";
+    throw Error(Code::Timeout, s.str());
   }
   throw Error(Code::PeerLost, std::string("a rank on this host failed or aborted its part of the operation (") +
                                   codeName(cause) + ")");
 }
 }  // namespace
 
+void Waiter::enter() const {
+  if (int p = seg_.poisoned()) failPoisoned(p, timeout_);
+}
+
+// A counter that has reached its value is always taken, on a poisoned segment too:
+// the rank that marked it may have done so after its own part of this operation was
+// complete (it returned, then aborted), and over TCP the data it had delivered is
+// still received. Only a wait that would need more from the ranks fails on the mark.
 void Waiter::one(int r, std::atomic<uint64_t> RankCtl::*field, uint64_t value) {
-  // Checked before the counters too: a rank that aborted may have posted already.
-  if (int p = seg_.poisoned()) failPoisoned(p);
   const std::atomic<uint64_t>& c = seg_.ctl(r).*field;
   if (c.load(std::memory_order_acquire) >= value) return;
+  if (int p = seg_.poisoned()) failPoisoned(p, timeout_);
   using clock = std::chrono::steady_clock;
   auto lastCheck = clock::now();
   long sleepNs = 2000;
@@ -206,8 +218,10 @@ void Waiter::one(int r, std::atomic<uint64_t> RankCtl::*field, uint64_t value) {
       nanosleep(&ts, nullptr);
       sleepNs = std::min(sleepNs * 2, 500000L);
     }
+    // The counter first: it may have arrived during the sleep, just before a mark.
+    if (c.load(std::memory_order_acquire) >= value) return;
     if (abort_ && abort_->load()) throw Error(Code::CommAborted, "communicator was aborted");
-    if (int p = seg_.poisoned()) failPoisoned(p);
+    if (int p = seg_.poisoned()) failPoisoned(p, timeout_);
     const auto now = clock::now();
     if (now - lastCheck > std::chrono::milliseconds(5)) {
       lastCheck = now;

@@ -90,6 +90,9 @@ class Waiter {
   Waiter(Segment& seg, int me, std::chrono::steady_clock::time_point deadline, const std::atomic<bool>* abort,
          std::chrono::milliseconds timeout)
       : seg_(seg), me_(me), deadline_(deadline), abort_(abort), timeout_(timeout) {}
+  // At the start of an operation: fails at once on a segment a rank has marked failed
+  // (no operation can complete without every rank), as a call on closed TCP pairs does.
+  void enter() const;
   // Until every other local rank's counter `field` has reached `value`.
   void all(std::atomic<uint64_t> RankCtl::*field, uint64_t value);
   // Until local rank r's counter has.
