@@ -45,10 +45,10 @@ bool knownAlgo(Coll c, const std::string& name) {
 }
 
 std::string fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64: offset basis and prime
   for (unsigned char c : s) {
     h ^= c;
-    h *= 1099511628211ull;
+    h *= 0x100000001b3ull;
   }
   char out[17];
   std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
