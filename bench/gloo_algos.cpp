@@ -2,16 +2,20 @@
 // size it times, on Gloo called directly from C++ (float32, sum),
 //   all-reduce      new-style gloo::allreduce (ring, bcube) and the legacy classes
 //                   AllreduceRing, AllreduceRingChunked, AllreduceHalvingDoubling,
-//                   AllreduceBcube (constructed once per buffer, as a cache would),
-//                   and AllreduceHalvingDoubling constructed on every call;
+//                   AllreduceBcube (constructed once per buffer, as the addon's
+//                   cache does);
 //   all-gather      new-style gloo::allgather and legacy AllgatherRing;
 //   reduce-scatter  the addon's all-to-all plus local reduction and legacy
 //                   ReduceScatterHalvingDoubling.
 //
-//   gloo_algos <rank> <size> <store-dir> [iters=200] [min=64K] [max=64M]
+//   gloo_algos <rank> <size> <store-dir> [iters=200] [min=8] [max=64M] [step=2]
 // prints one JSON object per (collective, algorithm, size), each the median
 // per-call time on rank 0 in microseconds. Sizes are the per-rank input for
-// all-reduce and reduce-scatter, the gathered output for all-gather.
+// all-reduce and reduce-scatter, the gathered output for all-gather; sizes grow by
+// `step` and the last one is `max`. A size smaller than one float32 per rank moves
+// one float32 per rank (bench/comm/sweep.ts counts the same way). Iterations:
+// `iters` below 1 MiB, iters/20 (at least 5) to 16 MiB, 3 beyond, after 3
+// warm-up calls (1 from 16 MiB): a 256 MiB sweep at 4 ranks fits in minutes.
 #include <gloo/allgather.h>
 #include <gloo/allgather_ring.h>
 #include <gloo/allreduce.h>
@@ -28,7 +32,9 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -41,8 +47,12 @@ namespace {
 constexpr auto kTimeout = std::chrono::minutes(1);
 using Ctx = std::shared_ptr<gloo::Context>;
 
-double timeIt(const Ctx& ctx, int n, const std::function<void()>& call) {
-  for (int i = 0; i < 3; ++i) call();  // warm-up
+constexpr size_t kLarge = 16u << 20;
+
+int itersFor(const bench::DirectArgs& a, size_t bytes) { return bytes >= kLarge ? 3 : a.itersFor(bytes); }
+
+double timeIt(const Ctx& ctx, int n, const std::function<void()>& call, size_t bytes) {
+  for (int i = 0, w = bytes >= kLarge ? 1 : 3; i < w; ++i) call();  // warm-up
   gloo::BarrierOptions b(ctx);
   gloo::barrier(b);
   return bench::medianUs(n, call);
@@ -66,8 +76,8 @@ void report(int rank, const char* coll, const char* algo, size_t bytes, double u
 
 int main(int argc, char** argv) {
   bench::DirectArgs args;
-  args.minBytes = 64u << 10;
   if (!bench::parseDirectArgs(argc, argv, &args)) return 2;
+  const size_t step = argc > 7 ? std::max(2, std::atoi(argv[7])) : 2;
   const int rank = args.rank, P = args.size;
 
   gloo::transport::tcp::attr attr;
@@ -80,9 +90,13 @@ int main(int argc, char** argv) {
   Ctx ctx = rctx;
 
   std::vector<float> buf(args.maxBytes / sizeof(float) + P, 1.0f), out(buf.size() + P, 0.0f);
-  for (size_t bytes = args.minBytes; bytes <= args.maxBytes; bytes *= 2) {
-    const int count = static_cast<int>(bytes / sizeof(float));
-    const int n = args.itersFor(bytes);
+  for (size_t bytes = args.minBytes; bytes <= args.maxBytes;
+       bytes = bytes < args.maxBytes && bytes * step > args.maxBytes ? args.maxBytes : bytes * step) {
+    const int count = std::max(1, static_cast<int>(bytes / sizeof(float)));
+    const int n = itersFor(args, bytes);
+    auto timeIt = [&](const Ctx& c, int iters, const std::function<void()>& call) {
+      return ::timeIt(c, iters, call, bytes);
+    };
     std::vector<float*> ptrs{buf.data()};
     double us;
     us = timeIt(ctx, n, [&] { newAllreduce(ctx, buf.data(), count, gloo::AllreduceOptions::Algorithm::RING); });
@@ -109,14 +123,9 @@ int main(int argc, char** argv) {
       us = timeIt(ctx, n, [&] { a.run(); });
       report(rank, "allreduce", "legacy-bcube", bytes, us, n);
     }
-    us = timeIt(ctx, n, [&] {
-      gloo::AllreduceHalvingDoubling<float> a(ctx, ptrs, count);
-      a.run();
-    });
-    report(rank, "allreduce", "legacy-halving-doubling-per-call", bytes, us, n);
 
     // All-gather: `bytes` is the gathered output.
-    const int per = count / P;
+    const int per = std::max(1, count / P);
     us = timeIt(ctx, n, [&] {
       gloo::AllgatherOptions o(ctx);
       o.setInput(buf.data(), per);

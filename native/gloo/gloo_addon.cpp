@@ -10,7 +10,7 @@ namespace ncclnode {
 namespace {
 
 // createGloo({rank, size, storeHost, storePort, token, prefix, hostname, iface,
-//             timeoutMs, checkAgreement}) -> Promise<NativeComm>
+//             timeoutMs, checkAgreement, tuning}) -> Promise<NativeComm>
 // Options arrive validated by src/comm/call-options.ts; only types are re-checked here.
 Napi::Value CreateGloo(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -30,6 +30,7 @@ Napi::Value CreateGloo(const Napi::CallbackInfo& info) {
     cfg.storeHost = str(o, "storeHost", "127.0.0.1");
     cfg.storePort = static_cast<int>(num(o, "storePort", 0));
     cfg.token = str(o, "token");
+    cfg.tuning = str(o, "tuning");
     Napi::Value check = o.Get("checkAgreement");
     cfg.checkAgreement = !check.IsBoolean() || check.As<Napi::Boolean>().Value();
     const int64_t timeoutMs = num(o, "timeoutMs", 600000);
@@ -57,11 +58,28 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// glooAlgoStats() -> {meshAllReduces, meshAllGathers, meshReduceScatters,
+// legacyAllReduces, legacyAllGathers, legacyReduceScatters}: calls of this process
+// that took the mesh round or one of Gloo's legacy classes (gloo_tuning.h).
+Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto& s = glooAlgoStats();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("meshAllReduces", static_cast<double>(s.meshAllReduces.load()));
+  o.Set("meshAllGathers", static_cast<double>(s.meshAllGathers.load()));
+  o.Set("meshReduceScatters", static_cast<double>(s.meshReduceScatters.load()));
+  o.Set("legacyAllReduces", static_cast<double>(s.legacyAllReduces.load()));
+  o.Set("legacyAllGathers", static_cast<double>(s.legacyAllGathers.load()));
+  o.Set("legacyReduceScatters", static_cast<double>(s.legacyReduceScatters.load()));
+  return o;
+}
+
 }  // namespace
 
 void registerGloo(Napi::Env env, Napi::Object exports) {
   exports.Set("createGloo", Napi::Function::New(env, CreateGloo, "createGloo"));
   exports.Set("glooShmStats", Napi::Function::New(env, GlooShmStats, "glooShmStats"));
+  exports.Set("glooAlgoStats", Napi::Function::New(env, GlooAlgoStatsJs, "glooAlgoStats"));
 }
 
 }  // namespace ncclnode

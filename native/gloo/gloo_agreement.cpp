@@ -12,13 +12,55 @@
 
 namespace ncclnode {
 
-// Small all-reduces travel whole to every peer and are reduced locally in rank
-// order: one round instead of Gloo's ring. The choice depends only on the call and
-// the world size, so ranks that agree on the call agree on the path.
-bool GlooBackend::meshAllReduce(const Op& op) const {
-  // A forced algorithm runs at every size, so it can be tested and measured there.
-  return op.kind == OpKind::AllReduce && cfg_.size > 1 && forcedAllReduce_ == AllReduceAlgo::Auto &&
-         op.count * elementSize(op.dtype) + sizeof(Fingerprint) <= mesh_->cap();
+// Small collectives travel whole in the agreement round (gloo_tuning.h picks where):
+// an all-reduce's buffer or an all-gather's input goes to every peer, a
+// reduce-scatter's whole input too (each rank reduces its own block); the result is
+// assembled locally in rank order, so every rank gets the same bits whatever the
+// arrival order. The choice depends only on the call, the world size and the
+// table, so ranks that agree on the call agree on the path.
+size_t GlooBackend::meshBytes() const { return mesh_ ? mesh_->cap() - sizeof(Fingerprint) : 0; }
+
+size_t GlooBackend::meshBody(const Op& op) const {
+  if (cfg_.size < 2 || op.rejected) return 0;
+  const size_t bytes = op.count * elementSize(op.dtype);
+  switch (op.kind) {
+    case OpKind::AllReduce:
+      return pickAllReduce(tuning_, forcedAllReduce_, op.count, op.dtype, op.redop, cfg_.size, meshBytes()) ==
+                     AllReduceAlgo::Mesh ? bytes : 0;
+    case OpKind::AllGather:
+      return pickAllGather(tuning_, op.count, op.dtype, cfg_.size, meshBytes()) == AllGatherAlgo::Mesh ? bytes : 0;
+    case OpKind::ReduceScatter:
+      return pickReduceScatter(tuning_, op.count, op.dtype, op.redop, cfg_.size, meshBytes()) ==
+                     ReduceScatterAlgo::Mesh ? bytes * cfg_.size : 0;
+    default:
+      return 0;
+  }
+}
+
+// The result of a collective whose data rode in the round.
+void GlooBackend::finishMesh(const Op& op) {
+  const size_t head = sizeof(Fingerprint);
+  const size_t width = elementSize(op.dtype);
+  const ReduceFn fn = op.kind == OpKind::AllGather ? nullptr : reduceFunction(op.dtype, op.redop);
+  switch (op.kind) {
+    case OpKind::AllGather:
+      for (int r = 0; r < cfg_.size; ++r) {
+        std::memcpy(static_cast<uint8_t*>(op.recv.data) + static_cast<size_t>(r) * op.count * width,
+                    mesh_->from(r) + head, op.count * width);
+      }
+      glooAlgoStats().meshAllGathers++;
+      return;
+    case OpKind::ReduceScatter:
+      reduceInRankOrder(*mesh_, head + static_cast<size_t>(cfg_.rank) * op.count * width, cfg_.size, fn,
+                        op.recv.data, op.count, width);
+      glooAlgoStats().meshReduceScatters++;
+      break;
+    default:
+      reduceInRankOrder(*mesh_, head, cfg_.size, fn, op.recv.data, op.count, width);
+      glooAlgoStats().meshAllReduces++;
+      break;
+  }
+  if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
 }
 
 bool GlooBackend::checking() const { return cfg_.checkAgreement && cfg_.size > 1; }
@@ -34,8 +76,7 @@ void GlooBackend::postMesh(const Op& op) {
     mesh_->post(&mine, sizeof mine, why.c_str(), why.size() + 1);
     return;
   }
-  const size_t bytes = meshAllReduce(op) ? op.count * elementSize(op.dtype) : 0;
-  mesh_->post(&mine, sizeof mine, op.send.data, bytes);
+  mesh_->post(&mine, sizeof mine, op.send.data, meshBody(op));
 }
 
 bool GlooBackend::prepost(Op& op) {
@@ -70,11 +111,9 @@ bool GlooBackend::agree(const Op& op) {
     const char* text = reinterpret_cast<const char*>(mesh_->from(r)) + sizeof(Fingerprint);
     return std::string(text, strnlen(text, mesh_->cap() - sizeof(Fingerprint)));
   });
-  if (meshAllReduce(op)) {
-    const size_t head = sizeof(Fingerprint);
-    reduceInRankOrder(*mesh_, head, cfg_.size, reduceFunction(op.dtype, op.redop), op.recv.data, op.count,
-                      elementSize(op.dtype));
-    if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
+  // A zero count moves nothing (run() returns before any data step).
+  if (op.count > 0 && meshBody(op) > 0) {
+    finishMesh(op);
     return true;
   }
   return op.kind == OpKind::Barrier;

@@ -15,7 +15,8 @@
 
 namespace ncclnode {
 
-enum class AllReduceAlgo { Auto, Ring, Bcube, LegacyRing, RingChunked, HalvingDoubling, LegacyBcube };
+// Mesh: the data rides in the agreement round (only ever chosen by gloo_tuning.h).
+enum class AllReduceAlgo { Auto, Ring, Bcube, LegacyRing, RingChunked, HalvingDoubling, LegacyBcube, Mesh };
 
 // NCCL_NODE_GLOO_ALLREDUCE: "" or "auto", "ring", "bcube", "legacy-ring",
 // "ring-chunked", "halving-doubling", "legacy-bcube"; anything else throws.

@@ -48,6 +48,11 @@ GlooBackend::GlooBackend(GlooConfig config, std::shared_ptr<StoreClient> store)
   } catch (const Error& e) {
     forcedError_ = e.what();
   }
+  try {
+    tuning_ = GlooTuning(cfg_.tuning);
+  } catch (const Error& e) {
+    tuningError_ = e.what();
+  }
 }
 
 GlooBackend::~GlooBackend() = default;
@@ -67,6 +72,7 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
   }
   try {
     if (!forcedError_.empty()) throw Error(Code::InvalidArgument, forcedError_);
+    if (!tuningError_.empty()) throw Error(Code::InvalidArgument, tuningError_);
     if (!store_) {
       store_ = std::make_shared<StoreClient>(cfg_.storeHost, cfg_.storePort, cfg_.token,
                                              "rank " + std::to_string(cfg_.rank), timeout);
@@ -82,6 +88,7 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
       mesh_ = std::make_unique<MeshExchange>(ctx);
       ctx_ = ctx;
     }
+    checkTuning(timeout);
     setupShm(timeout);
   } catch (const Error&) {
     broken_ = true;
@@ -215,14 +222,7 @@ void GlooBackend::run(Op& op) {
           shmAllGather(op);
           break;
         }
-        withWidth(width, [&](auto t) {
-          using T = decltype(t);
-          gloo::AllgatherOptions o(ctx_);
-          o.setInput(static_cast<T*>(op.send.data), op.count);
-          o.setOutput(static_cast<T*>(op.recv.data), op.count * cfg_.size);
-          o.setTimeout(op.timeout);
-          gloo::allgather(o);
-        });
+        allGather(op);
         break;
       case OpKind::ReduceScatter:
         if (shmSingleHost()) {
@@ -293,11 +293,12 @@ void GlooBackend::run(Op& op) {
 
 void GlooBackend::allReduce(Op& op) {
   const size_t width = elementSize(op.dtype);
-  const AllReduceAlgo algo = chooseAllReduce(forcedAllReduce_, op.count, op.dtype, op.redop, cfg_.size);
+  const AllReduceAlgo algo = pickAllReduce(tuning_, forcedAllReduce_, op.count, op.dtype, op.redop, cfg_.size, meshBytes());
   if (isLegacy(algo)) {
     // The legacy classes reduce in place with the context's timeout (set at connect).
     if (op.send.data != op.recv.data) std::memcpy(op.recv.data, op.send.data, op.count * width);
     legacy_.run(ctx_, algo, op.dtype, op.recv.data, op.count);
+    glooAlgoStats().legacyAllReduces++;
   } else {
     withWidth(width, [&](auto t) {
       using T = decltype(t);
@@ -318,6 +319,7 @@ void GlooBackend::allReduce(Op& op) {
 // rank order: the same bytes on the wire as a ring, and a reduction order that is
 // identical on every rank and independent of the transport.
 void GlooBackend::reduceScatter(Op& op) {
+  if (legacyReduceScatter(op)) return;
   const size_t width = elementSize(op.dtype);
   const size_t chunk = op.count * width;
   scratch_.resize(chunk * cfg_.size);

@@ -12,6 +12,8 @@
 #include "../core/backend.h"
 #include "../core/store_client.h"
 #include "gloo_algorithms.h"
+#include "gloo_collective_algos.h"
+#include "gloo_tuning.h"
 #include "mesh_exchange.h"
 #include "../shm/shm_collectives.h"
 
@@ -34,6 +36,8 @@ struct GlooConfig {
   std::string storeHost;
   int storePort = 0;
   std::string token;
+  // The algorithm table (gloo_tuning.h): canonical text from NCCL_NODE_GLOO_TUNING, "" built in.
+  std::string tuning;
 };
 
 class GlooBackend : public Backend {
@@ -60,10 +64,17 @@ class GlooBackend : public Backend {
   bool checking() const;  // checkCollectives on a group of more than one rank: compare every field
   bool usesMesh(const Op& op) const;
   void postMesh(const Op& op);
-  bool meshAllReduce(const Op& op) const;
+  // What the mesh round carries besides the fingerprint, and how much of it a call's
+  // data takes there (0: the data moves afterwards, gloo_tuning.h chose another path).
+  size_t meshBytes() const;
+  size_t meshBody(const Op& op) const;
+  void finishMesh(const Op& op);
   void allGatherBytes(const void* in, size_t bytes, void* out, std::chrono::milliseconds timeout);
   void allReduce(Op& op);
+  void allGather(Op& op);  // gloo_collective_algos.cpp
   void reduceScatter(Op& op);
+  bool legacyReduceScatter(Op& op);  // gloo_collective_algos.cpp; false: not chosen for this call
+  void checkTuning(std::chrono::milliseconds timeout);  // every rank's table hashes alike
   void allToAllV(Op& op);
   void send(Op& op);
   void recv(Op& op);
@@ -93,6 +104,9 @@ class GlooBackend : public Backend {
   AllReduceAlgo forcedAllReduce_ = AllReduceAlgo::Auto;
   std::string forcedError_;
   LegacyAllReduces legacy_;
+  GlooTuning tuning_;
+  std::string tuningError_;
+  LegacyCollectives legacyColl_;
   std::unique_ptr<shm::HostGroup> shm_;       // null: every collective goes over TCP
   std::shared_ptr<gloo::Context> leaders_;    // one rank per host, when the group spans hosts
 };

@@ -50,6 +50,7 @@ import type { StoreServer } from '../rendezvous/server.js';
 import { FT_PREFIX, genKey, membershipRound, type Member, type MemberInfo, type RoundResult } from './membership.js';
 import { goneByCause, goneNow, HOST_KEY } from './gone.js';
 import { EXIT_FULL_RESTART } from './ladder.js';
+import { loadGlooTuning } from '../comm/gloo/tuning.js';
 
 export interface ElasticGroupOptions {
   /** How long a membership round waits for missing members, in ms (default 2000). */
@@ -306,6 +307,7 @@ export class ElasticGroup {
       hostname: this.store.localAddress ?? '127.0.0.1',
       timeoutMs: this.timeoutMs,
       checkAgreement: true,
+      tuning: loadGlooTuning(),
     });
     this.#adopt(new Communicator({ native, timeoutMs: this.timeoutMs }), round, { via: 'init', ms: performance.now() - t0 });
   }

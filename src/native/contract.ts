@@ -87,6 +87,8 @@ export interface GlooOptions {
   iface?: string;
   timeoutMs: number;
   checkAgreement: boolean;
+  /** Canonical algorithm table (src/comm/gloo/tuning.ts); '' or absent: the built-in one. */
+  tuning?: string;
 }
 
 /** Matches native/core/op.h Op::Group: an NCCL op's place in a group() (carried by the op itself). */
@@ -261,6 +263,15 @@ export interface IoBinding {
   readonly crc32cHardware: boolean;
 }
 
+export interface GlooAlgoStats {
+  meshAllReduces: number;
+  meshAllGathers: number;
+  meshReduceScatters: number;
+  legacyAllReduces: number;
+  legacyAllGathers: number;
+  legacyReduceScatters: number;
+}
+
 export interface GlooShmStats {
   /** Segments mapped, and collectives that went through them. */
   segments: number;
@@ -281,6 +292,8 @@ export interface Binding extends GpuBinding, IoBinding {
   createGloo(options: GlooOptions): Promise<NativeComm>;
   /** This process's use of the Gloo backend's shared-memory path (docs/gloo.md), counted since the addon loaded. */
   glooShmStats(): GlooShmStats;
+  /** Calls of this process that took the mesh round or a legacy Gloo class (native/gloo/gloo_tuning.h). */
+  glooAlgoStats(): GlooAlgoStats;
   /** float -> float16 (false) or bfloat16 (true) bits, with the native rounding. */
   floatTo16(value: number, bf16: boolean): number;
   /**

@@ -1,5 +1,6 @@
 /** The Gloo half of init(): the CPU communicator over TCP (used by src/comm/init.ts). */
 import type { Binding, NativeComm } from '../../native.js';
+import { loadGlooTuning } from './tuning.js';
 
 export interface GlooInit {
   rank: number;
@@ -30,5 +31,6 @@ export function createGlooComm(native: Binding, j: GlooInit): Promise<NativeComm
     ...(iface ? { iface } : { hostname: j.localAddress ?? '127.0.0.1' }),
     timeoutMs: j.timeoutMs,
     checkAgreement: j.checkAgreement,
+    tuning: loadGlooTuning(),
   });
 }

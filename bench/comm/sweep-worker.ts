@@ -1,0 +1,50 @@
+/**
+ * One rank of bench/comm/sweep.ts: times all-reduce, all-gather and reduce-scatter
+ * (float32 sum, each call awaited before the next) through the addon's CPU backend
+ * at every size of the sweep, with the same sizes, element counts, warm-up and
+ * iteration counts as build/gloo_algos, so the two are compared call for call.
+ * Rank 0 prints one JSON line per (collective, size): the median per-call µs.
+ *
+ *   started by sweep.ts with SWEEP_SIZES=8,32,... SWEEP_ITERS=200 and the job's env
+ */
+import { init } from '../../src/index.js';
+
+const SIZES = process.env.SWEEP_SIZES!.split(',').map(Number);
+const ITERS = Number(process.env.SWEEP_ITERS ?? '200');
+const LARGE = 16 * 1024 * 1024;
+// The schedule of bench/gloo_algos.cpp (itersFor, warm-up).
+const itersFor = (bytes: number): number => (bytes >= LARGE ? 3 : bytes >= 1 << 20 ? Math.max(5, Math.floor(ITERS / 20)) : ITERS);
+const warmupFor = (bytes: number): number => (bytes >= LARGE ? 1 : 3);
+
+const comm = await init({ backend: 'gloo' });
+const P = comm.size;
+const maxCount = Math.max(...SIZES.map((b) => Math.max(1, Math.floor(b / 4)))) + P;
+const input = new Float32Array(maxCount).fill(1);
+const output = new Float32Array(maxCount + P);
+
+async function time(bytes: number, call: () => PromiseLike<unknown>): Promise<number> {
+  for (let i = 0; i < warmupFor(bytes); i++) await call();
+  await comm.barrier();
+  const n = itersFor(bytes);
+  const us = new Float64Array(n);
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    await call();
+    us[i] = (performance.now() - t0) * 1000;
+  }
+  return us.sort()[n >> 1]!;
+}
+
+const emit = (coll: string, size: number, us: number): void => {
+  if (comm.rank === 0) process.stdout.write(`${JSON.stringify({ coll, size, us: Number(us.toFixed(1)), iters: itersFor(size) })}\n`);
+};
+
+for (const bytes of SIZES) {
+  const count = Math.max(1, Math.floor(bytes / 4));
+  const per = Math.max(1, Math.floor(count / P));
+  emit('allreduce', bytes, await time(bytes, () => comm.allReduce(input.subarray(0, count))));
+  // All-gather: `bytes` is the gathered output; reduce-scatter: the per-rank input.
+  emit('allgather', bytes, await time(bytes, () => comm.allGather(input.subarray(0, per), output.subarray(0, per * P))));
+  emit('reducescatter', bytes, await time(bytes, () => comm.reduceScatter(input.subarray(0, per * P), output.subarray(0, per))));
+}
+await comm.destroy();

@@ -1,0 +1,140 @@
+/**
+ * The CPU backend against raw Gloo, per collective and size: all-reduce, all-gather
+ * and reduce-scatter (float32 sum) through the addon over TCP (NCCL_NODE_SHM=0,
+ * each call awaited, median per call on rank 0; bench/comm/sweep-worker.ts) and
+ * every Gloo algorithm called from C++ without the addon (build/gloo_algos, same
+ * sizes, element counts and iterations). Addon and raw Gloo runs alternate, --rounds
+ * times; per (collective, size) the table shows the median of the rounds' medians,
+ * the spread (min-max over rounds), the best raw Gloo algorithm (lowest median),
+ * the ratio addon/best and the verdict: `faster` (addon median at or below the
+ * best median), `within spread` (slower by median, but the addon's fastest round
+ * is no slower than the best algorithm's slowest: the ranges overlap), or `SLOWER`. Sizes: the all-reduce buffer, the gathered all-gather output, the
+ * reduce-scatter input (per rank); a size below one float32 per rank moves one.
+ * A benchmark, not a test; table and JSON.
+ *
+ *   node --import tsx bench/comm/sweep.ts [--ranks 2,4] [--min 8] [--max 256M] [--step 4]
+ *        [--iters 100] [--rounds 3] [--json bench/comm/sweep.json] [--write-tuning path]
+ *
+ * --write-tuning writes an NCCL_NODE_GLOO_TUNING file (docs/gloo.md): per
+ * collective and rank count, the raw Gloo algorithm where it beat the addon beyond
+ * the spread (its slowest round faster than the addon's fastest), else `auto`.
+ */
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { freePort } from '../../test/helpers/ranks.js';
+import { gang } from '../gang.js';
+import { tuningFromSweep, type SweepRow } from './sweep-tuning.js';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const arg = (name: string, def: string): string => {
+  const i = process.argv.indexOf(name);
+  return i > 0 ? process.argv[i + 1]! : def;
+};
+const bytesOf = (s: string): number => Math.round(Number.parseFloat(s) * ({ K: 1024, M: 1024 ** 2, G: 1024 ** 3 }[s.slice(-1)] ?? 1));
+const RANKS = arg('--ranks', '2,4').split(',').map(Number);
+const MIN = bytesOf(arg('--min', '8'));
+const MAX = bytesOf(arg('--max', '256M'));
+const STEP = Number(arg('--step', '4'));
+const ITERS = Number(arg('--iters', '100'));
+const ROUNDS = Number(arg('--rounds', '3'));
+const JSON_OUT = arg('--json', join(ROOT, 'bench/comm/sweep.json'));
+const TUNING_OUT = arg('--write-tuning', '');
+
+// The sizes gloo_algos visits for (min, max, step): x step, the last one max.
+const SIZES: number[] = [];
+for (let b = MIN; b <= MAX; b = b < MAX && b * STEP > MAX ? MAX : b * STEP) SIZES.push(b);
+
+interface Point { coll: string; algo?: string; size: number; us: number }
+const key = (coll: string, size: number): string => `${coll}/${size}`;
+
+async function addonRound(ranks: number): Promise<Point[]> {
+  const port = await freePort();
+  const worker = fileURLToPath(new URL('./sweep-worker.ts', import.meta.url));
+  return gang<Point>(ranks, (rank) => [process.execPath, ['--import', 'tsx', worker], {
+    ...process.env, NCCL_NODE_SHM: '0', RANK: String(rank), LOCAL_RANK: String(rank), WORLD_SIZE: String(ranks),
+    MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'sweep',
+    SWEEP_SIZES: SIZES.join(','), SWEEP_ITERS: String(ITERS),
+  }]);
+}
+
+async function glooRound(bin: string, ranks: number): Promise<Point[]> {
+  const dir = mkdtempSync(join(tmpdir(), 'sweep-gloo-'));
+  try {
+    return await gang<Point>(ranks, (rank) =>
+      [bin, [String(rank), String(ranks), dir, String(ITERS), String(MIN), String(MAX), String(STEP)], process.env]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+const r1 = (x: number): number => Number(x.toFixed(1));
+
+async function sweep(bin: string, ranks: number): Promise<SweepRow[]> {
+  const addon = new Map<string, number[]>();
+  const raw = new Map<string, Map<string, number[]>>();
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const p of await addonRound(ranks)) addon.set(key(p.coll, p.size), [...(addon.get(key(p.coll, p.size)) ?? []), p.us]);
+    for (const p of await glooRound(bin, ranks)) {
+      const algos = raw.get(key(p.coll, p.size)) ?? new Map<string, number[]>();
+      algos.set(p.algo!, [...(algos.get(p.algo!) ?? []), p.us]);
+      raw.set(key(p.coll, p.size), algos);
+    }
+    process.stderr.write(`sweep: ${ranks} ranks, round ${round + 1}/${ROUNDS} done\n`);
+  }
+  const rows: SweepRow[] = [];
+  for (const coll of ['allreduce', 'allgather', 'reducescatter']) {
+    for (const size of SIZES) {
+      const a = addon.get(key(coll, size))!;
+      const algos = [...raw.get(key(coll, size))!.entries()].map(([algo, us]) => ({ algo, us, med: median(us) }));
+      const best = algos.reduce((x, y) => (y.med < x.med ? y : x));
+      const am = median(a);
+      const [amin, amax] = [Math.min(...a), Math.max(...a)];
+      const [bmin, bmax] = [Math.min(...best.us), Math.max(...best.us)];
+      const verdict = am <= best.med ? 'faster' : amin <= bmax ? 'within spread' : 'SLOWER';
+      rows.push({
+        ranks, coll, size, addonUs: r1(am), addonMin: r1(amin), addonMax: r1(amax),
+        bestAlgo: best.algo, bestUs: r1(best.med), bestMin: r1(bmin), bestMax: r1(bmax),
+        ratio: Number((am / best.med).toFixed(2)), verdict,
+        raw: Object.fromEntries(algos.map((x) => [x.algo, { us: r1(x.med), min: r1(Math.min(...x.us)), max: r1(Math.max(...x.us)) }])),
+      });
+    }
+  }
+  return rows;
+}
+
+const human = (b: number): string => (b >= 1 << 20 ? `${b / 2 ** 20}M` : b >= 1024 ? `${b / 1024}K` : `${b}`);
+
+async function main(): Promise<void> {
+  const bin = [process.env.GLOO_ALGOS, join(ROOT, 'build/gloo_algos')].find((p) => p && existsSync(p));
+  if (!bin) throw new Error('build/gloo_algos is missing: build with scripts/setup.sh (NCCL_NODE_DEV)');
+  const rows: SweepRow[] = [];
+  for (const ranks of RANKS) {
+    const these = await sweep(bin, ranks);
+    rows.push(...these);
+    for (const coll of ['allreduce', 'allgather', 'reducescatter']) {
+      console.log(`# ${coll}, ${ranks} ranks, float32 sum: median µs per awaited call over ${ROUNDS} rounds (min-max)`);
+      console.table(these.filter((r) => r.coll === coll).map((r) => ({
+        size: human(r.size), addonUs: r.addonUs, addonSpread: `${r.addonMin}-${r.addonMax}`,
+        bestRawUs: r.bestUs, bestSpread: `${r.bestMin}-${r.bestMax}`, bestAlgo: r.bestAlgo, ratio: r.ratio, verdict: r.verdict,
+      })));
+    }
+  }
+  const doc = {
+    bench: 'comm-sweep', dtype: 'float32', op: 'sum', rounds: ROUNDS, iters: ITERS, step: STEP,
+    tuning: process.env.NCCL_NODE_GLOO_TUNING ?? null, node: process.version, rows,
+  };
+  writeFileSync(JSON_OUT, `${JSON.stringify(doc, null, 1)}\n`);
+  console.log(`wrote ${JSON_OUT}`);
+  if (TUNING_OUT) {
+    writeFileSync(TUNING_OUT, `${JSON.stringify(tuningFromSweep(rows), null, 1)}\n`);
+    console.log(`wrote ${TUNING_OUT}`);
+  }
+}
+
+await main();

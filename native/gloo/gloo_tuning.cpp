@@ -1,0 +1,172 @@
+#include "gloo_tuning.h"
+
+#include <climits>
+#include <cstdio>
+#include <sstream>
+
+#include "../core/errors.h"
+
+namespace ncclnode {
+
+namespace {
+
+const char* const kCollNames[] = {"allreduce", "allgather", "reducescatter"};
+const char* const kAllGatherNames[] = {"mesh", "gloo", "legacy-ring"};
+const char* const kReduceScatterNames[] = {"mesh", "alltoall", "halving-doubling"};
+const std::string kAuto = "auto";
+
+template <class E, size_t N>
+bool lookup(const char* const (&names)[N], const std::string& name, E* out) {
+  for (size_t i = 0; i < N; ++i) {
+    if (name == names[i]) {
+      *out = static_cast<E>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool knownAlgo(Coll c, const std::string& name) {
+  if (name == kAuto) return true;
+  AllGatherAlgo ag;
+  ReduceScatterAlgo rs;
+  switch (c) {
+    case Coll::AllReduce:
+      if (name == "mesh") return true;
+      try {
+        return parseAllReduceAlgo(name) != AllReduceAlgo::Auto;
+      } catch (const Error&) {
+        return false;
+      }
+    case Coll::AllGather: return lookup(kAllGatherNames, name, &ag);
+    case Coll::ReduceScatter: return lookup(kReduceScatterNames, name, &rs);
+  }
+  return false;
+}
+
+std::string fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64: offset basis and prime
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+bool legacyCount(size_t elements, size_t bytes) {
+  // The legacy classes keep element counts and byte sizes in an int.
+  return elements <= static_cast<size_t>(INT_MAX) && bytes <= static_cast<size_t>(INT_MAX);
+}
+
+// The built-in table: bench/comm/sweep.ts at 2 and 4 ranks (bench/README.md).
+AllReduceAlgo builtinAllReduce(uint64_t bytes, bool meshFits) {
+  (void)bytes;
+  return meshFits ? AllReduceAlgo::Mesh : AllReduceAlgo::Ring;
+}
+
+// The legacy AllgatherRing and ReduceScatterHalvingDoubling lead in C++ at 256 KiB-4 MiB
+// but are not built in: one can return while its last notification is still unread by a
+// peer, so a rank that destroys the communicator right after it can make that peer see
+// ERR_PEER_LOST. They run only where a tuning file names them.
+AllGatherAlgo builtinAllGather(uint64_t bytes, bool meshFits, bool legacyOk) {
+  (void)bytes;
+  (void)legacyOk;
+  return meshFits ? AllGatherAlgo::Mesh : AllGatherAlgo::Gloo;
+}
+
+ReduceScatterAlgo builtinReduceScatter(uint64_t bytes, bool meshFits, bool legacyOk) {
+  (void)bytes;
+  (void)legacyOk;
+  return meshFits ? ReduceScatterAlgo::Mesh : ReduceScatterAlgo::AllToAll;
+}
+
+}  // namespace
+
+GlooTuning::GlooTuning(const std::string& text) : hash_(fnv1a(text)) {
+  std::istringstream lines(text);
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    ++n;
+    std::istringstream f(line);
+    std::string coll, size, max, algo, extra;
+    f >> coll >> size >> max >> algo;
+    Coll c;
+    int world = 0;
+    uint64_t maxBytes = 0;
+    bool ok = lookup(kCollNames, coll, &c) && !algo.empty() && !(f >> extra);
+    try {
+      world = ok ? std::stoi(size) : 0;
+      maxBytes = max == "inf" ? UINT64_MAX : (ok ? std::stoull(max) : 0);
+    } catch (const std::exception&) {
+      ok = false;
+    }
+    if (!ok || world < 1 || maxBytes == 0 || !knownAlgo(c, algo)) {
+      throw Error(Code::InvalidArgument, "gloo tuning table line " + std::to_string(n) +
+                                             ": expected \"<allreduce|allgather|reducescatter> <world size> "
+                                             "<max bytes|inf> <algorithm>\", got \"" + line + "\"");
+    }
+    rules_[{static_cast<int>(c), world}].push_back({maxBytes, algo});
+  }
+}
+
+const std::string& GlooTuning::rule(Coll c, int worldSize, uint64_t bytes) const {
+  auto it = rules_.find({static_cast<int>(c), worldSize});
+  if (it == rules_.end()) return kAuto;
+  for (const auto& r : it->second) {
+    if (bytes <= r.maxBytes) return r.algo;
+  }
+  return kAuto;
+}
+
+uint64_t tuningBytes(Coll c, size_t count, DType dtype, int worldSize) {
+  const uint64_t b = static_cast<uint64_t>(count) * elementSize(dtype);
+  return c == Coll::AllReduce ? b : b * static_cast<uint64_t>(worldSize);
+}
+
+AllReduceAlgo pickAllReduce(const GlooTuning& t, AllReduceAlgo forced, size_t count, DType dtype, RedOp op,
+                            int worldSize, size_t meshBytes) {
+  // A forced algorithm (NCCL_NODE_GLOO_ALLREDUCE) runs at every size, the mesh never.
+  if (forced != AllReduceAlgo::Auto) return chooseAllReduce(forced, count, dtype, op, worldSize);
+  const uint64_t bytes = tuningBytes(Coll::AllReduce, count, dtype, worldSize);
+  const bool meshFits = worldSize > 1 && bytes <= meshBytes;
+  const std::string& name = t.rule(Coll::AllReduce, worldSize, bytes);
+  if (name == "mesh" && meshFits) return AllReduceAlgo::Mesh;
+  if (name != kAuto && name != "mesh") {
+    const AllReduceAlgo want = parseAllReduceAlgo(name);
+    // chooseAllReduce gives the ring for a legacy algorithm that cannot run the call.
+    if (!isLegacy(want) || chooseAllReduce(want, count, dtype, op, worldSize) == want) return want;
+  }
+  return builtinAllReduce(bytes, meshFits);
+}
+
+AllGatherAlgo pickAllGather(const GlooTuning& t, size_t count, DType dtype, int worldSize, size_t meshBytes) {
+  if (worldSize < 2) return AllGatherAlgo::Gloo;
+  const uint64_t bytes = tuningBytes(Coll::AllGather, count, dtype, worldSize);
+  const bool meshFits = count * elementSize(dtype) <= meshBytes;
+  const bool legacyOk = legacyCount(count * static_cast<size_t>(worldSize), bytes);
+  AllGatherAlgo want;
+  if (lookup(kAllGatherNames, t.rule(Coll::AllGather, worldSize, bytes), &want)) {
+    if ((want != AllGatherAlgo::Mesh || meshFits) && (want != AllGatherAlgo::LegacyRing || legacyOk)) return want;
+  }
+  return builtinAllGather(bytes, meshFits, legacyOk);
+}
+
+ReduceScatterAlgo pickReduceScatter(const GlooTuning& t, size_t count, DType dtype, RedOp op, int worldSize,
+                                    size_t meshBytes) {
+  if (worldSize < 2) return ReduceScatterAlgo::AllToAll;
+  const uint64_t bytes = tuningBytes(Coll::ReduceScatter, count, dtype, worldSize);
+  const bool meshFits = bytes <= meshBytes;
+  const bool legacyOk = legacySupports(dtype, op) && legacyCount(count * static_cast<size_t>(worldSize), bytes);
+  ReduceScatterAlgo want;
+  if (lookup(kReduceScatterNames, t.rule(Coll::ReduceScatter, worldSize, bytes), &want)) {
+    if ((want != ReduceScatterAlgo::Mesh || meshFits) && (want != ReduceScatterAlgo::HalvingDoubling || legacyOk)) {
+      return want;
+    }
+  }
+  return builtinReduceScatter(bytes, meshFits, legacyOk);
+}
+
+}  // namespace ncclnode

@@ -1,0 +1,63 @@
+// Which algorithm runs an all-reduce, all-gather or reduce-scatter: a built-in table
+// per size and world size (from bench/comm/sweep.ts on this project's test host),
+// which a tuning file (NCCL_NODE_GLOO_TUNING, validated by src/comm/gloo/tuning.ts
+// and handed over as canonical text) overrides. Every choice is a pure function of
+// the table and of what every rank agrees on (count, dtype, op, world size), and
+// every rank checks at connect that its table hashes like everyone else's, so all
+// ranks pick the same algorithm for a call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../core/dtype.h"
+#include "gloo_algorithms.h"
+
+namespace ncclnode {
+
+enum class Coll { AllReduce, AllGather, ReduceScatter };
+// mesh: the data rides in the agreement round (mesh_exchange.h); gloo: new-style
+// gloo::allgather; legacy-ring: Gloo's AllgatherRing.
+enum class AllGatherAlgo { Mesh, Gloo, LegacyRing };
+// mesh: every rank's whole input rides in the agreement round; alltoall: all-to-all
+// of the blocks plus a local reduction in rank order; halving-doubling: Gloo's
+// ReduceScatterHalvingDoubling.
+enum class ReduceScatterAlgo { Mesh, AllToAll, HalvingDoubling };
+
+class GlooTuning {
+ public:
+  // Lines `<allreduce|allgather|reducescatter> <world size> <max bytes|inf> <algorithm>`;
+  // "" keeps the built-in table. Throws Error(InvalidArgument) on anything else.
+  explicit GlooTuning(const std::string& text = "");
+  // FNV-1a 64 of the canonical text, 16 hex digits ("0000000000000000"-style for none).
+  const std::string& hash() const { return hash_; }
+  // The algorithm the table names for a call of `bytes` on `worldSize` ranks, "auto"
+  // when no rule applies.
+  const std::string& rule(Coll c, int worldSize, uint64_t bytes) const;
+
+ private:
+  struct Rule {
+    uint64_t maxBytes;
+    std::string algo;
+  };
+  std::map<std::pair<int, int>, std::vector<Rule>> rules_;
+  std::string hash_;
+};
+
+// The call's size as the table counts it: all-reduce the buffer, all-gather the
+// gathered output, reduce-scatter the per-rank input (count is per rank for both).
+uint64_t tuningBytes(Coll c, size_t count, DType dtype, int worldSize);
+
+// meshBytes: what the agreement round carries besides the fingerprint at this world
+// size. A named algorithm that cannot run the call gives the built-in choice.
+AllReduceAlgo pickAllReduce(const GlooTuning& t, AllReduceAlgo forced, size_t count, DType dtype, RedOp op,
+                            int worldSize, size_t meshBytes);
+AllGatherAlgo pickAllGather(const GlooTuning& t, size_t count, DType dtype, int worldSize, size_t meshBytes);
+ReduceScatterAlgo pickReduceScatter(const GlooTuning& t, size_t count, DType dtype, RedOp op, int worldSize,
+                                    size_t meshBytes);
+
+}  // namespace ncclnode
