@@ -1,7 +1,7 @@
 /**
  * The CPU backend against raw Gloo, per collective and size: all-reduce, all-gather
- * and reduce-scatter (float32 sum) through the addon over TCP (NCCL_NODE_SHM=0,
- * each call awaited, median per call on rank 0; bench/comm/sweep-worker.ts) and
+ * and reduce-scatter (float32 sum) through the addon over TCP (NCCL_NODE_SHM=0;
+ * with --shm through the shared-memory path, the default within a host), each call awaited, median per call on rank 0; bench/comm/sweep-worker.ts) and
  * every Gloo algorithm called from C++ without the addon (build/gloo_algos, same
  * sizes, element counts and iterations). Addon and raw Gloo runs alternate, --rounds
  * times; per (collective, size) the table shows the median of the rounds' medians,
@@ -13,7 +13,7 @@
  * A benchmark, not a test; table and JSON.
  *
  *   node --import tsx bench/comm/sweep.ts [--ranks 2,4] [--min 8] [--max 256M] [--step 4]
- *        [--iters 100] [--rounds 3] [--json bench/comm/sweep.json] [--write-tuning path]
+ *        [--iters 100] [--rounds 3] [--shm] [--json bench/comm/sweep.json] [--write-tuning path]
  *
  * --write-tuning writes an NCCL_NODE_GLOO_TUNING file (docs/gloo.md): per
  * collective and rank count, the raw Gloo algorithm where it beat the addon beyond
@@ -39,7 +39,8 @@ const MAX = bytesOf(arg('--max', '256M'));
 const STEP = Number(arg('--step', '4'));
 const ITERS = Number(arg('--iters', '100'));
 const ROUNDS = Number(arg('--rounds', '3'));
-const JSON_OUT = arg('--json', join(ROOT, 'bench/comm/sweep.json'));
+const SHM = process.argv.includes('--shm');
+const JSON_OUT = arg('--json', join(ROOT, SHM ? 'bench/comm/sweep-shm.json' : 'bench/comm/sweep.json'));
 const TUNING_OUT = arg('--write-tuning', '');
 
 // The sizes gloo_algos visits for (min, max, step): x step, the last one max.
@@ -53,7 +54,7 @@ async function addonRound(ranks: number): Promise<Point[]> {
   const port = await freePort();
   const worker = fileURLToPath(new URL('./sweep-worker.ts', import.meta.url));
   return gang<Point>(ranks, (rank) => [process.execPath, ['--import', 'tsx', worker], {
-    ...process.env, NCCL_NODE_SHM: '0', RANK: String(rank), LOCAL_RANK: String(rank), WORLD_SIZE: String(ranks),
+    ...process.env, NCCL_NODE_SHM: SHM ? '1' : '0', RANK: String(rank), LOCAL_RANK: String(rank), WORLD_SIZE: String(ranks),
     MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'sweep',
     SWEEP_SIZES: SIZES.join(','), SWEEP_ITERS: String(ITERS),
   }]);
@@ -126,7 +127,7 @@ async function main(): Promise<void> {
     }
   }
   const doc = {
-    bench: 'comm-sweep', dtype: 'float32', op: 'sum', rounds: ROUNDS, iters: ITERS, step: STEP,
+    bench: 'comm-sweep', path: SHM ? 'shm' : 'tcp', dtype: 'float32', op: 'sum', rounds: ROUNDS, iters: ITERS, step: STEP,
     tuning: process.env.NCCL_NODE_GLOO_TUNING ?? null, node: process.version, rows,
   };
   writeFileSync(JSON_OUT, `${JSON.stringify(doc, null, 1)}\n`);

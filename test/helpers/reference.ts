@@ -3,6 +3,7 @@
  * other rank's input (deterministic in rank and case), so it can compute what a
  * collective must produce without any communication.
  */
+import { createHash } from 'node:crypto';
 import { arrayTypeOf, type DType, type HostArray, type ReduceOp } from '../../src/dtypes.js';
 import { bf16ToFloat, floatToBf16, floatToHalf, halfToFloat } from '../../src/util/half.js';
 import { floatToFp8e4m3, floatToFp8e5m2, fp8e4m3ToFloat, fp8e5m2ToFloat } from '../../src/util/fp8.js';
@@ -131,4 +132,14 @@ export function mismatches(a: HostArray, b: HostArray, limit = 3): { count: numb
     }
   }
   return { count, first };
+}
+
+/** A zeroed array of `n` elements of `dtype`. */
+export function allocOf(dtype: DType, n: number): HostArray {
+  return new (arrayTypeOf(dtype))(n) as HostArray;
+}
+
+/** First 16 hex digits of the SHA-256 of an array's bytes: ranks compare results by it. */
+export function digest(a: ArrayBufferView): string {
+  return createHash('sha256').update(new Uint8Array(a.buffer, a.byteOffset, a.byteLength)).digest('hex').slice(0, 16);
 }
