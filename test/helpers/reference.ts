@@ -143,3 +143,16 @@ export function allocOf(dtype: DType, n: number): HostArray {
 export function digest(a: ArrayBufferView): string {
   return createHash('sha256').update(new Uint8Array(a.buffer, a.byteOffset, a.byteLength)).digest('hex').slice(0, 16);
 }
+
+/**
+ * An all-gather case: `want` holds every rank's input in rank order, `out` the output
+ * buffer and `input` this rank's input (in place: its block of `out`, already filled).
+ */
+export function allGatherCase(dtype: DType, ranks: number, rank: number, seed: number, n: number, inPlace: boolean) {
+  const want = allocOf(dtype, n * ranks);
+  for (let r = 0; r < ranks; r++) want.set(makeInput(dtype, r, seed, n) as never, r * n);
+  const out = allocOf(dtype, n * ranks);
+  const input = inPlace ? out.subarray(rank * n, (rank + 1) * n) : makeInput(dtype, rank, seed, n);
+  if (inPlace) input.set(makeInput(dtype, rank, seed, n) as never);
+  return { want, out, input };
+}
