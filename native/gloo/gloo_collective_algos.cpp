@@ -157,14 +157,24 @@ void GlooBackend::checkTuning(std::chrono::milliseconds timeout) {
     const auto v = store_->get(base + std::to_string(r), timeout);
     const std::string theirs(v.begin(), v.end());
     if (theirs != mine) {
-      // Every rank sees a mismatch when any pair differs; each one waits (briefly)
-      // until all have read every hash, so that rank 0, which may host the store,
-      // does not close it under a peer still reading.
-      const std::string seen = base + "seen";
+      // Every rank sees a mismatch when any pair differs, and all of them must fail
+      // with this error, not with a lost store: rank 0 may host the store, and its
+      // process closes the store as soon as init fails. So every rank first counts
+      // itself in ("seen") and waits for all; then the others count themselves out
+      // ("left"), their last use of the store, and rank 0 fails only once they have.
+      // Both waits are capped: a peer that died never arrives.
       const auto until = std::chrono::steady_clock::now() + std::min(timeout, std::chrono::milliseconds(5000));
-      for (int64_t n = store_->add(seen, 1); n < cfg_.size && std::chrono::steady_clock::now() < until;
-           n = store_->add(seen, 0)) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      const auto waitFor = [&](const std::string& key, int64_t add, int64_t want) {
+        for (int64_t n = store_->add(base + key, add); n < want && std::chrono::steady_clock::now() < until;
+             n = store_->add(base + key, 0)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+      };
+      waitFor("seen", 1, cfg_.size);
+      if (cfg_.rank == 0) {
+        waitFor("left", 0, cfg_.size - 1);
+      } else {
+        store_->add(base + "left", 1);
       }
       throw Error(Code::InvalidArgument,
                   "ranks use different gloo algorithm tables (NCCL_NODE_GLOO_TUNING): rank " +

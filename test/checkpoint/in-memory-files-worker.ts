@@ -96,6 +96,7 @@ try {
 }
 await comm.allGatherObject(0);
 report({ phase: 'no-write', rank, failed, keptStep: keep.step, held: ok.held(), files: files('C') });
+await comm.allGatherObject(0); // every rank listed job C's files before rank 0 removes them
 // The job ended: all its files go.
 report({ phase: 'cleanup', rank, removed: rank === 0 ? removeJobFiles(p.dir, 'C') : 0 });
 await comm.allGatherObject(0);

@@ -67,7 +67,7 @@ describe('in-memory checkpoints in node-local files', () => {
       const nw = at('no-write', rank);
       expect(nw.failed).toMatch(/^ERR_IO: in-memory snapshot of step 5: rank 1 could not write its node-local files: .*not-a-dir/);
       expect(nw.held.step).toBe(4);
-      expect(nw.files).toEqual(step4('C'));
+      expect(nw.files, `rank ${rank}`).toEqual(step4('C'));
       expect(at('after', rank).left).toEqual([]);
     }
     expect(at('cleanup', 0).removed).toBe(4);
