@@ -84,6 +84,11 @@ class Backend {
     throw Error(Code::Unavailable, std::string("the ") + name() + " backend cannot shrink a communicator");
   }
 
+  // Called once by destroy on the worker thread, after every queued operation ran,
+  // unless the communicator was aborted or is broken: lets the backend settle what its
+  // last operation left in flight before its connections close. Errors are ignored.
+  virtual void finish() {}
+
   // Unblocks a thread stuck in run(): closes connections or aborts the library's
   // communicator. Called from another thread; must be safe concurrently with run().
   virtual void abort() = 0;

@@ -196,6 +196,14 @@ bool Engine::execute(Pending& p) {
       // Everything queued before has run; wait for point-to-point stragglers.
       std::unique_lock<std::mutex> lock(mu_);
       idle_.wait(lock, [this] { return concurrent_ == 0; });
+      lock.unlock();
+      if (backend_ && !aborted_ && !backend_->broken()) {
+        try {
+          backend_->finish();
+        } catch (...) {
+          // The communicator goes away either way; its peers see the connections close.
+        }
+      }
     } else if (aborted_) {
       throw Error(Code::CommAborted, "the communicator was aborted");
     } else if (backend_->broken() && !p.connect && !(op.shrink && op.shrinkAbort)) {

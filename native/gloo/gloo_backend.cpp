@@ -99,6 +99,20 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
   }
 }
 
+// A legacy Gloo class returns once its own part is done, its last send possibly
+// still queued in Gloo's transport: a rank that closed its connections right then
+// would drop that message, and the peer waiting for it would fail with ERR_PEER_LOST.
+// So a communicator that ran one meets every peer in one more mesh round before it
+// closes: a peer enters that round only after its own last call completed, which
+// needed every message sent to it, and the round's own sends are waited for. Bounded:
+// a peer that destroys much later (or never) costs at most kFinishWait.
+void GlooBackend::finish() {
+  static constexpr std::chrono::milliseconds kFinishWait{10000};
+  if (!legacyRan_ || !mesh_ || broken_) return;
+  const uint8_t bye = 1;
+  mesh_->run(&bye, 1, nullptr, 0, kFinishWait);
+}
+
 void GlooBackend::abort() {
   aborted_ = true;
   broken_ = true;
@@ -297,6 +311,7 @@ void GlooBackend::allReduce(Op& op) {
   if (isLegacy(algo)) {
     // The legacy classes reduce in place with the context's timeout (set at connect).
     if (op.send.data != op.recv.data) std::memcpy(op.recv.data, op.send.data, op.count * width);
+    legacyRan_ = true;
     legacy_.run(ctx_, algo, op.dtype, op.recv.data, op.count);
     glooAlgoStats().legacyAllReduces++;
   } else {

@@ -54,6 +54,7 @@ class GlooBackend : public Backend {
   void run(Op& op) override;
   std::unique_ptr<Backend> split(int color, int key, std::chrono::milliseconds timeout) override;
   void abort() override;
+  void finish() override;
   bool broken() const override { return broken_.load(); }
   bool concurrent(const Op& op) const override { return op.kind == OpKind::Send || op.kind == OpKind::Recv; }
   bool sharesRejections() const override { return true; }
@@ -107,6 +108,7 @@ class GlooBackend : public Backend {
   GlooTuning tuning_;
   std::string tuningError_;
   LegacyCollectives legacyColl_;
+  bool legacyRan_ = false;  // a legacy class ran: destroy meets every peer first (finish())
   std::unique_ptr<shm::HostGroup> shm_;       // null: every collective goes over TCP
   std::shared_ptr<gloo::Context> leaders_;    // one rank per host, when the group spans hosts
 };

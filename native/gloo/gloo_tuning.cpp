@@ -60,10 +60,15 @@ bool legacyCount(size_t elements, size_t bytes) {
   return elements <= static_cast<size_t>(INT_MAX) && bytes <= static_cast<size_t>(INT_MAX);
 }
 
-// The built-in table: bench/comm/sweep.ts at 2 and 4 ranks (bench/README.md).
-AllReduceAlgo builtinAllReduce(uint64_t bytes, bool meshFits) {
+// The built-in table: bench/comm/sweep.ts at 2 and 4 ranks (bench/README.md). Beyond
+// the mesh round: Gloo's ring at 2 ranks; from 3 ranks on, the legacy halving-doubling
+// class where it can run the call (sum/avg of its dtypes), because Gloo's new-style
+// ring took 47 ms at 128 KiB and 3.5 s at 4 MiB on 4 ranks, where halving-doubling
+// took 0.6 and 8.8 ms (same bits on every rank at 3 ranks too: test/comm/gloo-algos).
+AllReduceAlgo builtinAllReduce(uint64_t bytes, bool meshFits, int worldSize, bool legacyOk) {
   (void)bytes;
-  return meshFits ? AllReduceAlgo::Mesh : AllReduceAlgo::Ring;
+  if (meshFits) return AllReduceAlgo::Mesh;
+  return worldSize >= 3 && legacyOk ? AllReduceAlgo::HalvingDoubling : AllReduceAlgo::Ring;
 }
 
 // The legacy AllgatherRing and ReduceScatterHalvingDoubling lead in C++ at 256 KiB-4 MiB
@@ -139,7 +144,9 @@ AllReduceAlgo pickAllReduce(const GlooTuning& t, AllReduceAlgo forced, size_t co
     // chooseAllReduce gives the ring for a legacy algorithm that cannot run the call.
     if (!isLegacy(want) || chooseAllReduce(want, count, dtype, op, worldSize) == want) return want;
   }
-  return builtinAllReduce(bytes, meshFits);
+  const bool legacyOk = chooseAllReduce(AllReduceAlgo::HalvingDoubling, count, dtype, op, worldSize) ==
+                       AllReduceAlgo::HalvingDoubling;
+  return builtinAllReduce(bytes, meshFits, worldSize, legacyOk);
 }
 
 AllGatherAlgo pickAllGather(const GlooTuning& t, size_t count, DType dtype, int worldSize, size_t meshBytes) {
