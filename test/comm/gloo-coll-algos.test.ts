@@ -90,3 +90,21 @@ describe('legacy classes as the last calls, then destroy at once', () => {
     }
   }, 150_000);
 });
+
+// The built-in all-reduce beyond the mesh round: Gloo's ring on 2 ranks, legacy
+// halving-doubling from 3 ranks on (native/gloo/gloo_tuning.cpp), with no tuning file.
+describe('built-in all-reduce beyond the mesh round', () => {
+  it.each([[2, 0], [3, 2], [4, 2]])('%i ranks: %i calls through halving-doubling, right sums', async (size, legacyCalls) => {
+    const results = await runRanks('test/fixtures/gloo-legacy-teardown.ts', size, {
+      args: ['allReduce', '70001'], env: { NCCL_NODE_SHM: '0' }, timeoutMs: 30_000,
+    });
+    const sum = (size * (size + 1)) / 2;
+    for (const r of results) {
+      const rows = r.reports as Record<string, any>[];
+      const where = `rank ${r.rank}: ${JSON.stringify(rows.find((x) => x.failed))}`;
+      expect(rows.filter((x) => x.dtype).map((x) => [x.first, x.last]), where).toEqual([[sum, sum], [sum, sum]]);
+      expect(rows.find((x) => x.legacy)?.legacy.legacyAllReduces, where).toBe(legacyCalls);
+      expect(r.code, where).toBe(0);
+    }
+  }, 60_000);
+});
