@@ -317,7 +317,7 @@ bool NcclBackend::launch(Op& op) {
 }
 
 // A call NCCL refused fails by itself (the communicator stays usable after bad
-// arguments); a launch that never settled aborts the communicator. Either way the
+// arguments); a launch that never settled faults the communicator. Either way the
 // ops already in flight settle first, so ops settle in issue order.
 void NcclBackend::launchFailed(const Error& e, uint64_t frId, bool fatal) {
   if (e.code() == Code::CommAborted) {
@@ -331,7 +331,9 @@ void NcclBackend::launchFailed(const Error& e, uint64_t frId, bool fatal) {
     fr_.setState(frId, "failed");
     throw e;
   }
-  abortComm();
+  // As for a fault found in flight: a communicator kept for ncclCommShrink stays (broken)
+  // for the shrink, which terminates its work first; any other one is aborted now.
+  faultComm();
   drain();
   fr_.setState(frId, e.code() == Code::Timeout ? "timeout" : "failed");
   throw Error(e.code(), e.what() + dumpNote(e.what()));
