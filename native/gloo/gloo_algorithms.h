@@ -47,6 +47,8 @@ class LegacyAllReduces {
   ~LegacyAllReduces();
   // data (count elements of dtype) := the sum over ranks, in place.
   void run(const std::shared_ptr<gloo::Context>& ctx, AllReduceAlgo algo, DType dtype, void* data, size_t count);
+  // Whether any call ran through a legacy class.
+  bool ran() const { return clock_ > 0; }
 
  private:
   struct Entry {

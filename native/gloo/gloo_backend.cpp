@@ -108,7 +108,7 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
 // a peer that destroys much later (or never) costs at most kFinishWait.
 void GlooBackend::finish() {
   static constexpr std::chrono::milliseconds kFinishWait{10000};
-  if (!legacyRan_ || !mesh_ || broken_) return;
+  if (!(legacy_.ran() || legacyColl_.ran()) || !mesh_ || broken_) return;
   const uint8_t bye = 1;
   mesh_->run(&bye, 1, nullptr, 0, kFinishWait);
 }
@@ -311,7 +311,6 @@ void GlooBackend::allReduce(Op& op) {
   if (isLegacy(algo)) {
     // The legacy classes reduce in place with the context's timeout (set at connect).
     if (op.send.data != op.recv.data) std::memcpy(op.recv.data, op.send.data, op.count * width);
-    legacyRan_ = true;
     legacy_.run(ctx_, algo, op.dtype, op.recv.data, op.count);
     glooAlgoStats().legacyAllReduces++;
   } else {

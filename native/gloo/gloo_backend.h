@@ -108,7 +108,6 @@ class GlooBackend : public Backend {
   GlooTuning tuning_;
   std::string tuningError_;
   LegacyCollectives legacyColl_;
-  bool legacyRan_ = false;  // a legacy class ran: destroy meets every peer first (finish())
   std::unique_ptr<shm::HostGroup> shm_;       // null: every collective goes over TCP
   std::shared_ptr<gloo::Context> leaders_;    // one rank per host, when the group spans hosts
 };

@@ -111,7 +111,6 @@ void LegacyCollectives::reduceScatter(const std::shared_ptr<gloo::Context>& ctx,
 void GlooBackend::allGather(Op& op) {
   const size_t width = elementSize(op.dtype);
   if (pickAllGather(tuning_, op.count, op.dtype, cfg_.size, meshBytes()) == AllGatherAlgo::LegacyRing) {
-    legacyRan_ = true;
     legacyColl_.allGather(ctx_, width, op.send.data, op.recv.data, op.count);
     return;
   }
@@ -136,7 +135,6 @@ bool GlooBackend::legacyReduceScatter(Op& op) {
       ReduceScatterAlgo::HalvingDoubling) {
     return false;
   }
-  legacyRan_ = true;
   legacyColl_.reduceScatter(ctx_, op.dtype, op.send.data, op.recv.data, op.count);
   if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
   return true;

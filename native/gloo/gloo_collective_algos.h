@@ -36,6 +36,8 @@ class LegacyCollectives {
   void allGather(const std::shared_ptr<gloo::Context>& ctx, size_t width, const void* in, void* out, size_t count);
   // out (count elements) := the sum over ranks of block `rank` of in (count x size elements).
   void reduceScatter(const std::shared_ptr<gloo::Context>& ctx, DType dtype, const void* in, void* out, size_t count);
+  // Whether any call ran through a legacy class.
+  bool ran() const { return clock_ > 0; }
 
  private:
   struct Entry {

@@ -65,10 +65,11 @@ bool legacyCount(size_t elements, size_t bytes) {
 // class where it can run the call (sum/avg of its dtypes), because Gloo's new-style
 // ring took 47 ms at 128 KiB and 3.5 s at 4 MiB on 4 ranks, where halving-doubling
 // took 0.6 and 8.8 ms (same bits on every rank at 3 ranks too: test/comm/gloo-algos).
-AllReduceAlgo builtinAllReduce(uint64_t bytes, bool meshFits, int worldSize, bool legacyOk) {
+AllReduceAlgo builtinAllReduce(uint64_t bytes, bool meshFits, size_t count, DType dtype, RedOp op, int worldSize) {
   (void)bytes;
   if (meshFits) return AllReduceAlgo::Mesh;
-  return worldSize >= 3 && legacyOk ? AllReduceAlgo::HalvingDoubling : AllReduceAlgo::Ring;
+  constexpr AllReduceAlgo hd = AllReduceAlgo::HalvingDoubling;
+  return worldSize >= 3 && chooseAllReduce(hd, count, dtype, op, worldSize) == hd ? hd : AllReduceAlgo::Ring;
 }
 
 // The legacy AllgatherRing and ReduceScatterHalvingDoubling lead in C++ at 256 KiB-4 MiB
@@ -144,9 +145,7 @@ AllReduceAlgo pickAllReduce(const GlooTuning& t, AllReduceAlgo forced, size_t co
     // chooseAllReduce gives the ring for a legacy algorithm that cannot run the call.
     if (!isLegacy(want) || chooseAllReduce(want, count, dtype, op, worldSize) == want) return want;
   }
-  const bool legacyOk = chooseAllReduce(AllReduceAlgo::HalvingDoubling, count, dtype, op, worldSize) ==
-                       AllReduceAlgo::HalvingDoubling;
-  return builtinAllReduce(bytes, meshFits, worldSize, legacyOk);
+  return builtinAllReduce(bytes, meshFits, count, dtype, op, worldSize);
 }
 
 AllGatherAlgo pickAllGather(const GlooTuning& t, size_t count, DType dtype, int worldSize, size_t meshBytes) {
