@@ -6,7 +6,10 @@
 //                   cache does);
 //   all-gather      new-style gloo::allgather and legacy AllgatherRing;
 //   reduce-scatter  the addon's all-to-all plus local reduction and legacy
-//                   ReduceScatterHalvingDoubling.
+//                   ReduceScatterHalvingDoubling;
+//   own-tcp-ring    the addon's ring over its own TCP connections (native/net/),
+//                   for each of the three: not Gloo, reported beside it so the
+//                   algorithm and the addon's path around it can be told apart.
 //
 //   gloo_algos <rank> <size> <store-dir> [iters=200] [min=8] [max=64M] [step=2]
 // prints one JSON object per (collective, algorithm, size), each the median
@@ -41,6 +44,7 @@
 #include <vector>
 
 #include "direct_common.h"
+#include "../native/net/tcp_ring.h"
 
 namespace {
 
@@ -89,6 +93,21 @@ int main(int argc, char** argv) {
   rctx->connectFullMesh(store, device);
   Ctx ctx = rctx;
 
+  ncclnode::net::TcpMesh mesh(rank, P, 0x5eed);
+  ncclnode::net::Rendezvous rv;
+  rv.set = [&](const std::string& k, const std::string& v) { store.set(k, std::vector<char>(v.begin(), v.end())); };
+  rv.get = [&](const std::string& k, std::chrono::milliseconds t) {
+    store.wait({k}, t);
+    auto v = store.get(k);
+    return std::string(v.begin(), v.end());
+  };
+  mesh.connect("127.0.0.1", "", rv, "tcp/", kTimeout);
+  ncclnode::net::RingScratch scratch;
+  scratch.prepare();
+  auto deadline = [] { return ncclnode::net::Clock::now() + kTimeout; };
+  using ncclnode::DType;
+  using ncclnode::RedOp;
+
   std::vector<float> buf(args.maxBytes / sizeof(float) + P, 1.0f), out(buf.size() + P, 0.0f);
   for (size_t bytes = args.minBytes; bytes <= args.maxBytes;
        bytes = bytes < args.maxBytes && bytes * step > args.maxBytes ? args.maxBytes : bytes * step) {
@@ -123,6 +142,10 @@ int main(int argc, char** argv) {
       us = timeIt(ctx, n, [&] { a.run(); });
       report(rank, "allreduce", "legacy-bcube", bytes, us, n);
     }
+    us = timeIt(ctx, n, [&] {
+      ncclnode::net::ringAllReduce(mesh, buf.data(), buf.data(), count, DType::Float32, RedOp::Sum, deadline(), scratch);
+    });
+    report(rank, "allreduce", "own-tcp-ring", bytes, us, n);
 
     // All-gather: `bytes` is the gathered output.
     const int per = std::max(1, count / P);
@@ -140,6 +163,8 @@ int main(int argc, char** argv) {
       us = timeIt(ctx, n, [&] { a.run(); });
       report(rank, "allgather", "legacy-ring", bytes, us, n);
     }
+    us = timeIt(ctx, n, [&] { ncclnode::net::ringAllGather(mesh, buf.data(), out.data(), per, sizeof(float), deadline()); });
+    report(rank, "allgather", "own-tcp-ring", bytes, us, n);
 
     // Reduce-scatter: `bytes` is the per-rank input, each rank keeps bytes/P.
     us = timeIt(ctx, n, [&] {
@@ -157,6 +182,10 @@ int main(int argc, char** argv) {
       us = timeIt(ctx, n, [&] { a.run(); });
       report(rank, "reducescatter", "legacy-halving-doubling", bytes, us, n);
     }
+    us = timeIt(ctx, n, [&] {
+      ncclnode::net::ringReduceScatter(mesh, buf.data(), out.data(), per, DType::Float32, RedOp::Sum, deadline(), scratch);
+    });
+    report(rank, "reducescatter", "own-tcp-ring", bytes, us, n);
   }
   // A legacy class returns with its last send possibly still queued: exiting at once
   // could drop it under a peer still waiting (the addon's destroy does the same).

@@ -6,7 +6,9 @@ endif()
 # from C++ with no addon in between: the baseline bench/allreduce-overhead.ts
 # measures the addon against.
 add_executable(gloo_direct ${CMAKE_CURRENT_SOURCE_DIR}/bench/gloo_direct.cpp
-                           ${CMAKE_CURRENT_SOURCE_DIR}/native/gloo/mesh_exchange.cpp)
+                           ${CMAKE_CURRENT_SOURCE_DIR}/native/gloo/mesh_exchange.cpp
+                           ${CMAKE_CURRENT_SOURCE_DIR}/native/net/tcp_mesh.cpp
+                           ${CMAKE_CURRENT_SOURCE_DIR}/native/core/errors.cpp)
 target_link_libraries(gloo_direct PRIVATE gloo Threads::Threads)
 
 # bench/nccl_direct: ncclAllReduce from C++ through the addon's own dlopen loaders
@@ -20,5 +22,9 @@ target_link_libraries(nccl_direct PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
 
 # bench/gloo_algos: every Gloo algorithm for all-reduce, all-gather and
 # reduce-scatter timed side by side, the table the addon's algorithm choice follows.
-add_executable(gloo_algos ${CMAKE_CURRENT_SOURCE_DIR}/bench/gloo_algos.cpp)
+add_executable(gloo_algos ${CMAKE_CURRENT_SOURCE_DIR}/bench/gloo_algos.cpp
+                          ${CMAKE_CURRENT_SOURCE_DIR}/native/net/tcp_mesh.cpp
+                          ${CMAKE_CURRENT_SOURCE_DIR}/native/net/tcp_ring.cpp
+                          ${CMAKE_CURRENT_SOURCE_DIR}/native/core/dtype.cpp
+                          ${CMAKE_CURRENT_SOURCE_DIR}/native/core/errors.cpp)
 target_link_libraries(gloo_algos PRIVATE gloo Threads::Threads)

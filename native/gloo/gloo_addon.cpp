@@ -59,8 +59,9 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
 }
 
 // glooAlgoStats() -> {meshAllReduces, meshAllGathers, meshReduceScatters,
-// legacyAllReduces, legacyAllGathers, legacyReduceScatters}: calls of this process
-// that took the mesh round or one of Gloo's legacy classes (gloo_tuning.h).
+// legacyAllReduces, legacyAllGathers, legacyReduceScatters, tcpRingCalls}: calls of
+// this process that took the mesh round, one of Gloo's legacy classes or the
+// backend's own ring (gloo_tuning.h).
 Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto& s = glooAlgoStats();
@@ -69,6 +70,7 @@ Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   o.Set("meshAllGathers", static_cast<double>(s.meshAllGathers.load()));
   o.Set("meshReduceScatters", static_cast<double>(s.meshReduceScatters.load()));
   o.Set("legacyAllReduces", static_cast<double>(s.legacyAllReduces.load()));
+  o.Set("tcpRingCalls", static_cast<double>(s.tcpRingCalls.load()));
   o.Set("legacyAllGathers", static_cast<double>(s.legacyAllGathers.load()));
   o.Set("legacyReduceScatters", static_cast<double>(s.legacyReduceScatters.load()));
   return o;

@@ -21,6 +21,7 @@ struct Named {
 };
 constexpr Named kNames[] = {
     {"auto", AllReduceAlgo::Auto},
+    {"tcp-ring", AllReduceAlgo::TcpRing},
     {"ring", AllReduceAlgo::Ring},
     {"bcube", AllReduceAlgo::Bcube},
     {"legacy-ring", AllReduceAlgo::LegacyRing},
@@ -51,7 +52,7 @@ AllReduceAlgo parseAllReduceAlgo(const std::string& name) {
     if (name == n.name) return n.algo;
   }
   throw Error(Code::InvalidArgument,
-              "NCCL_NODE_GLOO_ALLREDUCE must be one of auto, ring, bcube, legacy-ring, ring-chunked, "
+              "NCCL_NODE_GLOO_ALLREDUCE must be one of auto, tcp-ring, ring, bcube, legacy-ring, ring-chunked, "
               "halving-doubling, legacy-bcube; got \"" + name + "\"");
 }
 

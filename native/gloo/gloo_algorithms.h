@@ -16,9 +16,10 @@
 namespace ncclnode {
 
 // Mesh: the data rides in the agreement round (only ever chosen by gloo_tuning.h).
-enum class AllReduceAlgo { Auto, Ring, Bcube, LegacyRing, RingChunked, HalvingDoubling, LegacyBcube, Mesh };
+// TcpRing: the backend's own ring over its own connections (native/net/tcp_ring.h).
+enum class AllReduceAlgo { Auto, Ring, Bcube, LegacyRing, RingChunked, HalvingDoubling, LegacyBcube, Mesh, TcpRing };
 
-// NCCL_NODE_GLOO_ALLREDUCE: "" or "auto", "ring", "bcube", "legacy-ring",
+// NCCL_NODE_GLOO_ALLREDUCE: "" or "auto", "tcp-ring", "ring", "bcube", "legacy-ring",
 // "ring-chunked", "halving-doubling", "legacy-bcube"; anything else throws.
 AllReduceAlgo parseAllReduceAlgo(const std::string& name);
 const char* allReduceAlgoName(AllReduceAlgo a);

@@ -82,10 +82,11 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
     ctx->setTimeout(timeout);
     GlooStore store(store_, cfg_.prefix, timeout);
     ctx->connectFullMesh(store, device_);
+    connectTcp(timeout);
     {
       std::lock_guard<std::mutex> lock(ctxMu_);
       if (aborted_) throw Error(Code::CommAborted, "communicator was aborted while connecting");
-      mesh_ = std::make_unique<MeshExchange>(ctx);
+      mesh_ = tcp_ ? std::make_unique<MeshExchange>(tcp_.get()) : std::make_unique<MeshExchange>(ctx);
       ctx_ = ctx;
     }
     checkTuning(timeout);
@@ -98,6 +99,35 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
     throw Error(Code::Backend, std::string("gloo could not connect the group: ") + e.what());
   }
 }
+
+// The backend's own connections: every rank listens on the address Gloo uses, publishes
+// it in the store and dials the lower ranks. A connection must present a secret derived
+// from the job token and this communicator's store prefix, so another job or another
+// communicator never lands on it.
+void GlooBackend::connectTcp(std::chrono::milliseconds timeout) {
+  if (cfg_.size < 2) return;
+  uint64_t secret = 0xcbf29ce484222325ull;  // FNV-1a 64
+  for (unsigned char c : cfg_.token + "\n" + cfg_.prefix + "\n" + cfg_.storeHost + ":" + std::to_string(cfg_.storePort)) {
+    secret = (secret ^ c) * 0x100000001b3ull;
+  }
+  auto tcp = std::make_unique<net::TcpMesh>(cfg_.rank, cfg_.size, secret);
+  {
+    std::lock_guard<std::mutex> lock(ctxMu_);
+    if (aborted_) throw Error(Code::CommAborted, "communicator was aborted while connecting");
+    tcp_ = std::move(tcp);
+  }
+  net::Rendezvous rv;
+  rv.set = [this](const std::string& k, const std::string& v) { store_->set(k, std::vector<char>(v.begin(), v.end())); };
+  rv.get = [this](const std::string& k, std::chrono::milliseconds t) {
+    const auto v = store_->get(k, t);
+    return std::string(v.begin(), v.end());
+  };
+  const std::string host = cfg_.iface.empty() && cfg_.hostname.empty() ? "127.0.0.1" : cfg_.hostname;
+  tcp_->connect(host, cfg_.iface, rv, cfg_.prefix + "tcp/", timeout);
+  ring_.prepare();
+}
+
+net::Clock::time_point GlooBackend::deadlineOf(const Op& op) const { return net::Clock::now() + op.timeout; }
 
 // A legacy Gloo class returns once its own part is done, its last send possibly
 // still queued in Gloo's transport: a rank that closed its connections right then
@@ -122,6 +152,10 @@ void GlooBackend::abort() {
     ctx = ctx_;
   }
   shmAbort();
+  {
+    std::lock_guard<std::mutex> lock(ctxMu_);
+    if (tcp_) tcp_->abort();
+  }
   if (!ctx) return;
   // Closing every pair makes the peers see their connections drop. Closing alone does
   // not wake a thread of ours waiting on a pair whose peer is alive but silent (stopped,
@@ -144,6 +178,16 @@ void GlooBackend::abort() {
 void GlooBackend::rethrow(const Op& op, std::exception_ptr e) {
   try {
     std::rethrow_exception(e);
+  } catch (const net::TransportError& ex) {
+    // The backend's own connections are out of step after any failure on them.
+    broken_ = true;
+    if (aborted_ || ex.code() == Code::CommAborted) throw Error(Code::CommAborted, "communicator was aborted");
+    if (ex.code() == Code::Timeout) {
+      std::ostringstream s;
+      s << "timed out after " << op.timeout.count() << " ms waiting for " << ex.what();
+      throw Error(Code::Timeout, s.str());
+    }
+    throw Error(ex.code(), ex.what());
   } catch (const Error&) {
     throw;
   } catch (const std::exception& ex) {
@@ -307,8 +351,12 @@ void GlooBackend::run(Op& op) {
 
 void GlooBackend::allReduce(Op& op) {
   const size_t width = elementSize(op.dtype);
-  const AllReduceAlgo algo = pickAllReduce(tuning_, forcedAllReduce_, op.count, op.dtype, op.redop, cfg_.size, meshBytes());
-  if (isLegacy(algo)) {
+  AllReduceAlgo algo = pickAllReduce(tuning_, forcedAllReduce_, op.count, op.dtype, op.redop, cfg_.size, meshBytes());
+  if (algo == AllReduceAlgo::TcpRing && !tcp_) algo = AllReduceAlgo::Ring;  // one rank: nothing to connect
+  if (algo == AllReduceAlgo::TcpRing) {
+    net::ringAllReduce(*tcp_, op.send.data, op.recv.data, op.count, op.dtype, op.redop, deadlineOf(op), ring_);
+    glooAlgoStats().tcpRingCalls++;
+  } else if (isLegacy(algo)) {
     // The legacy classes reduce in place with the context's timeout (set at connect).
     if (op.send.data != op.recv.data) std::memcpy(op.recv.data, op.send.data, op.count * width);
     legacy_.run(ctx_, algo, op.dtype, op.recv.data, op.count);
@@ -334,6 +382,13 @@ void GlooBackend::allReduce(Op& op) {
 // identical on every rank and independent of the transport.
 void GlooBackend::reduceScatter(Op& op) {
   if (legacyReduceScatter(op)) return;
+  if (tcp_ && pickReduceScatter(tuning_, op.count, op.dtype, op.redop, cfg_.size, meshBytes()) ==
+                  ReduceScatterAlgo::TcpRing) {
+    net::ringReduceScatter(*tcp_, op.send.data, op.recv.data, op.count, op.dtype, op.redop, deadlineOf(op), ring_);
+    if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
+    glooAlgoStats().tcpRingCalls++;
+    return;
+  }
   const size_t width = elementSize(op.dtype);
   const size_t chunk = op.count * width;
   scratch_.resize(chunk * cfg_.size);

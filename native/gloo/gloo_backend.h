@@ -1,5 +1,7 @@
 // CPU backend on Gloo's TCP transport. One gloo context per communicator; calls run
-// one at a time on the communicator's worker thread.
+// one at a time on the communicator's worker thread. Beside Gloo's pairs the backend
+// keeps its own TCP connections (native/net/), which carry the agreement round and
+// the ring all-reduce, all-gather and reduce-scatter (docs/gloo.md).
 #pragma once
 
 #include <atomic>
@@ -15,6 +17,8 @@
 #include "gloo_collective_algos.h"
 #include "gloo_tuning.h"
 #include "mesh_exchange.h"
+#include "../net/tcp_mesh.h"
+#include "../net/tcp_ring.h"
 #include "../shm/shm_collectives.h"
 
 namespace gloo {
@@ -72,6 +76,8 @@ class GlooBackend : public Backend {
   void finishMesh(const Op& op);
   void allGatherBytes(const void* in, size_t bytes, void* out, std::chrono::milliseconds timeout);
   void allReduce(Op& op);
+  void connectTcp(std::chrono::milliseconds timeout);
+  net::Clock::time_point deadlineOf(const Op& op) const;
   void allGather(Op& op);  // gloo_collective_algos.cpp
   void reduceScatter(Op& op);
   bool legacyReduceScatter(Op& op);  // gloo_collective_algos.cpp; false: not chosen for this call
@@ -101,6 +107,8 @@ class GlooBackend : public Backend {
   int splits_ = 0;
   std::vector<uint8_t> scratch_;  // reduceScatter staging
   std::unique_ptr<MeshExchange> mesh_;  // agreement headers and small all-reduces
+  std::unique_ptr<net::TcpMesh> tcp_;   // the backend's own connections (null at one rank)
+  net::RingScratch ring_;
   // NCCL_NODE_GLOO_ALLREDUCE at construction: every rank of a job has the same environment.
   AllReduceAlgo forcedAllReduce_ = AllReduceAlgo::Auto;
   std::string forcedError_;

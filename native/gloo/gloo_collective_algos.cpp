@@ -110,8 +110,14 @@ void LegacyCollectives::reduceScatter(const std::shared_ptr<gloo::Context>& ctx,
 // All-gather over TCP: the mesh round carried the small ones already (agree()).
 void GlooBackend::allGather(Op& op) {
   const size_t width = elementSize(op.dtype);
-  if (pickAllGather(tuning_, op.count, op.dtype, cfg_.size, meshBytes()) == AllGatherAlgo::LegacyRing) {
+  const AllGatherAlgo algo = pickAllGather(tuning_, op.count, op.dtype, cfg_.size, meshBytes());
+  if (algo == AllGatherAlgo::LegacyRing) {
     legacyColl_.allGather(ctx_, width, op.send.data, op.recv.data, op.count);
+    return;
+  }
+  if (algo == AllGatherAlgo::TcpRing && tcp_) {
+    net::ringAllGather(*tcp_, op.send.data, op.recv.data, op.count, width, deadlineOf(op));
+    glooAlgoStats().tcpRingCalls++;
     return;
   }
   auto run = [&](auto t) {

@@ -23,6 +23,7 @@ namespace ncclnode {
 struct GlooAlgoStats {
   std::atomic<uint64_t> meshAllReduces{0}, meshAllGathers{0}, meshReduceScatters{0};
   std::atomic<uint64_t> legacyAllReduces{0}, legacyAllGathers{0}, legacyReduceScatters{0};
+  std::atomic<uint64_t> tcpRingCalls{0};  // all-reduce, all-gather, reduce-scatter on the own ring
 };
 GlooAlgoStats& glooAlgoStats();
 

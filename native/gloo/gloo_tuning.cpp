@@ -11,8 +11,8 @@ namespace ncclnode {
 namespace {
 
 const char* const kCollNames[] = {"allreduce", "allgather", "reducescatter"};
-const char* const kAllGatherNames[] = {"mesh", "gloo", "legacy-ring"};
-const char* const kReduceScatterNames[] = {"mesh", "alltoall", "halving-doubling"};
+const char* const kAllGatherNames[] = {"mesh", "gloo", "legacy-ring", "tcp-ring"};
+const char* const kReduceScatterNames[] = {"mesh", "alltoall", "halving-doubling", "tcp-ring"};
 const std::string kAuto = "auto";
 
 template <class E, size_t N>
@@ -60,16 +60,19 @@ bool legacyCount(size_t elements, size_t bytes) {
   return elements <= static_cast<size_t>(INT_MAX) && bytes <= static_cast<size_t>(INT_MAX);
 }
 
-// The built-in table: bench/comm/sweep.ts at 2 and 4 ranks (bench/README.md). Beyond
-// the mesh round: Gloo's ring at 2 ranks; from 3 ranks on, the legacy halving-doubling
-// class where it can run the call (sum/avg of its dtypes), because Gloo's new-style
-// ring took 47 ms at 128 KiB and 3.5 s at 4 MiB on 4 ranks, where halving-doubling
-// took 0.6 and 8.8 ms (same bits on every rank at 3 ranks too: test/comm/gloo-algos).
+// The built-in table: bench/comm/sweep.ts and build/gloo_algos at 2 and 4 ranks
+// (bench/README.md). Beyond the mesh round, the backend's own ring over its own
+// connections: from C++ it took 0.5-0.99 of the best of Gloo's algorithms at every
+// size from 64 KiB to 64 MiB on 2 ranks and 8 B to 4 MiB on 4 ranks, where Gloo's
+// own choices swing with the size (its new-style ring took seconds a call at 4 MiB on
+// 4 ranks).
 AllReduceAlgo builtinAllReduce(uint64_t bytes, bool meshFits, size_t count, DType dtype, RedOp op, int worldSize) {
   (void)bytes;
-  if (meshFits) return AllReduceAlgo::Mesh;
-  constexpr AllReduceAlgo hd = AllReduceAlgo::HalvingDoubling;
-  return worldSize >= 3 && chooseAllReduce(hd, count, dtype, op, worldSize) == hd ? hd : AllReduceAlgo::Ring;
+  (void)count;
+  (void)dtype;
+  (void)op;
+  (void)worldSize;
+  return meshFits ? AllReduceAlgo::Mesh : AllReduceAlgo::TcpRing;
 }
 
 // The legacy AllgatherRing and ReduceScatterHalvingDoubling lead in C++ at 256 KiB-4 MiB
@@ -79,13 +82,13 @@ AllReduceAlgo builtinAllReduce(uint64_t bytes, bool meshFits, size_t count, DTyp
 AllGatherAlgo builtinAllGather(uint64_t bytes, bool meshFits, bool legacyOk) {
   (void)bytes;
   (void)legacyOk;
-  return meshFits ? AllGatherAlgo::Mesh : AllGatherAlgo::Gloo;
+  return meshFits ? AllGatherAlgo::Mesh : AllGatherAlgo::TcpRing;
 }
 
 ReduceScatterAlgo builtinReduceScatter(uint64_t bytes, bool meshFits, bool legacyOk) {
   (void)bytes;
   (void)legacyOk;
-  return meshFits ? ReduceScatterAlgo::Mesh : ReduceScatterAlgo::AllToAll;
+  return meshFits ? ReduceScatterAlgo::Mesh : ReduceScatterAlgo::TcpRing;
 }
 
 }  // namespace

@@ -21,12 +21,13 @@ namespace ncclnode {
 
 enum class Coll { AllReduce, AllGather, ReduceScatter };
 // mesh: the data rides in the agreement round (mesh_exchange.h); gloo: new-style
-// gloo::allgather; legacy-ring: Gloo's AllgatherRing.
-enum class AllGatherAlgo { Mesh, Gloo, LegacyRing };
+// gloo::allgather; legacy-ring: Gloo's AllgatherRing; tcp-ring: the backend's own ring
+// over its own connections (native/net/tcp_ring.h).
+enum class AllGatherAlgo { Mesh, Gloo, LegacyRing, TcpRing };
 // mesh: every rank's whole input rides in the agreement round; alltoall: all-to-all
 // of the blocks plus a local reduction in rank order; halving-doubling: Gloo's
-// ReduceScatterHalvingDoubling.
-enum class ReduceScatterAlgo { Mesh, AllToAll, HalvingDoubling };
+// ReduceScatterHalvingDoubling; tcp-ring: the backend's own ring.
+enum class ReduceScatterAlgo { Mesh, AllToAll, HalvingDoubling, TcpRing };
 
 class GlooTuning {
  public:

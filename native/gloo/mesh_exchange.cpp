@@ -6,6 +6,10 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+
+#include "../core/errors.h"
+#include "../net/tcp_mesh.h"
 
 namespace ncclnode {
 
@@ -18,36 +22,95 @@ size_t MeshExchange::capacity(int worldSize) {
 }
 
 MeshExchange::MeshExchange(std::shared_ptr<gloo::Context> ctx)
-    : ctx_(std::move(ctx)), cap_(capacity(ctx_->size)), scratch_(cap_ * ctx_->size) {
+    : ctx_(std::move(ctx)),
+      rank_(ctx_->rank),
+      size_(ctx_->size),
+      cap_(capacity(size_)),
+      stride_(cap_ + 8),
+      scratch_(stride_ * size_) {
   buf_ = ctx_->createUnboundBuffer(scratch_.data(), scratch_.size());
 }
+
+MeshExchange::MeshExchange(net::TcpMesh* tcp)
+    : tcp_(tcp),
+      rank_(tcp->rank()),
+      size_(tcp->size()),
+      cap_(capacity(size_)),
+      stride_(cap_ + 8),
+      scratch_(stride_ * size_) {}
 
 MeshExchange::~MeshExchange() = default;
 
 void MeshExchange::post(const void* head, size_t headBytes, const void* body, size_t bodyBytes) {
   const size_t bytes = headBytes + bodyBytes;
   if (bytes > cap_) throw std::length_error("mesh exchange message exceeds its capacity");
-  const int rank = ctx_->rank;
-  const int size = ctx_->size;
-  uint8_t* own = scratch_.data() + static_cast<size_t>(rank) * cap_;
+  const int rank = rank_;
+  const int size = size_;
+  uint8_t* own = slot(rank);
   if (headBytes) std::memcpy(own, head, headBytes);
   if (bodyBytes) std::memcpy(own + headBytes, body, bodyBytes);
   if (size == 1) return;
+  if (tcp_) {
+    const uint64_t len = bytes;
+    std::memcpy(own - 8, &len, 8);
+    sends_.clear();
+    for (int i = 1; i < size; ++i) {
+      net::Xfer x;
+      x.peer = (rank + i) % size;  // staggered, so no peer is everyone's first
+      x.data = own - 8;
+      x.bytes = bytes + 8;
+      sends_.push_back(x);
+    }
+    tcp_->trySend(sends_.data(), sends_.size());
+    return;
+  }
   // Every rank calls this at the same point of its collective sequence, so the
   // context's slot counter agrees across ranks.
   const uint64_t slot = ctx_->nextSlot();
   // Receives first, so a peer's send finds them posted and goes out at once.
   for (int p = 0; p < size; ++p) {
-    if (p != rank) buf_->recv(p, slot, static_cast<size_t>(p) * cap_, cap_);
+    if (p != rank) buf_->recv(p, slot, static_cast<size_t>(p) * stride_ + 8, cap_);
   }
   for (int p = 0; p < size; ++p) {
-    if (p != rank) buf_->send(p, slot, static_cast<size_t>(rank) * cap_, bytes);
+    if (p != rank) buf_->send(p, slot, static_cast<size_t>(rank) * stride_ + 8, bytes);
   }
 }
 
+void MeshExchange::waitTcp(std::chrono::milliseconds timeout) {
+  const auto deadline = net::Clock::now() + timeout;
+  std::vector<net::Xfer> recvs;
+  for (int i = 1; i < size_; ++i) {
+    net::Xfer x;
+    x.peer = (rank_ - i + size_) % size_;
+    x.data = slot(x.peer) - 8;
+    x.bytes = 8;
+    recvs.push_back(x);
+  }
+  // The lengths first (with this round's sends), then each peer's bytes.
+  tcp_->transfer(sends_.data(), sends_.size(), recvs.data(), recvs.size(), deadline);
+  for (auto& x : recvs) {
+    uint64_t len = 0;
+    std::memcpy(&len, x.data, 8);
+    if (len > cap_) {
+      throw net::TransportError(Code::Backend, "rank " + std::to_string(x.peer) + " sent a " + std::to_string(len) +
+                                                   "-byte mesh message where at most " + std::to_string(cap_) +
+                                                   " fit (a call this build does not know)");
+    }
+    x.data += 8;
+    x.bytes = len;
+    x.done = 0;
+  }
+  tcp_->transfer(nullptr, 0, recvs.data(), recvs.size(), deadline);
+}
+
 void MeshExchange::wait(std::chrono::milliseconds timeout) {
-  const int rank = ctx_->rank;
-  const int size = ctx_->size;
+  const int rank = rank_;
+  const int size = size_;
+  if (size == 1) return;
+  if (tcp_) {
+    waitTcp(timeout);
+    return;
+  }
   // One deadline for the whole round, not one timeout per peer. Never pass Gloo a
   // value <= 0: -1 ms means "the context's default".
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -1,5 +1,6 @@
-// One-round full-mesh exchange on Gloo's unbound buffers: every rank sends one
-// message to every other rank and receives one from each. Used for the
+// One-round full-mesh exchange: every rank sends one message to every other rank and
+// receives one from each, over the backend's own TCP connections (native/net/) or
+// over Gloo's unbound buffers. Used for the
 // agreement header of every collective and, for small all-reduces, the data
 // itself, so a small all-reduce with agreement costs one network round instead of
 // Gloo's ring (2(n-1) dependent steps) plus a separate agreement all-reduce.
@@ -18,6 +19,7 @@ namespace transport { class UnboundBuffer; }
 }  // namespace gloo
 
 namespace ncclnode {
+namespace net { class TcpMesh; struct Xfer; }
 
 class MeshExchange {
  public:
@@ -27,6 +29,10 @@ class MeshExchange {
   static size_t capacity(int worldSize);
 
   explicit MeshExchange(std::shared_ptr<gloo::Context> ctx);
+  // Over the backend's own connections: each message goes out as an 8-byte length and
+  // the bytes, so a receive reads exactly what its peer sent (or fails the round when a
+  // peer announces more than the capacity).
+  explicit MeshExchange(net::TcpMesh* tcp);
   ~MeshExchange();
   MeshExchange(const MeshExchange&) = delete;
   MeshExchange& operator=(const MeshExchange&) = delete;
@@ -44,14 +50,23 @@ class MeshExchange {
   void wait(std::chrono::milliseconds timeout);
 
   // Rank r's message from the last run (this rank's own included).
-  const uint8_t* from(int r) const { return scratch_.data() + static_cast<size_t>(r) * cap_; }
+  const uint8_t* from(int r) const { return slot(r); }
   size_t cap() const { return cap_; }
 
  private:
+  // Each rank's slot: an 8-byte length (the TCP frame header), then up to cap bytes.
+  uint8_t* slot(int r) const { return const_cast<uint8_t*>(scratch_.data()) + static_cast<size_t>(r) * stride_ + 8; }
+  void waitTcp(std::chrono::milliseconds timeout);
+
   std::shared_ptr<gloo::Context> ctx_;
+  net::TcpMesh* tcp_ = nullptr;
+  int rank_;
+  int size_;
   size_t cap_;
-  std::vector<uint8_t> scratch_;  // size x cap: one message per rank
+  size_t stride_;
+  std::vector<uint8_t> scratch_;  // size x stride: one message per rank
   std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
+  std::vector<net::Xfer> sends_;  // TCP: this round's sends still in progress
 };
 
 using MeshReduceFn = void (*)(void* out, const void* a, const void* b, size_t n);

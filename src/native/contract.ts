@@ -270,6 +270,8 @@ export interface GlooAlgoStats {
   legacyAllReduces: number;
   legacyAllGathers: number;
   legacyReduceScatters: number;
+  /** All-reduces, all-gathers and reduce-scatters on the backend's own TCP ring. */
+  tcpRingCalls: number;
 }
 
 export interface GlooShmStats {

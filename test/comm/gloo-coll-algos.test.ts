@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { describeRanks, runRanks } from '../helpers/ranks.js';
 
-// The all-gather and reduce-scatter algorithms the CPU backend can choose, each
+// The all-gather and reduce-scatter algorithms the CPU backend can choose (Gloo's legacy
+// classes, the mesh round, the backend's own TCP ring), each
 // forced at every size through an NCCL_NODE_GLOO_TUNING table, at 2, 3 (not a power
 // of two: halving-doubling takes its uneven path) and 4 ranks, on odd counts, against
 // test/helpers/reference.ts; the native counters show the forced path ran.
@@ -13,6 +14,8 @@ import { describeRanks, runRanks } from '../helpers/ranks.js';
 const TABLES = {
   legacy: { allgather: 'legacy-ring', reducescatter: 'halving-doubling', sizes: [1, 5, 1031, 4099] },
   mesh: { allgather: 'mesh', reducescatter: 'mesh', sizes: [1, 5, 1031] },
+  // The own ring at every size: 1 element leaves ranks with empty blocks.
+  'tcp-ring': { allgather: 'tcp-ring', reducescatter: 'tcp-ring', sizes: [1, 5, 1031, 4099] },
 } as const;
 
 type Row = {
@@ -41,7 +44,10 @@ describe.each(Object.keys(TABLES) as (keyof typeof TABLES)[])('all-gather and re
         else expect(row.maxErr!, row.case).toBeLessThanOrEqual(row.bound!);
       }
       const s = done.stats!;
-      if (name === 'legacy') {
+      if (name === 'tcp-ring') {
+        expect(s.tcpRingCalls).toBe(done.gathers! + done.allScatters!);
+        expect(s.meshAllGathers! + s.legacyAllGathers! + s.legacyReduceScatters!).toBe(0);
+      } else if (name === 'legacy') {
         expect(s.legacyAllGathers).toBe(done.gathers);
         expect(s.legacyReduceScatters).toBe(done.scatters);
         expect(s.meshAllGathers).toBe(0);
@@ -91,10 +97,11 @@ describe('legacy classes as the last calls, then destroy at once', () => {
   }, 150_000);
 });
 
-// The built-in all-reduce beyond the mesh round: Gloo's ring on 2 ranks, legacy
-// halving-doubling from 3 ranks on (native/gloo/gloo_tuning.cpp), with no tuning file.
+// The built-in all-reduce beyond the mesh round: the backend's own ring over its own
+// TCP connections at every group size (native/gloo/gloo_tuning.cpp), with no tuning file;
+// no legacy class runs.
 describe('built-in all-reduce beyond the mesh round', () => {
-  it.each([[2, 0], [3, 2], [4, 2]])('%i ranks: %i calls through halving-doubling, right sums', async (size, legacyCalls) => {
+  it.each([2, 3, 4])('%i ranks: both calls on the own TCP ring, right sums', async (size) => {
     const results = await runRanks('test/fixtures/gloo-legacy-teardown.ts', size, {
       args: ['allReduce', '70001'], env: { NCCL_NODE_SHM: '0' }, timeoutMs: 30_000,
     });
@@ -103,7 +110,8 @@ describe('built-in all-reduce beyond the mesh round', () => {
       const rows = r.reports as Record<string, any>[];
       const where = `rank ${r.rank}: ${JSON.stringify(rows.find((x) => x.failed))}`;
       expect(rows.filter((x) => x.dtype).map((x) => [x.first, x.last]), where).toEqual([[sum, sum], [sum, sum]]);
-      expect(rows.find((x) => x.legacy)?.legacy.legacyAllReduces, where).toBe(legacyCalls);
+      expect(rows.find((x) => x.legacy)?.legacy.legacyAllReduces, where).toBe(0);
+      expect(rows.find((x) => x.legacy)?.legacy.tcpRingCalls, where).toBe(2);
       expect(r.code, where).toBe(0);
     }
   }, 60_000);

@@ -1,0 +1,351 @@
+#include "tcp_mesh.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+#include "../core/errors.h"
+
+namespace ncclnode::net {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x6e6e2d7463702d31ull;  // "nn-tcp-1"
+
+// What each side of a new connection sends first: a stranger (another job, a port
+// scanner) that does not present the communicator's secret is dropped.
+struct Hello {
+  uint64_t magic;
+  uint64_t secret;
+  int32_t rank;
+  int32_t size;
+};
+
+int msLeft(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1 << 30));
+}
+
+std::string errnoText(int err) { return err ? std::strerror(err) : "connection closed"; }
+
+void setNoDelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+void setNonBlocking(int fd, bool on) {
+  const int flags = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK));
+}
+
+// Blocking-style I/O of a whole small message on a nonblocking socket, bounded by the
+// deadline. False on timeout, closed connection or error.
+bool ioAll(int fd, void* buf, size_t n, bool writing, Clock::time_point deadline) {
+  auto* p = static_cast<uint8_t*>(buf);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = writing ? ::send(fd, p + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT)
+                              : ::recv(fd, p + done, n - done, MSG_DONTWAIT);
+    if (r > 0) {
+      done += static_cast<size_t>(r);
+      continue;
+    }
+    if (r == 0 && !writing) return false;
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;
+    pollfd pfd{fd, static_cast<short>(writing ? POLLOUT : POLLIN), 0};
+    const int ms = msLeft(deadline);
+    if (ms == 0 || ::poll(&pfd, 1, ms) <= 0) return false;
+  }
+  return true;
+}
+
+std::string formatAddress(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = {0};
+  int port = 0;
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    port = ntohs(a->sin_port);
+  } else {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    port = ntohs(a->sin6_port);
+  }
+  return std::string(host) + " " + std::to_string(port);
+}
+
+}  // namespace
+
+TcpMesh::TcpMesh(int rank, int size, uint64_t secret)
+    : rank_(rank), size_(size), secret_(secret), fds_(static_cast<size_t>(size), -1) {
+  wake_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_ < 0) throw Error(Code::Backend, std::string("tcp: eventfd: ") + std::strerror(errno));
+}
+
+TcpMesh::~TcpMesh() {
+  for (int fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
+  if (wake_ >= 0) ::close(wake_);
+}
+
+void TcpMesh::abort() {
+  aborted_ = true;
+  // Peers blocked on this rank see their connections drop; a transfer of ours wakes.
+  for (int fd : fds_) {
+    if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+  }
+  const uint64_t one = 1;
+  (void)!::write(wake_, &one, sizeof one);
+}
+
+int TcpMesh::listen(const std::string& host, const std::string& iface, std::string* address) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  if (!iface.empty()) {
+    ifaddrs* list = nullptr;
+    if (getifaddrs(&list) != 0) throw Error(Code::Backend, std::string("tcp: getifaddrs: ") + std::strerror(errno));
+    for (int family : {AF_INET, AF_INET6}) {
+      for (ifaddrs* i = list; i && len == 0; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != family || iface != i->ifa_name) continue;
+        len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+        std::memcpy(&ss, i->ifa_addr, len);
+      }
+    }
+    freeifaddrs(list);
+    if (len == 0) throw Error(Code::Backend, "tcp: network interface \"" + iface + "\" has no address");
+  } else {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    const std::string name = host.empty() ? "127.0.0.1" : host;
+    const int rc = getaddrinfo(name.c_str(), nullptr, &hints, &res);
+    if (rc != 0 || !res) throw Error(Code::Backend, "tcp: cannot resolve \"" + name + "\": " + gai_strerror(rc));
+    len = res->ai_addrlen;
+    std::memcpy(&ss, res->ai_addr, len);
+    freeaddrinfo(res);
+  }
+  if (ss.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&ss)->sin_port = 0;
+  if (ss.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port = 0;
+  const int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw Error(Code::Backend, std::string("tcp: socket: ") + std::strerror(errno));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, std::max(size_, 16)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(Code::Backend, std::string("tcp: cannot listen: ") + std::strerror(err));
+  }
+  *address = formatAddress(ss);
+  return fd;
+}
+
+void TcpMesh::connect(const std::string& host, const std::string& iface, const Rendezvous& rv,
+                      const std::string& keyPrefix, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::string address;
+  const int lfd = listen(host, iface, &address);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closeListener{lfd};
+  rv.set(keyPrefix + std::to_string(rank_), address);
+  const Hello mine{kMagic, secret_, rank_, size_};
+
+  // Dial every lower rank. A lower rank dials its own lower ranks before it accepts,
+  // which ends at rank 0, so the chain always completes; the kernel's backlog holds
+  // the connection meanwhile.
+  for (int p = 0; p < rank_; ++p) {
+    const std::string peer = rv.get(keyPrefix + std::to_string(p), std::chrono::milliseconds(std::max(msLeft(deadline), 1)));
+    std::istringstream in(peer);
+    std::string ip, port;
+    in >> ip >> port;
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(ip.c_str(), port.c_str(), &hints, &res) != 0 || !res) {
+      throw Error(Code::Backend, "tcp: rank " + std::to_string(p) + " published an unusable address \"" + peer + "\"");
+    }
+    int fd = -1;
+    while (true) {
+      fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      int rc = fd < 0 ? -1 : ::connect(fd, res->ai_addr, res->ai_addrlen);
+      if (rc != 0 && errno == EINPROGRESS) {
+        pollfd pfd{fd, POLLOUT, 0};
+        int err = 0;
+        socklen_t el = sizeof err;
+        rc = (::poll(&pfd, 1, std::max(msLeft(deadline), 1)) == 1 &&
+              getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0) ? 0 : -1;
+      }
+      Hello theirs{};
+      if (rc == 0 && ioAll(fd, const_cast<Hello*>(&mine), sizeof mine, true, deadline) &&
+          ioAll(fd, &theirs, sizeof theirs, false, deadline) && theirs.magic == kMagic &&
+          theirs.secret == secret_ && theirs.rank == p && theirs.size == size_) {
+        break;
+      }
+      if (fd >= 0) ::close(fd);
+      fd = -1;
+      if (aborted_) break;
+      if (msLeft(deadline) == 0) break;
+      ::usleep(20000);
+    }
+    freeaddrinfo(res);
+    if (aborted_) {
+      if (fd >= 0) ::close(fd);
+      throw Error(Code::CommAborted, "communicator was aborted while connecting");
+    }
+    if (fd < 0) {
+      throw Error(Code::Timeout, "tcp: could not connect to rank " + std::to_string(p) + " at " + peer + " within " +
+                                     std::to_string(timeout.count()) + " ms");
+    }
+    setNoDelay(fd);
+    fds_[static_cast<size_t>(p)] = fd;
+  }
+
+  // Accept every higher rank; anything that does not greet like one is dropped.
+  setNonBlocking(lfd, true);
+  int missing = size_ - 1 - rank_;
+  while (missing > 0) {
+    pollfd pfd[2] = {{lfd, POLLIN, 0}, {wake_, POLLIN, 0}};
+    const int ms = msLeft(deadline);
+    if (aborted_) throw Error(Code::CommAborted, "communicator was aborted while connecting");
+    if (ms == 0) {
+      std::string which;
+      for (int p = rank_ + 1; p < size_; ++p) {
+        if (fds_[static_cast<size_t>(p)] < 0) which += (which.empty() ? "" : ", ") + std::to_string(p);
+      }
+      throw Error(Code::Timeout, "tcp: ranks " + which + " did not connect within " + std::to_string(timeout.count()) +
+                                     " ms");
+    }
+    if (::poll(pfd, 2, ms) <= 0 || !(pfd[0].revents & POLLIN)) continue;
+    const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) continue;
+    // A stranger gets at most a second to greet, so it cannot hold the group up.
+    const auto greet = std::min(deadline, Clock::now() + std::chrono::seconds(1));
+    Hello theirs{};
+    const bool ok = ioAll(fd, &theirs, sizeof theirs, false, greet) && theirs.magic == kMagic &&
+                    theirs.secret == secret_ && theirs.size == size_ && theirs.rank > rank_ &&
+                    theirs.rank < size_ && fds_[static_cast<size_t>(theirs.rank)] < 0 &&
+                    ioAll(fd, const_cast<Hello*>(&mine), sizeof mine, true, greet);
+    if (!ok) {
+      ::close(fd);
+      continue;
+    }
+    setNoDelay(fd);
+    fds_[static_cast<size_t>(theirs.rank)] = fd;
+    --missing;
+  }
+  for (int fd : fds_) {
+    if (fd >= 0) setNonBlocking(fd, true);
+  }
+  connected_ = true;
+}
+
+void TcpMesh::fail(int peer, const char* what, int err) {
+  if (aborted_) throw TransportError(Code::CommAborted, "communicator was aborted");
+  throw TransportError(Code::PeerLost, "rank " + std::to_string(peer) + " closed its connection or died (tcp " + what + ": " +
+                                  errnoText(err) + ")");
+}
+
+void TcpMesh::trySend(Xfer* sends, size_t nSends) {
+  for (size_t i = 0; i < nSends; ++i) {
+    Xfer& x = sends[i];
+    while (x.done < x.bytes) {
+      const ssize_t n = ::send(fds_[static_cast<size_t>(x.peer)], x.data + x.done, x.bytes - x.done,
+                               MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        x.done += static_cast<size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        break;
+      } else {
+        fail(x.peer, "send", errno);
+      }
+    }
+  }
+}
+
+void TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, Clock::time_point deadline,
+                       const std::function<void(size_t)>& onRecv) {
+  std::vector<pollfd> pfds;
+  while (true) {
+    if (aborted_) throw TransportError(Code::CommAborted, "communicator was aborted");
+    bool progressed = false;
+    bool pending = false;
+    for (size_t i = 0; i < nSends; ++i) {
+      Xfer& x = sends[i];
+      if (x.done == x.bytes) continue;
+      const ssize_t n = ::send(fds_[static_cast<size_t>(x.peer)], x.data + x.done, x.bytes - x.done,
+                               MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        x.done += static_cast<size_t>(n);
+        progressed = true;
+      } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        fail(x.peer, "send", errno);
+      }
+      if (x.done < x.bytes) pending = true;
+    }
+    for (size_t i = 0; i < nRecvs; ++i) {
+      Xfer& x = recvs[i];
+      if (x.done == x.bytes) continue;
+      size_t len = x.bytes - x.done;
+      uint8_t* dst = x.data + x.done;
+      if (x.ring) {
+        const size_t off = x.done % x.ring;
+        len = std::min(len, x.ring - off);
+        dst = x.data + off;
+      }
+      const ssize_t n = ::recv(fds_[static_cast<size_t>(x.peer)], dst, len, MSG_DONTWAIT);
+      if (n > 0) {
+        x.done += static_cast<size_t>(n);
+        progressed = true;
+        if (onRecv) onRecv(i);
+      } else if (n == 0) {
+        fail(x.peer, "recv", 0);
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        fail(x.peer, "recv", errno);
+      }
+      if (x.done < x.bytes) pending = true;
+    }
+    if (!pending) return;
+    if (progressed) continue;
+    pfds.clear();
+    for (size_t i = 0; i < nSends; ++i) {
+      if (sends[i].done < sends[i].bytes) pfds.push_back({fds_[static_cast<size_t>(sends[i].peer)], POLLOUT, 0});
+    }
+    for (size_t i = 0; i < nRecvs; ++i) {
+      if (recvs[i].done < recvs[i].bytes) pfds.push_back({fds_[static_cast<size_t>(recvs[i].peer)], POLLIN, 0});
+    }
+    pfds.push_back({wake_, POLLIN, 0});
+    const int ms = msLeft(deadline);
+    if (ms == 0) {
+      int who = -1;
+      for (size_t i = 0; i < nRecvs && who < 0; ++i) {
+        if (recvs[i].done < recvs[i].bytes) who = recvs[i].peer;
+      }
+      for (size_t i = 0; i < nSends && who < 0; ++i) {
+        if (sends[i].done < sends[i].bytes) who = sends[i].peer;
+      }
+      throw TransportError(Code::Timeout, "rank " + std::to_string(who) + " (tcp)");
+    }
+    const int rc = ::poll(pfds.data(), pfds.size(), ms);
+    if (rc < 0 && errno != EINTR) throw TransportError(Code::Backend, std::string("tcp: poll: ") + std::strerror(errno));
+  }
+}
+
+}  // namespace ncclnode::net

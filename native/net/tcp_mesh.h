@@ -1,0 +1,101 @@
+// The CPU backend's own TCP connections, one per pair of ranks, for the collectives'
+// bulk data between hosts (tcp_ring.h). Why not Gloo's pairs: Gloo's TCP transport
+// moves every byte through its event-loop thread, which then wakes the thread waiting
+// on the buffer; on a host with few cores that hand-off, and the loop thread's own
+// spinning in epoll_wait, cost more than the transfer itself (bench/README.md). Here
+// the communicator's worker thread reads and writes the sockets itself with poll(),
+// as NCCL's socket transport does from its proxy thread, and reduces received data
+// as it lands.
+//
+// Free of N-API and of the store client, so bench/tcp_ring.cpp can time the same code.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "../core/errors.h"
+
+namespace ncclnode::net {
+
+// A failure on the connections once they carry data (peer lost, timeout, abort, a
+// malformed message): the byte streams are out of step afterwards, so the backend
+// marks the communicator broken.
+class TransportError : public Error {
+ public:
+  using Error::Error;
+};
+
+using Clock = std::chrono::steady_clock;
+
+// How ranks find each other: set publishes this rank's address, get waits for a
+// peer's (throwing on timeout). The backend passes the job's store.
+struct Rendezvous {
+  std::function<void(const std::string& key, const std::string& value)> set;
+  std::function<std::string(const std::string& key, std::chrono::milliseconds timeout)> get;
+};
+
+// One transfer to or from a peer: bytes move between data and the peer's socket
+// until done == bytes. A receive with ring > 0 lands in a circular buffer of that
+// many bytes at data (the caller consumes it in onRecv before the next read).
+struct Xfer {
+  int peer = -1;
+  uint8_t* data = nullptr;
+  size_t bytes = 0;
+  size_t done = 0;
+  size_t ring = 0;
+};
+
+class TcpMesh {
+ public:
+  // secret: a value every rank of this communicator shares (from the job token and the
+  // communicator's store prefix); a connection that does not present it is dropped.
+  TcpMesh(int rank, int size, uint64_t secret);
+  ~TcpMesh();
+  TcpMesh(const TcpMesh&) = delete;
+  TcpMesh& operator=(const TcpMesh&) = delete;
+
+  // Listens on `host` (a name or a numeric address) or, when `iface` is set, on that
+  // interface's first address; publishes it under "<keyPrefix><rank>"; connects to
+  // every peer (the higher rank of a pair dials the lower). Throws Error(Timeout |
+  // Backend | CommAborted).
+  void connect(const std::string& host, const std::string& iface, const Rendezvous& rv,
+               const std::string& keyPrefix, std::chrono::milliseconds timeout);
+
+  // Moves every send and receive concurrently until all are done. onRecv(i) runs after
+  // each read into recvs[i]. Throws TransportError: PeerLost when a peer closes or resets its
+  // connection, Timeout past the deadline (the message names the peer), CommAborted after abort().
+  // A failed transfer leaves the byte streams out of step: the caller marks the
+  // communicator broken.
+  void transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, Clock::time_point deadline,
+                const std::function<void(size_t)>& onRecv = {});
+
+  // One pass of nonblocking writes, never waiting (the caller's thread posts a small
+  // call's messages this way); transfer() finishes what the sockets did not take.
+  void trySend(Xfer* sends, size_t nSends);
+
+  // Any thread: wakes a transfer in progress, which throws Error(CommAborted).
+  void abort();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  bool connected() const { return connected_; }
+
+ private:
+  void fail(int peer, const char* what, int err);
+  int listen(const std::string& host, const std::string& iface, std::string* address);
+
+  int rank_;
+  int size_;
+  uint64_t secret_;
+  std::vector<int> fds_;  // per peer; -1 for this rank
+  int wake_ = -1;         // eventfd written by abort()
+  std::atomic<bool> aborted_{false};
+  bool connected_ = false;
+};
+
+}  // namespace ncclnode::net
