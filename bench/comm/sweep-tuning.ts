@@ -19,6 +19,8 @@ export interface SweepRow {
   bestUs: number;
   bestMin: number;
   bestMax: number;
+  /** The addon's own TCP ring called from C++ (gloo_algos "own-tcp-ring"), when timed. */
+  ownCppUs?: number;
   ratio: number;
   verdict: string;
   raw: Record<string, { us: number; min: number; max: number }>;

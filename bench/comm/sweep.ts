@@ -3,7 +3,8 @@
  * and reduce-scatter (float32 sum) through the addon over TCP (NCCL_NODE_SHM=0;
  * with --shm through the shared-memory path, the default within a host), each call awaited, median per call on rank 0; bench/comm/sweep-worker.ts) and
  * every Gloo algorithm called from C++ without the addon (build/gloo_algos, same
- * sizes, element counts and iterations). Addon and raw Gloo runs alternate, --rounds
+ * sizes, element counts and iterations; it also times the addon's own TCP ring from
+ * C++, reported as ownRingCppUs and never taken as the baseline). Addon and raw Gloo runs alternate, --rounds
  * times; per (collective, size) the table shows the median of the rounds' medians,
  * the spread (min-max over rounds), the best raw Gloo algorithm (lowest median),
  * the ratio addon/best and the verdict: `faster` (addon median at or below the
@@ -92,7 +93,10 @@ async function sweep(bin: string, ranks: number): Promise<SweepRow[]> {
   for (const coll of ['allreduce', 'allgather', 'reducescatter']) {
     for (const size of SIZES) {
       const a = addon.get(key(coll, size))!;
-      const algos = [...raw.get(key(coll, size))!.entries()].map(([algo, us]) => ({ algo, us, med: median(us) }));
+      const all = [...raw.get(key(coll, size))!.entries()].map(([algo, us]) => ({ algo, us, med: median(us) }));
+      // gloo_algos also times the addon's own ring from C++ ("own-..."): shown apart, never the baseline.
+      const algos = all.filter((x) => !x.algo.startsWith('own-'));
+      const own = all.find((x) => x.algo.startsWith('own-'));
       const best = algos.reduce((x, y) => (y.med < x.med ? y : x));
       const am = median(a);
       const [amin, amax] = [Math.min(...a), Math.max(...a)];
@@ -102,7 +106,8 @@ async function sweep(bin: string, ranks: number): Promise<SweepRow[]> {
         ranks, coll, size, addonUs: r1(am), addonMin: r1(amin), addonMax: r1(amax),
         bestAlgo: best.algo, bestUs: r1(best.med), bestMin: r1(bmin), bestMax: r1(bmax),
         ratio: Number((am / best.med).toFixed(2)), verdict,
-        raw: Object.fromEntries(algos.map((x) => [x.algo, { us: r1(x.med), min: r1(Math.min(...x.us)), max: r1(Math.max(...x.us)) }])),
+        ownCppUs: own ? r1(own.med) : undefined,
+        raw: Object.fromEntries(all.map((x) => [x.algo, { us: r1(x.med), min: r1(Math.min(...x.us)), max: r1(Math.max(...x.us)) }])),
       });
     }
   }
@@ -123,6 +128,7 @@ async function main(): Promise<void> {
       console.table(these.filter((r) => r.coll === coll).map((r) => ({
         size: human(r.size), addonUs: r.addonUs, addonSpread: `${r.addonMin}-${r.addonMax}`,
         bestRawUs: r.bestUs, bestSpread: `${r.bestMin}-${r.bestMax}`, bestAlgo: r.bestAlgo, ratio: r.ratio, verdict: r.verdict,
+        ownRingCppUs: r.ownCppUs,
       })));
     }
   }
