@@ -106,15 +106,24 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
 // communicator never lands on it.
 void GlooBackend::connectTcp(std::chrono::milliseconds timeout) {
   if (cfg_.size < 2) return;
+  openTcp(cfg_.rank, cfg_.size, cfg_.prefix + "tcp/", &tcp_, timeout);
+  ring_.prepare();
+}
+
+// The mesh goes into *slot (under the lock abort() takes) before it connects, so an
+// abort() meanwhile wakes the connecting thread.
+void GlooBackend::openTcp(int rank, int size, const std::string& keyPrefix, std::unique_ptr<net::TcpMesh>* slot,
+                          std::chrono::milliseconds timeout) {
   uint64_t secret = 0xcbf29ce484222325ull;  // FNV-1a 64
-  for (unsigned char c : cfg_.token + "\n" + cfg_.prefix + "\n" + cfg_.storeHost + ":" + std::to_string(cfg_.storePort)) {
+  for (unsigned char c : cfg_.token + "\n" + keyPrefix + "\n" + cfg_.storeHost + ":" + std::to_string(cfg_.storePort)) {
     secret = (secret ^ c) * 0x100000001b3ull;
   }
-  auto tcp = std::make_unique<net::TcpMesh>(cfg_.rank, cfg_.size, secret);
+  net::TcpMesh* tcp = nullptr;
   {
     std::lock_guard<std::mutex> lock(ctxMu_);
     if (aborted_) throw Error(Code::CommAborted, "communicator was aborted while connecting");
-    tcp_ = std::move(tcp);
+    *slot = std::make_unique<net::TcpMesh>(rank, size, secret);
+    tcp = slot->get();
   }
   net::Rendezvous rv;
   rv.set = [this](const std::string& k, const std::string& v) { store_->set(k, std::vector<char>(v.begin(), v.end())); };
@@ -123,8 +132,7 @@ void GlooBackend::connectTcp(std::chrono::milliseconds timeout) {
     return std::string(v.begin(), v.end());
   };
   const std::string host = cfg_.iface.empty() && cfg_.hostname.empty() ? "127.0.0.1" : cfg_.hostname;
-  tcp_->connect(host, cfg_.iface, rv, cfg_.prefix + "tcp/", timeout);
-  ring_.prepare();
+  tcp->connect(host, cfg_.iface, rv, keyPrefix, timeout);
 }
 
 net::Clock::time_point GlooBackend::deadlineOf(const Op& op) const { return net::Clock::now() + op.timeout; }

@@ -77,6 +77,9 @@ class GlooBackend : public Backend {
   void allGatherBytes(const void* in, size_t bytes, void* out, std::chrono::milliseconds timeout);
   void allReduce(Op& op);
   void connectTcp(std::chrono::milliseconds timeout);
+  // Own connections among `size` members: this rank is `rank` there; keys under keyPrefix.
+  void openTcp(int rank, int size, const std::string& keyPrefix, std::unique_ptr<net::TcpMesh>* slot,
+               std::chrono::milliseconds timeout);
   net::Clock::time_point deadlineOf(const Op& op) const;
   void allGather(Op& op);  // gloo_collective_algos.cpp
   void reduceScatter(Op& op);
@@ -117,7 +120,7 @@ class GlooBackend : public Backend {
   std::string tuningError_;
   LegacyCollectives legacyColl_;
   std::unique_ptr<shm::HostGroup> shm_;       // null: every collective goes over TCP
-  std::shared_ptr<gloo::Context> leaders_;    // one rank per host, when the group spans hosts
+  std::unique_ptr<net::TcpMesh> leaders_;     // one rank per host, when the group spans hosts
 };
 
 }  // namespace ncclnode

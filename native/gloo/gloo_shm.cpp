@@ -1,8 +1,6 @@
 // The shared-memory path of the Gloo backend (docs/gloo.md, "Shared memory within
 // a host"): which ranks share a host, the segment per host, and the all-reduce that
 // goes through it instead of TCP on loopback.
-#include <gloo/allreduce.h>
-#include <gloo/rendezvous/context.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,7 +15,6 @@
 #include <sstream>
 
 #include "gloo_backend.h"
-#include "gloo_store.h"
 
 namespace ncclnode {
 
@@ -81,31 +78,6 @@ void logFallbackOnce(const std::string& why) {
   if (!logged.exchange(true)) {
     std::fprintf(stderr, "nccl-node: shared-memory path off, collectives between ranks of a host use TCP (%s)\n",
                  why.c_str());
-  }
-}
-
-// Closing every pair fails a peer's pending operation on its pair at once.
-void closePairs(const std::shared_ptr<gloo::Context>& ctx) {
-  if (!ctx) return;
-  for (int r = 0; r < ctx->size; ++r) {
-    if (r == ctx->rank) continue;
-    try {
-      auto& pair = ctx->getPair(r);
-      if (!pair) continue;
-      pair->close();
-      pair->setSync(true, false);
-    } catch (...) {
-    }
-  }
-}
-
-template <class F>
-void byWidth(size_t width, F&& f) {
-  switch (width) {
-    case 1: f(uint8_t{}); break;
-    case 2: f(uint16_t{}); break;
-    case 4: f(uint32_t{}); break;
-    default: f(uint64_t{}); break;
   }
 }
 
@@ -197,16 +169,10 @@ void GlooBackend::setupShm(std::chrono::milliseconds timeout) {
     std::lock_guard<std::mutex> lock(shm::stats().mu);
     shm::stats().lastSegment = group->seg->name();
   }
-  std::shared_ptr<gloo::Context> ctx;
-  if (hosts > 1 && group->localRank == 0) {
-    auto rdv = std::make_shared<gloo::rendezvous::Context>(hostOf[cfg_.rank], hosts);
-    rdv->setTimeout(timeout);
-    GlooStore leaderStore(store_, base + "leaders/", timeout);
-    rdv->connectFullMesh(leaderStore, device_);
-    ctx = rdv;
-  }
+  // The hosts' leaders combine their partial results over the backend's own
+  // connections (native/net/), a ring of one rank per host.
+  if (hosts > 1 && group->localRank == 0) openTcp(hostOf[cfg_.rank], hosts, base + "leaders/tcp/", &leaders_, timeout);
   std::lock_guard<std::mutex> lock(ctxMu_);  // abort() may run on another thread
-  leaders_ = ctx;
   shm_ = std::move(group);
 }
 
@@ -217,17 +183,8 @@ bool GlooBackend::usesShm(const Op& op) const {
 }
 
 void GlooBackend::shmAllReduce(Op& op) {
-  const size_t width = elementSize(op.dtype);
-  const ReduceFn fn = reduceFunction(op.dtype, op.redop);
   shm::InterHost inter = [&](void* data, size_t count, std::chrono::milliseconds left) {
-    byWidth(width, [&](auto t) {
-      using T = decltype(t);
-      gloo::AllreduceOptions o(leaders_);
-      o.setOutput(static_cast<T*>(data), count);
-      o.setReduceFunction(fn);
-      o.setTimeout(left);
-      gloo::allreduce(o);
-    });
+    net::ringAllReduce(*leaders_, data, data, count, op.dtype, op.redop, net::Clock::now() + left, ring_);
   };
   try {
     shm::allReduce(*shm_, op.send.data, op.recv.data, op.count, op.dtype, op.redop, op.timeout, &aborted_, inter);
@@ -243,7 +200,8 @@ void GlooBackend::shmAllReduce(Op& op) {
 void GlooBackend::shmFailed() {
   broken_ = true;
   if (shm_->seg) shm_->seg->poison(Code::PeerLost);
-  closePairs(leaders_);
+  std::lock_guard<std::mutex> lock(ctxMu_);
+  if (leaders_) leaders_->abort();
 }
 
 // The agreement round through the segment on a single host, carrying small
@@ -295,13 +253,9 @@ bool GlooBackend::shmAgree(const Op& op) {
 }
 
 void GlooBackend::shmAbort() {
-  std::shared_ptr<gloo::Context> leaders;
-  {
-    std::lock_guard<std::mutex> lock(ctxMu_);
-    if (shm_ && shm_->seg) shm_->seg->poison(Code::CommAborted);
-    leaders = leaders_;
-  }
-  closePairs(leaders);
+  std::lock_guard<std::mutex> lock(ctxMu_);
+  if (shm_ && shm_->seg) shm_->seg->poison(Code::CommAborted);
+  if (leaders_) leaders_->abort();
 }
 
 void GlooBackend::shmAllGather(Op& op) {
