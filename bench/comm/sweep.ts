@@ -15,6 +15,7 @@
  *
  *   node --import tsx bench/comm/sweep.ts [--ranks 2,4] [--min 8] [--max 256M] [--step 4]
  *        [--iters 100] [--rounds 3] [--shm] [--json bench/comm/sweep.json] [--write-tuning path]
+ *        [--new-ring-max 4M]
  *
  * --write-tuning writes an NCCL_NODE_GLOO_TUNING file (docs/gloo.md): per
  * collective and rank count, the raw Gloo algorithm where it beat the addon beyond
@@ -43,6 +44,10 @@ const ROUNDS = Number(arg('--rounds', '3'));
 const SHM = process.argv.includes('--shm');
 const JSON_OUT = arg('--json', join(ROOT, SHM ? 'bench/comm/sweep-shm.json' : 'bench/comm/sweep.json'));
 const TUNING_OUT = arg('--write-tuning', '');
+// --new-ring-max: time Gloo's new-style ring all-reduce only up to this size (on 4 ranks
+// of a 2-core host it takes seconds a call from 512 KiB on); larger sizes compare
+// against the other algorithms.
+const NEW_RING_MAX = process.argv.includes('--new-ring-max') ? String(bytesOf(arg('--new-ring-max', '0'))) : undefined;
 
 // The sizes gloo_algos visits for (min, max, step): x step, the last one max.
 const SIZES: number[] = [];
@@ -65,7 +70,8 @@ async function glooRound(bin: string, ranks: number): Promise<Point[]> {
   const dir = mkdtempSync(join(tmpdir(), 'sweep-gloo-'));
   try {
     return await gang<Point>(ranks, (rank) =>
-      [bin, [String(rank), String(ranks), dir, String(ITERS), String(MIN), String(MAX), String(STEP)], process.env]);
+      [bin, [String(rank), String(ranks), dir, String(ITERS), String(MIN), String(MAX), String(STEP)],
+      NEW_RING_MAX ? { ...process.env, GLOO_ALGOS_NEW_RING_MAX: NEW_RING_MAX } : process.env]);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -134,7 +140,8 @@ async function main(): Promise<void> {
   }
   const doc = {
     bench: 'comm-sweep', path: SHM ? 'shm' : 'tcp', dtype: 'float32', op: 'sum', rounds: ROUNDS, iters: ITERS, step: STEP,
-    tuning: process.env.NCCL_NODE_GLOO_TUNING ?? null, node: process.version, rows,
+    tuning: process.env.NCCL_NODE_GLOO_TUNING ?? null, newRingMax: NEW_RING_MAX ? Number(NEW_RING_MAX) : null,
+    node: process.version, rows,
   };
   writeFileSync(JSON_OUT, `${JSON.stringify(doc, null, 1)}\n`);
   console.log(`wrote ${JSON_OUT}`);
