@@ -1,18 +1,26 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { describeRanks, runRanks } from '../helpers/ranks.js';
 
 // All-gather and reduce-scatter through shared memory on one host: every dtype
 // against the reference of test/helpers/reference.ts, in and out of place, sizes
 // across several small chunks; fractional float32 reduce-scatters equal the TCP
-// path's bits (both reduce in rank order), and the counters show which path ran.
+// path's bits with the TCP path's rank-order reduce-scatter (all-to-all and a local
+// reduction, picked by a tuning file: its default ring sums in ring order), and the
+// counters show which path ran.
 const SIZES = '1,1030,40001';
 
 type Row = { case?: string; order?: string; digest?: string; wrong?: number; first?: string[]; done?: boolean; stats?: Record<string, number> };
 
 async function run(size: number, shm: string): Promise<Row[][]> {
-  const results = await runRanks('test/fixtures/shm-gather.ts', size, {
-    args: [SIZES], env: { NCCL_NODE_SHM: shm, NCCL_NODE_SHM_CHUNK: '16384' }, timeoutMs: 60_000,
-  });
+  const env: Record<string, string> = { NCCL_NODE_SHM: shm, NCCL_NODE_SHM_CHUNK: '16384' };
+  if (shm === '0') {
+    env.NCCL_NODE_GLOO_TUNING = join(mkdtempSync(join(tmpdir(), 'shm-gather-')), 'tuning.json');
+    writeFileSync(env.NCCL_NODE_GLOO_TUNING, JSON.stringify({ reducescatter: { [size]: [{ maxBytes: null, algorithm: 'alltoall' }] } }));
+  }
+  const results = await runRanks('test/fixtures/shm-gather.ts', size, { args: [SIZES], env, timeoutMs: 60_000 });
   expect(results.map((r) => r.code), describeRanks(results)).toEqual(results.map(() => 0));
   return results.map((r) => r.reports as Row[]);
 }
