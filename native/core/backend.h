@@ -92,6 +92,10 @@ class Backend {
   // Unblocks a thread stuck in run(): closes connections or aborts the library's
   // communicator. Called from another thread; must be safe concurrently with run().
   virtual void abort() = 0;
+  // The process is going away with the communicator still open (environment teardown,
+  // no destroy()): unblock as abort() does, but the peers see a closed connection, not
+  // an abort, so a round of theirs that already holds every message still completes.
+  virtual void quit() { abort(); }
 
   virtual bool broken() const = 0;
 

@@ -101,7 +101,7 @@ void Engine::abort(Napi::Env env) {
 
 bool Engine::teardown() {
   aborted_ = true;
-  if (backend_) backend_->abort();
+  if (backend_) backend_->quit();
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;

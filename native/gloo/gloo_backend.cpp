@@ -151,6 +151,11 @@ void GlooBackend::finish() {
   mesh_->run(&bye, 1, nullptr, 0, kFinishWait);
 }
 
+void GlooBackend::quit() {
+  quitting_ = true;
+  abort();
+}
+
 void GlooBackend::abort() {
   aborted_ = true;
   broken_ = true;
@@ -162,7 +167,7 @@ void GlooBackend::abort() {
   shmAbort();
   {
     std::lock_guard<std::mutex> lock(ctxMu_);
-    if (tcp_) tcp_->abort();
+    if (tcp_) tcp_->abort(!quitting_);
   }
   if (!ctx) return;
   // Closing every pair makes the peers see their connections drop. Closing alone does

@@ -58,6 +58,7 @@ class GlooBackend : public Backend {
   void run(Op& op) override;
   std::unique_ptr<Backend> split(int color, int key, std::chrono::milliseconds timeout) override;
   void abort() override;
+  void quit() override;
   void finish() override;
   bool broken() const override { return broken_.load(); }
   bool concurrent(const Op& op) const override { return op.kind == OpKind::Send || op.kind == OpKind::Recv; }
@@ -107,6 +108,7 @@ class GlooBackend : public Backend {
   std::mutex ctxMu_;  // guards ctx_ against abort() racing connect()
   std::atomic<bool> broken_{false};
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> quitting_{false};  // quit(): the peers are not told of an abort
   int splits_ = 0;
   std::vector<uint8_t> scratch_;  // reduceScatter staging
   std::unique_ptr<MeshExchange> mesh_;  // agreement headers and small all-reduces

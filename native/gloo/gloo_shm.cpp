@@ -255,7 +255,7 @@ bool GlooBackend::shmAgree(const Op& op) {
 void GlooBackend::shmAbort() {
   std::lock_guard<std::mutex> lock(ctxMu_);
   if (shm_ && shm_->seg) shm_->seg->poison(Code::CommAborted);
-  if (leaders_) leaders_->abort();
+  if (leaders_) leaders_->abort(!quitting_);
 }
 
 void GlooBackend::shmAllGather(Op& op) {

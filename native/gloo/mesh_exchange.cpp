@@ -101,6 +101,7 @@ void MeshExchange::waitTcp(std::chrono::milliseconds timeout) {
     x.done = 0;
   }
   tcp_->transfer(nullptr, 0, recvs.data(), recvs.size(), deadline);
+  tcp_->checkAborted();
 }
 
 void MeshExchange::wait(std::chrono::milliseconds timeout) {

@@ -102,11 +102,16 @@ TcpMesh::~TcpMesh() {
   if (wake_ >= 0) ::close(wake_);
 }
 
-void TcpMesh::abort() {
+void TcpMesh::abort(bool announce) {
   aborted_ = true;
   // Peers blocked on this rank see their connections drop; a transfer of ours wakes.
+  // The urgent byte lets a peer that already holds this rank's message of a round tell
+  // an abort from an orderly close (which follows the last round and must not fail it).
   for (int fd : fds_) {
-    if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+    if (fd < 0) continue;
+    const char bang = '!';
+    if (announce) (void)::send(fd, &bang, 1, MSG_OOB | MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::shutdown(fd, SHUT_RDWR);
   }
   const uint64_t one = 1;
   (void)!::write(wake_, &one, sizeof one);
@@ -259,6 +264,18 @@ void TcpMesh::fail(int peer, const char* what, int err) {
   if (aborted_) throw TransportError(Code::CommAborted, "communicator was aborted");
   throw TransportError(Code::PeerLost, "rank " + std::to_string(peer) + " closed its connection or died (tcp " + what + ": " +
                                   errnoText(err) + ")");
+}
+
+void TcpMesh::checkAborted() {
+  for (int p = 0; p < size_; ++p) {
+    const int fd = fds_[static_cast<size_t>(p)];
+    if (fd < 0) continue;
+    char c = 0;
+    // EINVAL: no urgent data; EAGAIN: none yet. Only an aborting peer sends any.
+    if (::recv(fd, &c, 1, MSG_OOB | MSG_DONTWAIT) == 1) {
+      throw TransportError(Code::PeerLost, "rank " + std::to_string(p) + " aborted its communicator");
+    }
+  }
 }
 
 void TcpMesh::trySend(Xfer* sends, size_t nSends) {

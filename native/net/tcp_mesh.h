@@ -78,8 +78,15 @@ class TcpMesh {
   // call's messages this way); transfer() finishes what the sockets did not take.
   void trySend(Xfer* sends, size_t nSends);
 
-  // Any thread: wakes a transfer in progress, which throws Error(CommAborted).
-  void abort();
+  // Any thread: wakes a transfer in progress, which throws Error(CommAborted), and shuts
+  // every connection down. With announce, first one urgent (out-of-band) byte on each,
+  // which tells the peers it was an abort (checkAborted()), not an orderly close.
+  void abort(bool announce = true);
+
+  // Throws TransportError(PeerLost) when a peer has aborted (its urgent byte is here).
+  // A byte stream delivers what a peer sent before it aborted, so a round can complete
+  // with a message from a rank that is gone; the agreement round asks after each round.
+  void checkAborted();
 
   int rank() const { return rank_; }
   int size() const { return size_; }
