@@ -390,9 +390,10 @@ void GlooBackend::allReduce(Op& op) {
   if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
 }
 
-// Reduce-scatter as an all-to-all of the chunks followed by a local reduction in
-// rank order: the same bytes on the wire as a ring, and a reduction order that is
-// identical on every rank and independent of the transport.
+// Reduce-scatter beyond the agreement round: Gloo's legacy class or the own ring when
+// the table picks them (the ring by default), else an all-to-all of the chunks followed
+// by a local reduction in rank order (the same bytes on the wire as a ring, and a
+// reduction order independent of the transport and the ring's position).
 void GlooBackend::reduceScatter(Op& op) {
   if (legacyReduceScatter(op)) return;
   if (tcp_ && pickReduceScatter(tuning_, op.count, op.dtype, op.redop, cfg_.size, meshBytes()) ==
