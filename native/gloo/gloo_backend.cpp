@@ -167,7 +167,10 @@ void GlooBackend::abort() {
   shmAbort();
   {
     std::lock_guard<std::mutex> lock(ctxMu_);
-    if (tcp_) tcp_->abort(!quitting_);
+    // Announced only with a round of this rank's in flight: peers that complete that round
+    // from its message must fail it as this rank does. After a completed round they keep
+    // their result and see the closed connections at their next call.
+    if (tcp_) tcp_->abort(!quitting_ && mesh_ && mesh_->inFlight());
   }
   if (!ctx) return;
   // Closing every pair makes the peers see their connections drop. Closing alone does

@@ -54,6 +54,7 @@ void MeshExchange::post(const void* head, size_t headBytes, const void* body, si
     const uint64_t len = bytes;
     std::memcpy(own - 8, &len, 8);
     sends_.clear();
+    inFlight_ = true;
     for (int i = 1; i < size; ++i) {
       net::Xfer x;
       x.peer = (rank + i) % size;  // staggered, so no peer is everyone's first
@@ -102,6 +103,7 @@ void MeshExchange::waitTcp(std::chrono::milliseconds timeout) {
   }
   tcp_->transfer(nullptr, 0, recvs.data(), recvs.size(), deadline);
   tcp_->checkAborted();
+  inFlight_ = false;
 }
 
 void MeshExchange::wait(std::chrono::milliseconds timeout) {

@@ -7,6 +7,7 @@
 // Free of N-API so bench/gloo_direct.cpp can time the same code without the addon.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -51,6 +52,8 @@ class MeshExchange {
 
   // Rank r's message from the last run (this rank's own included).
   const uint8_t* from(int r) const { return slot(r); }
+  // Over TCP: a round was posted and has not completed on this rank (any thread may ask).
+  bool inFlight() const { return inFlight_.load(); }
   size_t cap() const { return cap_; }
 
  private:
@@ -67,6 +70,7 @@ class MeshExchange {
   std::vector<uint8_t> scratch_;  // size x stride: one message per rank
   std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
   std::vector<net::Xfer> sends_;  // TCP: this round's sends still in progress
+  std::atomic<bool> inFlight_{false};
 };
 
 using MeshReduceFn = void (*)(void* out, const void* a, const void* b, size_t n);

@@ -83,9 +83,10 @@ class TcpMesh {
   // which tells the peers it was an abort (checkAborted()), not an orderly close.
   void abort(bool announce = true);
 
-  // Throws TransportError(PeerLost) when a peer has aborted (its urgent byte is here).
-  // A byte stream delivers what a peer sent before it aborted, so a round can complete
-  // with a message from a rank that is gone; the agreement round asks after each round.
+  // Throws TransportError(PeerLost) when a peer has aborted with a round in flight (its
+  // urgent byte is here). A byte stream delivers what a peer sent before it aborted, so a
+  // round can complete with the message of a rank that failed that very round; the
+  // agreement round asks after each round.
   void checkAborted();
 
   int rank() const { return rank_; }
