@@ -60,36 +60,15 @@ bool legacyCount(size_t elements, size_t bytes) {
   return elements <= static_cast<size_t>(INT_MAX) && bytes <= static_cast<size_t>(INT_MAX);
 }
 
-// The built-in table: bench/comm/sweep.ts and build/gloo_algos at 2 and 4 ranks
-// (bench/README.md). Beyond the mesh round, the backend's own ring over its own
-// connections: from C++ it took 0.5-0.99 of the best of Gloo's algorithms at every
-// size from 64 KiB to 64 MiB on 2 ranks and 8 B to 4 MiB on 4 ranks, where Gloo's
-// own choices swing with the size (its new-style ring took seconds a call at 4 MiB on
-// 4 ranks).
-AllReduceAlgo builtinAllReduce(uint64_t bytes, bool meshFits, size_t count, DType dtype, RedOp op, int worldSize) {
-  (void)bytes;
-  (void)count;
-  (void)dtype;
-  (void)op;
-  (void)worldSize;
-  return meshFits ? AllReduceAlgo::Mesh : AllReduceAlgo::TcpRing;
-}
-
-// The legacy AllgatherRing and ReduceScatterHalvingDoubling lead in C++ at 256 KiB-4 MiB
-// but are not built in: one can return while its last notification is still unread by a
-// peer, so a rank that destroys the communicator right after it can make that peer see
+// The built-in choice beyond a tuning file (bench/comm/sweep.ts and build/gloo_algos at
+// 2 and 4 ranks, bench/README.md): the mesh round where the call fits it, beyond that the
+// backend's own ring over its own connections. From C++ the ring took 0.5-0.99 of the best
+// of Gloo's algorithms at every size from 64 KiB to 64 MiB on 2 ranks and 8 B to 4 MiB on
+// 4 ranks, where Gloo's own choices swing with the size (its new-style ring took seconds a
+// call at 4 MiB on 4 ranks). The legacy AllgatherRing and ReduceScatterHalvingDoubling are
+// never built in: one can return while its last notification is still unread by a peer, so
+// a rank that destroys the communicator right after it can make that peer see
 // ERR_PEER_LOST. They run only where a tuning file names them.
-AllGatherAlgo builtinAllGather(uint64_t bytes, bool meshFits, bool legacyOk) {
-  (void)bytes;
-  (void)legacyOk;
-  return meshFits ? AllGatherAlgo::Mesh : AllGatherAlgo::TcpRing;
-}
-
-ReduceScatterAlgo builtinReduceScatter(uint64_t bytes, bool meshFits, bool legacyOk) {
-  (void)bytes;
-  (void)legacyOk;
-  return meshFits ? ReduceScatterAlgo::Mesh : ReduceScatterAlgo::TcpRing;
-}
 
 }  // namespace
 
@@ -148,7 +127,7 @@ AllReduceAlgo pickAllReduce(const GlooTuning& t, AllReduceAlgo forced, size_t co
     // chooseAllReduce gives the ring for a legacy algorithm that cannot run the call.
     if (!isLegacy(want) || chooseAllReduce(want, count, dtype, op, worldSize) == want) return want;
   }
-  return builtinAllReduce(bytes, meshFits, count, dtype, op, worldSize);
+  return meshFits ? AllReduceAlgo::Mesh : AllReduceAlgo::TcpRing;
 }
 
 AllGatherAlgo pickAllGather(const GlooTuning& t, size_t count, DType dtype, int worldSize, size_t meshBytes) {
@@ -160,7 +139,7 @@ AllGatherAlgo pickAllGather(const GlooTuning& t, size_t count, DType dtype, int 
   if (lookup(kAllGatherNames, t.rule(Coll::AllGather, worldSize, bytes), &want)) {
     if ((want != AllGatherAlgo::Mesh || meshFits) && (want != AllGatherAlgo::LegacyRing || legacyOk)) return want;
   }
-  return builtinAllGather(bytes, meshFits, legacyOk);
+  return meshFits ? AllGatherAlgo::Mesh : AllGatherAlgo::TcpRing;
 }
 
 ReduceScatterAlgo pickReduceScatter(const GlooTuning& t, size_t count, DType dtype, RedOp op, int worldSize,
@@ -175,7 +154,7 @@ ReduceScatterAlgo pickReduceScatter(const GlooTuning& t, size_t count, DType dty
       return want;
     }
   }
-  return builtinReduceScatter(bytes, meshFits, legacyOk);
+  return meshFits ? ReduceScatterAlgo::Mesh : ReduceScatterAlgo::TcpRing;
 }
 
 }  // namespace ncclnode

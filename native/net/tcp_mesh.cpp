@@ -278,23 +278,28 @@ void TcpMesh::checkAborted() {
   }
 }
 
-void TcpMesh::trySend(Xfer* sends, size_t nSends) {
-  for (size_t i = 0; i < nSends; ++i) {
-    Xfer& x = sends[i];
-    while (x.done < x.bytes) {
-      const ssize_t n = ::send(fds_[static_cast<size_t>(x.peer)], x.data + x.done, x.bytes - x.done,
-                               MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        x.done += static_cast<size_t>(n);
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        break;
-      } else {
-        fail(x.peer, "send", errno);
-      }
+// Writes until the transfer is done or the socket's buffer is full; true if any byte went.
+bool TcpMesh::sendSome(Xfer& x) {
+  bool progressed = false;
+  while (x.done < x.bytes) {
+    const ssize_t n = ::send(fds_[static_cast<size_t>(x.peer)], x.data + x.done, x.bytes - x.done,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      x.done += static_cast<size_t>(n);
+      progressed = true;
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      break;
+    } else {
+      fail(x.peer, "send", errno);
     }
   }
+  return progressed;
+}
+
+void TcpMesh::trySend(Xfer* sends, size_t nSends) {
+  for (size_t i = 0; i < nSends; ++i) sendSome(sends[i]);
 }
 
 void TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, Clock::time_point deadline,
@@ -305,17 +310,8 @@ void TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
     bool progressed = false;
     bool pending = false;
     for (size_t i = 0; i < nSends; ++i) {
-      Xfer& x = sends[i];
-      if (x.done == x.bytes) continue;
-      const ssize_t n = ::send(fds_[static_cast<size_t>(x.peer)], x.data + x.done, x.bytes - x.done,
-                               MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        x.done += static_cast<size_t>(n);
-        progressed = true;
-      } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        fail(x.peer, "send", errno);
-      }
-      if (x.done < x.bytes) pending = true;
+      if (sendSome(sends[i])) progressed = true;
+      if (sends[i].done < sends[i].bytes) pending = true;
     }
     for (size_t i = 0; i < nRecvs; ++i) {
       Xfer& x = recvs[i];

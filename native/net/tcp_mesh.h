@@ -94,7 +94,8 @@ class TcpMesh {
   bool connected() const { return connected_; }
 
  private:
-  void fail(int peer, const char* what, int err);
+  [[noreturn]] void fail(int peer, const char* what, int err);
+  bool sendSome(Xfer& x);
   int listen(const std::string& host, const std::string& iface, std::string* address);
 
   int rank_;
