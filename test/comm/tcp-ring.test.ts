@@ -42,12 +42,20 @@ describe('all-reduce on the own TCP ring', () => {
 });
 
 describe('leaving without destroy()', () => {
-  it('a rank that exits right after its last all-reduce does not fail a peer still reading that round', async () => {
-    const results = await runRanks('test/fixtures/tcp-exit.ts', 2, { env: TCP, timeoutMs: 30_000 });
+  // exit: the process ends; terminate: the worker thread holding the communicator is
+  // terminated, so the addon's environment teardown closes it while the process lives on.
+  it.each(['exit', 'terminate'])('%s: a rank that leaves right after its last all-reduce does not fail a peer still reading that round', async (how) => {
+    const results = await runRanks('test/fixtures/tcp-exit.ts', 2, { args: [how], env: TCP, timeoutMs: 30_000 });
     for (const r of results) expect(r.code, describeRanks(results)).toBe(0);
-    const rows = results.flatMap((r) => r.reports as { rank: number; ok: boolean; sum?: number; message?: string }[]);
-    expect(rows).toHaveLength(2);
-    for (const row of rows) expect(row, row.message).toMatchObject({ ok: true, sum: 3 });
+    const rows = results.flatMap((r) => r.reports as { rank: number; step?: string; ok: boolean; sum?: number; code?: string; ms?: number; message?: string }[]);
+    const last = rows.filter((r) => !r.step);
+    expect(last).toHaveLength(2);
+    for (const row of last) expect(row, row.message).toMatchObject({ ok: true, sum: 3 });
+    // The peer's next call sees the departure at once (with terminate, rank 0's process
+    // lives on for 6 s: connections left open would hold the call that long).
+    const next = rows.find((r) => r.step === 'next');
+    expect(next).toMatchObject({ ok: false, code: 'ERR_PEER_LOST' });
+    expect(next!.ms).toBeLessThan(2000);
   }, 60_000);
 });
 
