@@ -62,7 +62,7 @@ void addonAlgorithm(const std::shared_ptr<gloo::Context>& ctx, ncclnode::MeshExc
     }
   }
   if (withData) {
-    ncclnode::reduceInRankOrder(mesh, head, ctx->size, kSum, buf, count, sizeof(float));
+    ncclnode::reduceInRankOrder(mesh, head, ctx->rank, buf, ctx->size, kSum, buf, count, sizeof(float));
   } else {
     ring(ctx, buf, count);
   }

@@ -4,6 +4,7 @@
 // a peer sends more bytes than a posted receive holds (an exception nobody can
 // catch), so the byte layout of every call is compared before any data moves.
 // checkCollectives decides only whether dtype, count and op are compared as well.
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -14,10 +15,10 @@ namespace ncclnode {
 
 // Small collectives travel whole in the agreement round (gloo_tuning.h picks where):
 // an all-reduce's buffer or an all-gather's input goes to every peer, a
-// reduce-scatter's whole input too (each rank reduces its own block); the result is
-// assembled locally in rank order, so every rank gets the same bits whatever the
-// arrival order. The choice depends only on the call, the world size and the
-// table, so ranks that agree on the call agree on the path.
+// reduce-scatter's block p to peer p; the result is assembled locally in rank order,
+// so every rank gets the same bits whatever the arrival order. The choice depends
+// only on the call, the world size and the table, so ranks that agree on the call
+// agree on the path.
 size_t GlooBackend::meshBytes() const { return mesh_ ? mesh_->cap() - sizeof(Fingerprint) : 0; }
 
 size_t GlooBackend::meshBody(const Op& op) const {
@@ -31,32 +32,37 @@ size_t GlooBackend::meshBody(const Op& op) const {
       return pickAllGather(tuning_, op.count, op.dtype, cfg_.size, meshBytes()) == AllGatherAlgo::Mesh ? bytes : 0;
     case OpKind::ReduceScatter:
       return pickReduceScatter(tuning_, op.count, op.dtype, op.redop, cfg_.size, meshBytes()) ==
-                     ReduceScatterAlgo::Mesh ? bytes * cfg_.size : 0;
+                     ReduceScatterAlgo::Mesh ? bytes : 0;
     default:
       return 0;
   }
 }
 
-// The result of a collective whose data rode in the round.
+// The result of a collective whose data rode in the round. This rank's own part comes
+// from its own buffer (the round copies only small bodies into its slot).
 void GlooBackend::finishMesh(const Op& op) {
   const size_t head = sizeof(Fingerprint);
   const size_t width = elementSize(op.dtype);
+  const size_t block = op.count * width;
+  const auto* send = static_cast<const uint8_t*>(op.send.data);
+  auto* recv = static_cast<uint8_t*>(op.recv.data);
   const ReduceFn fn = op.kind == OpKind::AllGather ? nullptr : reduceFunction(op.dtype, op.redop);
   switch (op.kind) {
     case OpKind::AllGather:
       for (int r = 0; r < cfg_.size; ++r) {
-        std::memcpy(static_cast<uint8_t*>(op.recv.data) + static_cast<size_t>(r) * op.count * width,
-                    mesh_->from(r) + head, op.count * width);
+        const uint8_t* from = r == cfg_.rank ? send : mesh_->from(r) + head;
+        // memmove: an in-place all-gather's input is its own block of the output.
+        std::memmove(recv + static_cast<size_t>(r) * block, from, block);
       }
       glooAlgoStats().meshAllGathers++;
       return;
     case OpKind::ReduceScatter:
-      reduceInRankOrder(*mesh_, head + static_cast<size_t>(cfg_.rank) * op.count * width, cfg_.size, fn,
-                        op.recv.data, op.count, width);
+      reduceInRankOrder(*mesh_, head, cfg_.rank, send + static_cast<size_t>(cfg_.rank) * block, cfg_.size, fn, recv,
+                        op.count, width);
       glooAlgoStats().meshReduceScatters++;
       break;
     default:
-      reduceInRankOrder(*mesh_, head, cfg_.size, fn, op.recv.data, op.count, width);
+      reduceInRankOrder(*mesh_, head, cfg_.rank, send, cfg_.size, fn, recv, op.count, width);
       glooAlgoStats().meshAllReduces++;
       break;
   }
@@ -72,11 +78,13 @@ bool GlooBackend::usesMesh(const Op& op) const { return cfg_.size > 1; }
 void GlooBackend::postMesh(const Op& op) {
   const Fingerprint mine = fingerprintOf(op);
   if (op.rejected) {
-    std::string why = op.rejectReason.substr(0, mesh_->cap() - sizeof mine - 1);
+    // Short enough to be copied into the round's own slot (the string dies here).
+    std::string why = op.rejectReason.substr(0, std::min(mesh_->cap(), MeshExchange::kCopiedBody) - sizeof mine - 1);
     mesh_->post(&mine, sizeof mine, why.c_str(), why.size() + 1);
     return;
   }
-  mesh_->post(&mine, sizeof mine, op.send.data, meshBody(op));
+  const size_t body = meshBody(op);
+  mesh_->post(&mine, sizeof mine, op.send.data, body, op.kind == OpKind::ReduceScatter ? body : 0);
 }
 
 bool GlooBackend::prepost(Op& op) {

@@ -146,7 +146,8 @@ ReduceScatterAlgo pickReduceScatter(const GlooTuning& t, size_t count, DType dty
                                     size_t meshBytes) {
   if (worldSize < 2) return ReduceScatterAlgo::AllToAll;
   const uint64_t bytes = tuningBytes(Coll::ReduceScatter, count, dtype, worldSize);
-  const bool meshFits = bytes <= meshBytes;
+  // The round sends each peer its own block.
+  const bool meshFits = count * elementSize(dtype) <= meshBytes;
   const bool legacyOk = legacySupports(dtype, op) && legacyCount(count * static_cast<size_t>(worldSize), bytes);
   ReduceScatterAlgo want;
   if (lookup(kReduceScatterNames, t.rule(Coll::ReduceScatter, worldSize, bytes), &want)) {

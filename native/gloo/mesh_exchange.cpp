@@ -41,14 +41,16 @@ MeshExchange::MeshExchange(net::TcpMesh* tcp)
 
 MeshExchange::~MeshExchange() = default;
 
-void MeshExchange::post(const void* head, size_t headBytes, const void* body, size_t bodyBytes) {
+void MeshExchange::post(const void* head, size_t headBytes, const void* body, size_t bodyBytes, size_t bodyStride) {
   const size_t bytes = headBytes + bodyBytes;
   if (bytes > cap_) throw std::length_error("mesh exchange message exceeds its capacity");
   const int rank = rank_;
   const int size = size_;
   uint8_t* own = slot(rank);
   if (headBytes) std::memcpy(own, head, headBytes);
-  if (bodyBytes) std::memcpy(own + headBytes, body, bodyBytes);
+  const bool copy = !tcp_ || (bodyStride == 0 && bodyBytes <= kCopiedBody);
+  if (!tcp_ && bodyStride != 0) throw std::logic_error("mesh exchange over Gloo sends one body to every peer");
+  if (copy && bodyBytes) std::memcpy(own + headBytes, body, bodyBytes);
   if (size == 1) return;
   if (tcp_) {
     const uint64_t len = bytes;
@@ -60,6 +62,10 @@ void MeshExchange::post(const void* head, size_t headBytes, const void* body, si
       x.peer = (rank + i) % size;  // staggered, so no peer is everyone's first
       x.data = own - 8;
       x.bytes = bytes + 8;
+      if (!copy && bodyBytes) {
+        x.split = headBytes + 8;
+        x.tail = static_cast<const uint8_t*>(body) + static_cast<size_t>(x.peer) * bodyStride;
+      }
       sends_.push_back(x);
     }
     tcp_->trySend(sends_.data(), sends_.size());
@@ -129,10 +135,28 @@ void MeshExchange::wait(std::chrono::milliseconds timeout) {
   }
 }
 
-void reduceInRankOrder(const MeshExchange& mesh, size_t offset, int worldSize, MeshReduceFn fn, void* out,
-                       size_t count, size_t elementBytes) {
-  std::memcpy(out, mesh.from(0) + offset, count * elementBytes);
-  for (int r = 1; r < worldSize; ++r) fn(out, out, mesh.from(r) + offset, count);
+void reduceInRankOrder(const MeshExchange& mesh, size_t offset, int rank, const void* own, int worldSize,
+                       MeshReduceFn fn, void* out, size_t count, size_t elementBytes) {
+  auto part = [&](int r) -> const uint8_t* { return r == rank ? static_cast<const uint8_t*>(own) : mesh.from(r) + offset; };
+  const size_t bytes = count * elementBytes;
+  auto* dst = static_cast<uint8_t*>(out);
+  const auto* mine = static_cast<const uint8_t*>(own);
+  if (!(mine < dst + bytes && dst < mine + bytes)) {
+    std::memcpy(out, part(0), bytes);
+    for (int r = 1; r < worldSize; ++r) fn(out, out, part(r), count);
+    return;
+  }
+  // In place: out holds this rank's own contribution until its turn in the order, so
+  // each chunk is reduced in a small buffer (it stays in cache) and then written back.
+  constexpr size_t kChunk = 16 * 1024;
+  alignas(64) uint8_t tmp[kChunk];
+  const size_t step = std::max<size_t>(1, kChunk / elementBytes) * elementBytes;
+  for (size_t at = 0; at < bytes; at += step) {
+    const size_t len = std::min(step, bytes - at);
+    std::memcpy(tmp, part(0) + at, len);
+    for (int r = 1; r < worldSize; ++r) fn(tmp, tmp, part(r) + at, len / elementBytes);
+    std::memcpy(dst + at, tmp, len);
+  }
 }
 
 }  // namespace ncclnode

@@ -45,13 +45,21 @@ class MeshExchange {
     post(head, headBytes, body, bodyBytes);
     wait(timeout);
   }
-  // The two halves of run(): post() copies the message, posts every receive and
-  // every send, and never blocks; wait() blocks until the round is complete.
-  void post(const void* head, size_t headBytes, const void* body, size_t bodyBytes);
+  // The two halves of run(): post() posts every receive and every send and never
+  // blocks; wait() blocks until the round is complete. The head is copied. Over TCP,
+  // a body of up to kCopiedBody bytes is copied too; a larger one, or one that differs
+  // per peer (bodyStride > 0: peer p gets body + p * bodyStride, as a reduce-scatter
+  // sends each peer its own block), is sent from the caller's memory, which must stay
+  // valid and unchanged until wait() returns. Over Gloo's buffers every body is copied
+  // and must be the same for every peer.
+  void post(const void* head, size_t headBytes, const void* body, size_t bodyBytes, size_t bodyStride = 0);
   void wait(std::chrono::milliseconds timeout);
 
-  // Rank r's message from the last run (this rank's own included).
+  // Rank r's message from the last run. This rank's own slot holds its head, and its
+  // body only where post() copied it: the caller reads its own contribution from its
+  // own memory.
   const uint8_t* from(int r) const { return slot(r); }
+  static constexpr size_t kCopiedBody = 64 * 1024;
   // Over TCP: a round was posted and has not completed on this rank (any thread may ask).
   bool inFlight() const { return inFlight_.load(); }
   size_t cap() const { return cap_; }
@@ -75,9 +83,10 @@ class MeshExchange {
 
 using MeshReduceFn = void (*)(void* out, const void* a, const void* b, size_t n);
 
-// out = contributions[0] op contributions[1] op ... in rank order, the same bytes on
-// every rank whatever the arrival order. contributions never alias out.
-void reduceInRankOrder(const MeshExchange& mesh, size_t offset, int worldSize, MeshReduceFn fn, void* out,
-                       size_t count, size_t elementBytes);
+// out = c[0] op c[1] op ... in rank order, the same bytes on every rank whatever the
+// arrival order: c[r] is rank r's message at offset, except c[rank] = own (this rank's
+// contribution, read from its own memory; it may be out itself, an in-place call).
+void reduceInRankOrder(const MeshExchange& mesh, size_t offset, int rank, const void* own, int worldSize,
+                       MeshReduceFn fn, void* out, size_t count, size_t elementBytes);
 
 }  // namespace ncclnode

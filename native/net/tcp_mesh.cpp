@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -282,8 +283,20 @@ void TcpMesh::checkAborted() {
 bool TcpMesh::sendSome(Xfer& x) {
   bool progressed = false;
   while (x.done < x.bytes) {
-    const ssize_t n = ::send(fds_[static_cast<size_t>(x.peer)], x.data + x.done, x.bytes - x.done,
-                             MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n;
+    if (x.split == 0) {
+      n = ::send(fds_[static_cast<size_t>(x.peer)], x.data + x.done, x.bytes - x.done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } else {
+      iovec iov[2];
+      int parts = 0;
+      if (x.done < x.split) iov[parts++] = {x.data + x.done, x.split - x.done};
+      const size_t into = x.done > x.split ? x.done - x.split : 0;
+      iov[parts++] = {const_cast<uint8_t*>(x.tail) + into, x.bytes - std::max(x.done, x.split)};
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(parts);
+      n = ::sendmsg(fds_[static_cast<size_t>(x.peer)], &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     if (n > 0) {
       x.done += static_cast<size_t>(n);
       progressed = true;

@@ -48,6 +48,10 @@ struct Xfer {
   size_t bytes = 0;
   size_t done = 0;
   size_t ring = 0;
+  // A send of two parts, one byte stream: bytes [0, split) from data, the rest from tail
+  // (a header and the caller's buffer without copying the buffer). 0: all from data.
+  size_t split = 0;
+  const uint8_t* tail = nullptr;
 };
 
 class TcpMesh {
