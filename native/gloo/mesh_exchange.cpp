@@ -15,9 +15,14 @@ namespace ncclnode {
 
 size_t MeshExchange::capacity(int worldSize) {
   // n-1 messages per rank per call: worth it while n is small; beyond, only the
-  // 48-byte agreement header travels this way and data takes Gloo's algorithms.
+  // 48-byte agreement header travels this way and data takes the ring. At 2 ranks the
+  // round moves the same bytes as a ring in one exchange instead of the ring's two
+  // dependent steps after the agreement: up to 4 MiB it took 0.6-1.1 of raw Gloo's
+  // best where the ring took 1.3-2.2 on this host (bench/README.md); the two 4 MiB
+  // slots it keeps per communicator bound it there.
   constexpr size_t kHeader = 64;
   if (worldSize > 64) return kHeader;
+  if (worldSize == 2) return kHeader + 4 * 1024 * 1024;
   return kHeader + (worldSize <= 8 ? 64 * 1024 : 16 * 1024);
 }
 
@@ -68,7 +73,9 @@ void MeshExchange::post(const void* head, size_t headBytes, const void* body, si
       }
       sends_.push_back(x);
     }
-    tcp_->trySend(sends_.data(), sends_.size());
+    // The calling thread (often JavaScript's) puts the head and up to kPostedBody of the
+    // body on the wire (a bounded stall for that thread); the rest goes from wait().
+    tcp_->trySend(sends_.data(), sends_.size(), 8 + headBytes + kPostedBody);
     return;
   }
   // Every rank calls this at the same point of its collective sequence, so the

@@ -311,8 +311,19 @@ bool TcpMesh::sendSome(Xfer& x) {
   return progressed;
 }
 
-void TcpMesh::trySend(Xfer* sends, size_t nSends) {
-  for (size_t i = 0; i < nSends; ++i) sendSome(sends[i]);
+void TcpMesh::trySend(Xfer* sends, size_t nSends, size_t upTo) {
+  for (size_t i = 0; i < nSends; ++i) {
+    Xfer& x = sends[i];
+    const size_t all = x.bytes;
+    x.bytes = std::min(all, upTo);
+    try {
+      sendSome(x);
+    } catch (...) {
+      x.bytes = all;
+      throw;
+    }
+    x.bytes = all;
+  }
 }
 
 void TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, Clock::time_point deadline,

@@ -78,9 +78,10 @@ class TcpMesh {
   void transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, Clock::time_point deadline,
                 const std::function<void(size_t)>& onRecv = {});
 
-  // One pass of nonblocking writes, never waiting (the caller's thread posts a small
-  // call's messages this way); transfer() finishes what the sockets did not take.
-  void trySend(Xfer* sends, size_t nSends);
+  // One pass of nonblocking writes of at most the first upTo bytes of each transfer,
+  // never waiting (the caller's thread posts a call's messages this way, as far as is
+  // cheap); transfer() finishes what the sockets did not take.
+  void trySend(Xfer* sends, size_t nSends, size_t upTo = SIZE_MAX);
 
   // Any thread: wakes a transfer in progress, which throws Error(CommAborted), and shuts
   // every connection down. With announce, first one urgent (out-of-band) byte on each,

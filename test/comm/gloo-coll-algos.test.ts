@@ -9,11 +9,12 @@ import { describeRanks, runRanks } from '../helpers/ranks.js';
 // forced at every size through an NCCL_NODE_GLOO_TUNING table, at 2, 3 (not a power
 // of two: halving-doubling takes its uneven path) and 4 ranks, on odd counts, against
 // test/helpers/reference.ts; the native counters show the forced path ran.
-// Mesh sizes stay within what the agreement round carries (a reduce-scatter's whole
-// input: 1031 x 4 ranks x 8 bytes < 64 KiB).
+// Mesh sizes stay within what the agreement round carries per peer (64 KiB at 3-8
+// ranks: 4099 x 8 bytes; 4 MiB at 2 ranks, where 70001 x 8 bytes also goes beyond
+// what the round copies (64 KiB) and what the calling thread sends (256 KiB)).
 const TABLES = {
   legacy: { allgather: 'legacy-ring', reducescatter: 'halving-doubling', sizes: [1, 5, 1031, 4099] },
-  mesh: { allgather: 'mesh', reducescatter: 'mesh', sizes: [1, 5, 1031] },
+  mesh: { allgather: 'mesh', reducescatter: 'mesh', sizes: [1, 5, 1031, 4099], at2: [70001] },
   // The own ring at every size: 1 element leaves ranks with empty blocks.
   'tcp-ring': { allgather: 'tcp-ring', reducescatter: 'tcp-ring', sizes: [1, 5, 1031, 4099] },
 } as const;
@@ -26,13 +27,15 @@ type Row = {
 describe.each(Object.keys(TABLES) as (keyof typeof TABLES)[])('all-gather and reduce-scatter forced to %s', (name) => {
   it.each([2, 3, 4])('%i ranks: every result matches the reference, all-gathers have the same bits on every rank', async (size) => {
     const t = TABLES[name];
+    const sizes: number[] = [...t.sizes, ...(size === 2 && 'at2' in t ? t.at2 : [])];
     const file = join(mkdtempSync(join(tmpdir(), 'gloo-coll-')), 'tuning.json');
     writeFileSync(file, JSON.stringify({
       allgather: { [size]: [{ maxBytes: null, algorithm: t.allgather }] },
       reducescatter: { [size]: [{ maxBytes: null, algorithm: t.reducescatter }] },
     }));
     const results = await runRanks<Row>('test/fixtures/gloo-coll-algos.ts', size, {
-      args: [t.sizes.join(',')], env: { NCCL_NODE_GLOO_TUNING: file, NCCL_NODE_SHM: '0' }, timeoutMs: 60_000,
+      args: [sizes.join(',')],
+      env: { NCCL_NODE_GLOO_TUNING: file, NCCL_NODE_SHM: '0' }, timeoutMs: 60_000,
     });
     expect(results.map((r) => r.code), describeRanks(results)).toEqual(results.map(() => 0));
     const rows = results.map((r) => r.reports as Row[]);
@@ -58,7 +61,7 @@ describe.each(Object.keys(TABLES) as (keyof typeof TABLES)[])('all-gather and re
       }
     }
     const gathered = rows.map((rank) => rank.filter((x) => x.case?.startsWith('allGather')).map((x) => `${x.case} ${x.digest}`));
-    expect(gathered[0]!.length).toBe(t.sizes.length * 12 * 2);
+    expect(gathered[0]!.length).toBe(sizes.length * 12 * 2);
     for (const d of gathered.slice(1)) expect(d).toEqual(gathered[0]);
   }, 90_000);
 });
@@ -97,13 +100,13 @@ describe('legacy classes as the last calls, then destroy at once', () => {
   }, 150_000);
 });
 
-// The built-in all-reduce beyond the mesh round: the backend's own ring over its own
-// TCP connections at every group size (native/gloo/gloo_tuning.cpp), with no tuning file;
-// no legacy class runs.
+// The built-in all-reduce beyond the mesh round (up to 4 MiB at 2 ranks, 64 KiB at 3-8):
+// the backend's own ring over its own TCP connections at every group size
+// (native/gloo/gloo_tuning.cpp), with no tuning file; no legacy class runs.
 describe('built-in all-reduce beyond the mesh round', () => {
   it.each([2, 3, 4])('%i ranks: both calls on the own TCP ring, right sums', async (size) => {
     const results = await runRanks('test/fixtures/gloo-legacy-teardown.ts', size, {
-      args: ['allReduce', '70001'], env: { NCCL_NODE_SHM: '0' }, timeoutMs: 30_000,
+      args: ['allReduce', size === 2 ? '1100001' : '70001'], env: { NCCL_NODE_SHM: '0' }, timeoutMs: 30_000,
     });
     const sum = (size * (size + 1)) / 2;
     for (const r of results) {
