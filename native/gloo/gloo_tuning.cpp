@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "gloo_tuning.h"
 
 #include <climits>
@@ -54,6 +55,8 @@ std::string fnv1a(const std::string& s) {
   std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
   return out;
 }
+
+constexpr size_t kMeshAllReduceBytes = 64 * 1024;
 
 bool legacyCount(size_t elements, size_t bytes) {
   // The legacy classes keep element counts and byte sizes in an int.
@@ -119,7 +122,9 @@ AllReduceAlgo pickAllReduce(const GlooTuning& t, AllReduceAlgo forced, size_t co
   // A forced algorithm (NCCL_NODE_GLOO_ALLREDUCE) runs at every size, the mesh never.
   if (forced != AllReduceAlgo::Auto) return chooseAllReduce(forced, count, dtype, op, worldSize);
   const uint64_t bytes = tuningBytes(Coll::AllReduce, count, dtype, worldSize);
-  const bool meshFits = worldSize > 1 && bytes <= meshBytes;
+  // Beyond 2 ranks the round sends the whole buffer to every peer (n-1 times the data),
+  // where a ring sends 2(n-1)/n: only small all-reduces ride it there.
+  const bool meshFits = worldSize > 1 && bytes <= (worldSize == 2 ? meshBytes : std::min<size_t>(meshBytes, kMeshAllReduceBytes));
   const std::string& name = t.rule(Coll::AllReduce, worldSize, bytes);
   if (name == "mesh" && meshFits) return AllReduceAlgo::Mesh;
   if (name != kAuto && name != "mesh") {

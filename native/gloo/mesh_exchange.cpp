@@ -14,15 +14,20 @@
 namespace ncclnode {
 
 size_t MeshExchange::capacity(int worldSize) {
-  // n-1 messages per rank per call: worth it while n is small; beyond, only the
-  // 48-byte agreement header travels this way and data takes the ring. At 2 ranks the
-  // round moves the same bytes as a ring in one exchange instead of the ring's two
-  // dependent steps after the agreement: up to 4 MiB it took 0.6-1.1 of raw Gloo's
-  // best where the ring took 1.3-2.2 on this host (bench/README.md); the two 4 MiB
-  // slots it keeps per communicator bound it there.
+  // Each rank sends one message to each peer per call. An all-gather's or a
+  // reduce-scatter's messages are the bytes a ring would move, in one exchange instead
+  // of n-1 dependent steps after the agreement; an all-reduce's (the whole buffer to
+  // every peer) are, at 2 ranks only (gloo_tuning.cpp keeps larger groups' all-reduces
+  // to 64 KiB here). Measured on this host (bench/README.md): at 2 ranks up to 4 MiB the
+  // round took 0.6-1.1 of raw Gloo's best where the ring took 1.3-2.2; at 4 ranks, 1 MiB
+  // per peer took all-gathers and reduce-scatters of 512 KiB-4 MiB from 1.0-1.9 to
+  // 0.67-1.47. The slots it keeps (one per rank, touched at connect) bound it there;
+  // larger groups, unmeasured, keep 64 KiB (16 KiB beyond 8 ranks, only the agreement
+  // header beyond 64).
   constexpr size_t kHeader = 64;
   if (worldSize > 64) return kHeader;
   if (worldSize == 2) return kHeader + 4 * 1024 * 1024;
+  if (worldSize <= 4) return kHeader + 1024 * 1024;
   return kHeader + (worldSize <= 8 ? 64 * 1024 : 16 * 1024);
 }
 
@@ -73,9 +78,9 @@ void MeshExchange::post(const void* head, size_t headBytes, const void* body, si
       }
       sends_.push_back(x);
     }
-    // The calling thread (often JavaScript's) puts the head and up to kPostedBody of the
-    // body on the wire (a bounded stall for that thread); the rest goes from wait().
-    tcp_->trySend(sends_.data(), sends_.size(), 8 + headBytes + kPostedBody);
+    // The calling thread (often JavaScript's) puts the heads and up to kPostedBody of the
+    // bodies in all on the wire (a bounded stall for that thread); the rest goes from wait().
+    tcp_->trySend(sends_.data(), sends_.size(), 8 + headBytes + kPostedBody / static_cast<size_t>(size - 1));
     return;
   }
   // Every rank calls this at the same point of its collective sequence, so the

@@ -60,7 +60,7 @@ class MeshExchange {
   // own memory.
   const uint8_t* from(int r) const { return slot(r); }
   static constexpr size_t kCopiedBody = 64 * 1024;
-  // How much of a body post() writes to each peer's socket itself (the rest in wait()).
+  // How much of the bodies post() writes to the peers' sockets itself (the rest in wait()).
   static constexpr size_t kPostedBody = 256 * 1024;
   // Over TCP: a round was posted and has not completed on this rank (any thread may ask).
   bool inFlight() const { return inFlight_.load(); }

@@ -9,12 +9,12 @@ import { describeRanks, runRanks } from '../helpers/ranks.js';
 // forced at every size through an NCCL_NODE_GLOO_TUNING table, at 2, 3 (not a power
 // of two: halving-doubling takes its uneven path) and 4 ranks, on odd counts, against
 // test/helpers/reference.ts; the native counters show the forced path ran.
-// Mesh sizes stay within what the agreement round carries per peer (64 KiB at 3-8
-// ranks: 4099 x 8 bytes; 4 MiB at 2 ranks, where 70001 x 8 bytes also goes beyond
-// what the round copies (64 KiB) and what the calling thread sends (256 KiB)).
+// Mesh sizes stay within what the agreement round carries per peer (4 MiB at 2 ranks,
+// 1 MiB at 3-4); the largest (70001 x 8 bytes at 2 ranks, 20011 x 8 at 3-4) also goes
+// beyond what the round copies (64 KiB) and what the calling thread sends (256 KiB in all).
 const TABLES = {
   legacy: { allgather: 'legacy-ring', reducescatter: 'halving-doubling', sizes: [1, 5, 1031, 4099] },
-  mesh: { allgather: 'mesh', reducescatter: 'mesh', sizes: [1, 5, 1031, 4099], at2: [70001] },
+  mesh: { allgather: 'mesh', reducescatter: 'mesh', sizes: [1, 5, 1031, 4099], large: [70001, 20011] },
   // The own ring at every size: 1 element leaves ranks with empty blocks.
   'tcp-ring': { allgather: 'tcp-ring', reducescatter: 'tcp-ring', sizes: [1, 5, 1031, 4099] },
 } as const;
@@ -27,7 +27,7 @@ type Row = {
 describe.each(Object.keys(TABLES) as (keyof typeof TABLES)[])('all-gather and reduce-scatter forced to %s', (name) => {
   it.each([2, 3, 4])('%i ranks: every result matches the reference, all-gathers have the same bits on every rank', async (size) => {
     const t = TABLES[name];
-    const sizes: number[] = [...t.sizes, ...(size === 2 && 'at2' in t ? t.at2 : [])];
+    const sizes: number[] = [...t.sizes, ...('large' in t ? [t.large[size === 2 ? 0 : 1]!] : [])];
     const file = join(mkdtempSync(join(tmpdir(), 'gloo-coll-')), 'tuning.json');
     writeFileSync(file, JSON.stringify({
       allgather: { [size]: [{ maxBytes: null, algorithm: t.allgather }] },
