@@ -91,6 +91,9 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
     }
     checkTuning(timeout);
     setupShm(timeout);
+    // The round's slots (up to 4 MiB a rank) are touched now rather than in a first call,
+    // and not at all where every call takes shared memory.
+    if (!shmSingleHost()) mesh_->prepare();
   } catch (const Error&) {
     broken_ = true;
     throw;

@@ -46,14 +46,18 @@ MeshExchange::MeshExchange(net::TcpMesh* tcp)
       rank_(tcp->rank()),
       size_(tcp->size()),
       cap_(capacity(size_)),
-      stride_(cap_ + 8),
-      scratch_(stride_ * size_) {}
+      stride_(cap_ + 8) {}
+
+void MeshExchange::prepare() {
+  if (scratch_.empty()) scratch_.assign(stride_ * static_cast<size_t>(size_), 0);  // touched now
+}
 
 MeshExchange::~MeshExchange() = default;
 
 void MeshExchange::post(const void* head, size_t headBytes, const void* body, size_t bodyBytes, size_t bodyStride) {
   const size_t bytes = headBytes + bodyBytes;
   if (bytes > cap_) throw std::length_error("mesh exchange message exceeds its capacity");
+  prepare();  // every round starts here, so the slots exist before any send or receive
   const int rank = rank_;
   const int size = size_;
   uint8_t* own = slot(rank);

@@ -55,6 +55,11 @@ class MeshExchange {
   void post(const void* head, size_t headBytes, const void* body, size_t bodyBytes, size_t bodyStride = 0);
   void wait(std::chrono::milliseconds timeout);
 
+  // Allocates and touches the slots (one per rank, up to capacity() each): at once over
+  // Gloo's buffers; over TCP on the first round, or earlier where the caller knows the
+  // round will be used (a communicator of one host on shared memory never uses it).
+  void prepare();
+
   // Rank r's message from the last run. This rank's own slot holds its head, and its
   // body only where post() copied it: the caller reads its own contribution from its
   // own memory.

@@ -279,10 +279,11 @@ void TcpMesh::checkAborted() {
   }
 }
 
-// Writes until the transfer is done or the socket's buffer is full; true if any byte went.
-bool TcpMesh::sendSome(Xfer& x) {
+// Writes until the transfer is done or the socket's buffer is full (drain), or once;
+// true if any byte went.
+bool TcpMesh::sendSome(Xfer& x, bool drain) {
   bool progressed = false;
-  while (x.done < x.bytes) {
+  while (x.done < x.bytes && (drain || !progressed)) {
     ssize_t n;
     if (x.split == 0) {
       n = ::send(fds_[static_cast<size_t>(x.peer)], x.data + x.done, x.bytes - x.done, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -317,7 +318,7 @@ void TcpMesh::trySend(Xfer* sends, size_t nSends, size_t upTo) {
     const size_t all = x.bytes;
     x.bytes = std::min(all, upTo);
     try {
-      sendSome(x);
+      sendSome(x, true);
     } catch (...) {
       x.bytes = all;
       throw;
@@ -334,7 +335,9 @@ void TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
     bool progressed = false;
     bool pending = false;
     for (size_t i = 0; i < nSends; ++i) {
-      if (sendSome(sends[i])) progressed = true;
+      // One write per pass, alternating with the reads: draining the send first lets
+      // both ends fill their buffers before either reads (slower at 8-16 MiB here).
+      if (sendSome(sends[i], false)) progressed = true;
       if (sends[i].done < sends[i].bytes) pending = true;
     }
     for (size_t i = 0; i < nRecvs; ++i) {
