@@ -1,6 +1,6 @@
-#include <algorithm>
 #include "gloo_tuning.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <sstream>
@@ -64,14 +64,16 @@ bool legacyCount(size_t elements, size_t bytes) {
 }
 
 // The built-in choice beyond a tuning file (bench/comm/sweep.ts and build/gloo_algos at
-// 2 and 4 ranks, bench/README.md): the mesh round where the call fits it, beyond that the
-// backend's own ring over its own connections. From C++ the ring took 0.5-0.99 of the best
-// of Gloo's algorithms at every size from 64 KiB to 64 MiB on 2 ranks and 8 B to 4 MiB on
-// 4 ranks, where Gloo's own choices swing with the size (its new-style ring took seconds a
-// call at 4 MiB on 4 ranks). The legacy AllgatherRing and ReduceScatterHalvingDoubling are
-// never built in: one can return while its last notification is still unread by a peer, so
-// a rank that destroys the communicator right after it can make that peer see
-// ERR_PEER_LOST. They run only where a tuning file names them.
+// 2 and 4 ranks, bench/README.md): the mesh round where the call fits it (its capacity:
+// mesh_exchange.cpp), beyond that the backend's own ring over its own connections. From
+// C++ the ring took 0.5-0.99 of the best of Gloo's algorithms at every size from 64 KiB
+// to 64 MiB on 2 ranks and 8 B to 4 MiB on 4 ranks in one session's runs (1.0-1.44 at
+// 8-256 MiB on a later host), where Gloo's own choices swing with the size and the host
+// (its new-style ring took seconds a call at 4 MiB on 4 ranks). The legacy
+// AllgatherRing and ReduceScatterHalvingDoubling are never built in: one can return
+// while its last notification is still unread by a peer, so a rank that destroys the
+// communicator right after it can make that peer see ERR_PEER_LOST. They run only where
+// a tuning file names them.
 
 }  // namespace
 
@@ -124,7 +126,8 @@ AllReduceAlgo pickAllReduce(const GlooTuning& t, AllReduceAlgo forced, size_t co
   const uint64_t bytes = tuningBytes(Coll::AllReduce, count, dtype, worldSize);
   // Beyond 2 ranks the round sends the whole buffer to every peer (n-1 times the data),
   // where a ring sends 2(n-1)/n: only small all-reduces ride it there.
-  const bool meshFits = worldSize > 1 && bytes <= (worldSize == 2 ? meshBytes : std::min<size_t>(meshBytes, kMeshAllReduceBytes));
+  const size_t meshLimit = worldSize == 2 ? meshBytes : std::min<size_t>(meshBytes, kMeshAllReduceBytes);
+  const bool meshFits = worldSize > 1 && bytes <= meshLimit;
   const std::string& name = t.rule(Coll::AllReduce, worldSize, bytes);
   if (name == "mesh" && meshFits) return AllReduceAlgo::Mesh;
   if (name != kAuto && name != "mesh") {

@@ -153,7 +153,9 @@ void MeshExchange::wait(std::chrono::milliseconds timeout) {
 
 void reduceInRankOrder(const MeshExchange& mesh, size_t offset, int rank, const void* own, int worldSize,
                        MeshReduceFn fn, void* out, size_t count, size_t elementBytes) {
-  auto part = [&](int r) -> const uint8_t* { return r == rank ? static_cast<const uint8_t*>(own) : mesh.from(r) + offset; };
+  auto part = [&](int r) -> const uint8_t* {
+    return r == rank ? static_cast<const uint8_t*>(own) : mesh.from(r) + offset;
+  };
   const size_t bytes = count * elementBytes;
   auto* dst = static_cast<uint8_t*>(out);
   const auto* mine = static_cast<const uint8_t*>(own);
