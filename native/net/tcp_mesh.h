@@ -100,7 +100,7 @@ class TcpMesh {
 
  private:
   [[noreturn]] void fail(int peer, const char* what, int err);
-  bool sendSome(Xfer& x, bool drain);
+  bool sendSome(Xfer& x, size_t limit, bool drain);
   int listen(const std::string& host, const std::string& iface, std::string* address);
 
   int rank_;
