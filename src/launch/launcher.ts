@@ -396,8 +396,10 @@ export class Launcher {
 
   private onWatchError(err: unknown, signal: AbortSignal): void {
     if (signal.aborted || this.phase === 'stopping' || this.phase === 'done') return;
-    if (this.etcd !== undefined && this.ranks.every((r) => r.exit?.code === 0)) {
-      // The attempt's store closes once every rank is done: nothing is lost for a node whose ranks all were.
+    if (this.ranks.every((r) => r.exit?.code === 0)) {
+      // Nothing is lost for a node whose ranks all succeeded. The store's host closes the store
+      // once every rank's done key is in, and that close, seen on a waiting connection, can
+      // overtake the reply to this node's own last done write, which travels on another.
       if (this.phase === 'running') void this.finish();
       return;
     }

@@ -5,6 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -91,6 +92,46 @@ async function waitFor(cond: () => boolean, ms: number): Promise<void> {
     if (Date.now() > deadline) throw new Error('condition not met in time');
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+/**
+ * A TCP proxy to 127.0.0.1:`target` that forwards both ways, except that once a
+ * client sends bytes containing `marker`, that connection's replies are dropped
+ * (the request itself goes through). `held()` counts such connections.
+ */
+async function holdingProxy(target: number, marker: Buffer): Promise<{ port: number; held: () => number; close: () => void }> {
+  let held = 0;
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((client) => {
+    const upstream = net.connect(target, '127.0.0.1');
+    sockets.add(client).add(upstream);
+    let holding = false;
+    client.on('data', (d: Buffer) => {
+      if (!holding && d.includes(marker)) {
+        holding = true;
+        held++;
+      }
+      upstream.write(d);
+    });
+    upstream.on('data', (d: Buffer) => {
+      if (!holding) client.write(d);
+    });
+    const end = (): void => {
+      client.destroy();
+      upstream.destroy();
+    };
+    for (const s of [client, upstream]) s.on('close', end).on('error', end);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as net.AddressInfo).port;
+  return {
+    port,
+    held: () => held,
+    close: () => {
+      server.close();
+      for (const s of sockets) s.destroy();
+    },
+  };
 }
 
 const base = ['run', '--master-port', '0'];
@@ -205,6 +246,28 @@ describe('nccl-node run', { timeout: 60_000 }, () => {
     expect([r0.code, r1.code]).toEqual([0, 0]);
     expect(node0.stdout()).toContain('[0] hello from rank 0 of 2');
     expect(node1.stdout()).toContain('[1] hello from rank 1 of 2');
+  });
+
+  it('a node whose ranks all exited 0 exits 0 when the store closes before its last write is answered', async () => {
+    // Node 0 closes the store once every rank's done key is in; that close reaches node 1
+    // on its waiting connection and can overtake the reply to node 1's own done write,
+    // which travels on another. The proxy makes the overtaking certain: it forwards node
+    // 1's done write but never its reply.
+    const port = await freePort();
+    const proxy = await holdingProxy(port, Buffer.from('nccl-node/done/1'));
+    try {
+      const env = { NCCL_NODE_TOKEN: 'a-third-test-token' };
+      const common = ['run', '--prefix', '--nnodes', '2', '--nproc-per-node', '1'];
+      const node0 = cli([...common, '--master-port', String(port), '--node-rank', '0', RANK_TS, 'ok'], env);
+      const node1 = cli([...common, '--master-port', String(proxy.port), '--node-rank', '1', RANK_TS, 'ok'], env);
+      const [r0, r1] = await Promise.all([node0.done, node1.done]);
+      expect(proxy.held(), 'the proxy saw and held the done write').toBe(1);
+      expect([r0.code, r1.code], node1.stderr()).toEqual([0, 0]);
+      expect(node1.stderr()).not.toMatch(/error|ERR_/);
+      expect(node1.stdout()).toContain('[1] hello from rank 1 of 2');
+    } finally {
+      proxy.close();
+    }
   });
 
   it('rejects bad usage with exit code 2 and a clear message', async () => {
