@@ -58,7 +58,7 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// glooAlgoStats() -> {meshAllReduces, meshAllGathers, meshReduceScatters,
+// glooAlgoStats() -> {meshAllReduces, meshTwoRoundAllReduces, meshAllGathers, meshReduceScatters,
 // legacyAllReduces, legacyAllGathers, legacyReduceScatters, tcpRingCalls}: calls of
 // this process that took the mesh round, one of Gloo's legacy classes or the
 // backend's own ring (gloo_tuning.h).
@@ -67,6 +67,7 @@ Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   auto& s = glooAlgoStats();
   Napi::Object o = Napi::Object::New(env);
   o.Set("meshAllReduces", static_cast<double>(s.meshAllReduces.load()));
+  o.Set("meshTwoRoundAllReduces", static_cast<double>(s.meshTwoRoundAllReduces.load()));
   o.Set("meshAllGathers", static_cast<double>(s.meshAllGathers.load()));
   o.Set("meshReduceScatters", static_cast<double>(s.meshReduceScatters.load()));
   o.Set("legacyAllReduces", static_cast<double>(s.legacyAllReduces.load()));

@@ -21,20 +21,36 @@ namespace ncclnode {
 // agree on the path.
 size_t GlooBackend::meshBytes() const { return mesh_ ? mesh_->cap() - sizeof(Fingerprint) : 0; }
 
-size_t GlooBackend::meshBody(const Op& op) const {
-  if (cfg_.size < 2 || op.rejected) return 0;
-  const size_t bytes = op.count * elementSize(op.dtype);
+GlooBackend::MeshBody GlooBackend::meshBody(const Op& op) const {
+  MeshBody b;
+  if (cfg_.size < 2 || op.rejected) return b;
+  const size_t width = elementSize(op.dtype);
+  const size_t bytes = op.count * width;
   switch (op.kind) {
     case OpKind::AllReduce:
-      return pickAllReduce(tuning_, forcedAllReduce_, op.count, op.dtype, op.redop, cfg_.size, meshBytes()) ==
-                     AllReduceAlgo::Mesh ? bytes : 0;
+      switch (pickAllReduce(tuning_, forcedAllReduce_, op.count, op.dtype, op.redop, cfg_.size, meshBytes())) {
+        case AllReduceAlgo::Mesh:
+          b.bytes = bytes;
+          break;
+        case AllReduceAlgo::MeshRsAg:
+          b.bytes = b.stride = meshBlock(op.count, cfg_.size) * width;
+          b.end = bytes;
+          b.twoRounds = true;
+          break;
+        default:
+          break;
+      }
+      return b;
     case OpKind::AllGather:
-      return pickAllGather(tuning_, op.count, op.dtype, cfg_.size, meshBytes()) == AllGatherAlgo::Mesh ? bytes : 0;
+      if (pickAllGather(tuning_, op.count, op.dtype, cfg_.size, meshBytes()) == AllGatherAlgo::Mesh) b.bytes = bytes;
+      return b;
     case OpKind::ReduceScatter:
-      return pickReduceScatter(tuning_, op.count, op.dtype, op.redop, cfg_.size, meshBytes()) ==
-                     ReduceScatterAlgo::Mesh ? bytes : 0;
+      if (pickReduceScatter(tuning_, op.count, op.dtype, op.redop, cfg_.size, meshBytes()) == ReduceScatterAlgo::Mesh) {
+        b.bytes = b.stride = bytes;
+      }
+      return b;
     default:
-      return 0;
+      return b;
   }
 }
 
@@ -62,11 +78,52 @@ void GlooBackend::finishMesh(const Op& op) {
       glooAlgoStats().meshReduceScatters++;
       break;
     default:
+      if (meshBody(op).twoRounds) {
+        finishTwoRounds(op);
+        return;
+      }
       reduceInRankOrder(*mesh_, head, cfg_.rank, send, cfg_.size, fn, recv, op.count, width);
       glooAlgoStats().meshAllReduces++;
       break;
   }
   if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
+}
+
+// An all-reduce in two rounds: the agreement round brought this rank block `rank` of
+// every peer's buffer; it reduces that block in rank order, then a second round gives
+// every peer its reduced block and brings theirs. Each block is summed once, by its
+// owner, so every rank ends with the same bits. The second round's message starts with
+// its block's length, so a rank out of step is named instead of misread.
+void GlooBackend::finishTwoRounds(const Op& op) {
+  const size_t head = sizeof(Fingerprint);
+  const size_t width = elementSize(op.dtype);
+  const size_t total = op.count * width;
+  const size_t blockBytes = meshBlock(op.count, cfg_.size) * width;
+  auto blockAt = [&](int r) { return std::min(total, static_cast<size_t>(r) * blockBytes); };
+  auto blockLen = [&](int r) { return std::min(total - blockAt(r), blockBytes); };
+  const auto* send = static_cast<const uint8_t*>(op.send.data);
+  auto* recv = static_cast<uint8_t*>(op.recv.data);
+  const size_t at = blockAt(cfg_.rank);
+  const uint64_t len = blockLen(cfg_.rank);
+  if (len > 0) {
+    reduceInRankOrder(*mesh_, head, cfg_.rank, send + at, cfg_.size, reduceFunction(op.dtype, op.redop), recv + at,
+                      len / width, width);
+    if (op.redop == RedOp::Avg) divideInPlace(recv + at, op.dtype, len / width, cfg_.size);
+  }
+  mesh_->post(&len, sizeof len, recv + at, len);
+  mesh_->wait(op.timeout);
+  for (int r = 0; r < cfg_.size; ++r) {
+    if (r == cfg_.rank) continue;
+    uint64_t got = 0;
+    std::memcpy(&got, mesh_->from(r), sizeof got);
+    if (got != blockLen(r)) {
+      throw Error(Code::Backend, "rank " + std::to_string(r) + " sent a " + std::to_string(got) +
+                                     "-byte block in an all-reduce's second round where " +
+                                     std::to_string(blockLen(r)) + " were expected (ranks out of step)");
+    }
+    std::memcpy(recv + blockAt(r), mesh_->from(r) + sizeof got, got);
+  }
+  glooAlgoStats().meshTwoRoundAllReduces++;
 }
 
 bool GlooBackend::checking() const { return cfg_.checkAgreement && cfg_.size > 1; }
@@ -83,8 +140,8 @@ void GlooBackend::postMesh(const Op& op) {
     mesh_->post(&mine, sizeof mine, why.c_str(), why.size() + 1);
     return;
   }
-  const size_t body = meshBody(op);
-  mesh_->post(&mine, sizeof mine, op.send.data, body, op.kind == OpKind::ReduceScatter ? body : 0);
+  const MeshBody body = meshBody(op);
+  mesh_->post(&mine, sizeof mine, op.send.data, body.bytes, body.stride, body.end);
 }
 
 bool GlooBackend::prepost(Op& op) {
@@ -120,7 +177,7 @@ bool GlooBackend::agree(const Op& op) {
     return std::string(text, strnlen(text, mesh_->cap() - sizeof(Fingerprint)));
   });
   // A zero count moves nothing (run() returns before any data step).
-  if (op.count > 0 && meshBody(op) > 0) {
+  if (op.count > 0 && meshBody(op).bytes > 0) {
     finishMesh(op);
     return true;
   }

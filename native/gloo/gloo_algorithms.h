@@ -15,9 +15,12 @@
 
 namespace ncclnode {
 
-// Mesh: the data rides in the agreement round (only ever chosen by gloo_tuning.h).
-// TcpRing: the backend's own ring over its own connections (native/net/tcp_ring.h).
-enum class AllReduceAlgo { Auto, Ring, Bcube, LegacyRing, RingChunked, HalvingDoubling, LegacyBcube, Mesh, TcpRing };
+// Mesh: the whole buffer rides in the agreement round. MeshRsAg: the round carries block
+// p of the buffer to peer p (a reduce-scatter), then a second round gives every peer each
+// rank's reduced block (an all-gather): a ring's bytes in two exchanges. Both are only
+// ever chosen by gloo_tuning.h. TcpRing: the backend's own ring over its own connections
+// (native/net/tcp_ring.h).
+enum class AllReduceAlgo { Auto, Ring, Bcube, LegacyRing, RingChunked, HalvingDoubling, LegacyBcube, Mesh, TcpRing, MeshRsAg };
 
 // NCCL_NODE_GLOO_ALLREDUCE: "" or "auto", "tcp-ring", "ring", "bcube", "legacy-ring",
 // "ring-chunked", "halving-doubling", "legacy-bcube"; anything else throws.

@@ -70,11 +70,18 @@ class GlooBackend : public Backend {
   bool checking() const;  // checkCollectives on a group of more than one rank: compare every field
   bool usesMesh(const Op& op) const;
   void postMesh(const Op& op);
-  // What the mesh round carries besides the fingerprint, and how much of it a call's
-  // data takes there (0: the data moves afterwards, gloo_tuning.h chose another path).
+  // What the mesh round carries besides the fingerprint, and what of a call's data goes
+  // there (bytes 0: the data moves afterwards, gloo_tuning.h chose another path).
+  struct MeshBody {
+    size_t bytes = 0;         // to each peer (the most, with a stride)
+    size_t stride = 0;        // > 0: peer p gets its own block, from p * stride
+    size_t end = SIZE_MAX;    // ... cut at this many bytes of the buffer
+    bool twoRounds = false;   // an all-reduce whose blocks come back in a second round
+  };
   size_t meshBytes() const;
-  size_t meshBody(const Op& op) const;
+  MeshBody meshBody(const Op& op) const;
   void finishMesh(const Op& op);
+  void finishTwoRounds(const Op& op);
   void allGatherBytes(const void* in, size_t bytes, void* out, std::chrono::milliseconds timeout);
   void allReduce(Op& op);
   void connectTcp(std::chrono::milliseconds timeout);

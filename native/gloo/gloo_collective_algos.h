@@ -21,7 +21,7 @@ namespace ncclnode {
 // How many calls of this process took the mesh round or a legacy class, per
 // collective (glooAlgoStats() on the addon: the tests show the chosen path ran).
 struct GlooAlgoStats {
-  std::atomic<uint64_t> meshAllReduces{0}, meshAllGathers{0}, meshReduceScatters{0};
+  std::atomic<uint64_t> meshAllReduces{0}, meshTwoRoundAllReduces{0}, meshAllGathers{0}, meshReduceScatters{0};
   std::atomic<uint64_t> legacyAllReduces{0}, legacyAllGathers{0}, legacyReduceScatters{0};
   std::atomic<uint64_t> tcpRingCalls{0};  // all-reduce, all-gather, reduce-scatter on the own ring
 };

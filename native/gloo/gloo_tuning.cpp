@@ -33,7 +33,7 @@ bool knownAlgo(Coll c, const std::string& name) {
   ReduceScatterAlgo rs;
   switch (c) {
     case Coll::AllReduce:
-      if (name == "mesh") return true;
+      if (name == "mesh" || name == "mesh-rs-ag") return true;
       try {
         return parseAllReduceAlgo(name) != AllReduceAlgo::Auto;
       } catch (const Error&) {
@@ -57,6 +57,7 @@ std::string fnv1a(const std::string& s) {
 }
 
 constexpr size_t kMeshAllReduceBytes = 64 * 1024;
+constexpr int kTwoRoundsRanks = 4;
 
 bool legacyCount(size_t elements, size_t bytes) {
   // The legacy classes keep element counts and byte sizes in an int.
@@ -128,14 +129,20 @@ AllReduceAlgo pickAllReduce(const GlooTuning& t, AllReduceAlgo forced, size_t co
   // where a ring sends 2(n-1)/n: only small all-reduces ride it there.
   const size_t meshLimit = worldSize == 2 ? meshBytes : std::min<size_t>(meshBytes, kMeshAllReduceBytes);
   const bool meshFits = worldSize > 1 && bytes <= meshLimit;
+  // Two rounds carry what a ring moves where each rank's block fits a round.
+  const size_t block = meshBlock(count, worldSize) * elementSize(dtype);
+  const bool twoRoundsFit = worldSize > 2 && block <= meshBytes;
   const std::string& name = t.rule(Coll::AllReduce, worldSize, bytes);
   if (name == "mesh" && meshFits) return AllReduceAlgo::Mesh;
-  if (name != kAuto && name != "mesh") {
+  if (name == "mesh-rs-ag" && twoRoundsFit) return AllReduceAlgo::MeshRsAg;
+  if (name != kAuto && name != "mesh" && name != "mesh-rs-ag") {
     const AllReduceAlgo want = parseAllReduceAlgo(name);
     // chooseAllReduce gives the ring for a legacy algorithm that cannot run the call.
     if (!isLegacy(want) || chooseAllReduce(want, count, dtype, op, worldSize) == want) return want;
   }
-  return meshFits ? AllReduceAlgo::Mesh : AllReduceAlgo::TcpRing;
+  if (meshFits) return AllReduceAlgo::Mesh;
+  // Built in where measured (3-4 ranks); a tuning file can name it for larger groups.
+  return twoRoundsFit && worldSize <= kTwoRoundsRanks ? AllReduceAlgo::MeshRsAg : AllReduceAlgo::TcpRing;
 }
 
 AllGatherAlgo pickAllGather(const GlooTuning& t, size_t count, DType dtype, int worldSize, size_t meshBytes) {

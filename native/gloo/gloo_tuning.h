@@ -53,6 +53,12 @@ class GlooTuning {
 // gathered output, reduce-scatter the per-rank input (count is per rank for both).
 uint64_t tuningBytes(Coll c, size_t count, DType dtype, int worldSize);
 
+// Elements per rank's block when an all-reduce is split across the ranks: the first
+// blocks hold this many, the last ones fewer (or none) when count does not divide.
+inline size_t meshBlock(size_t count, int worldSize) {
+  return (count + static_cast<size_t>(worldSize) - 1) / static_cast<size_t>(worldSize);
+}
+
 // meshBytes: what the agreement round carries besides the fingerprint at this world
 // size. A named algorithm that cannot run the call gives the built-in choice.
 AllReduceAlgo pickAllReduce(const GlooTuning& t, AllReduceAlgo forced, size_t count, DType dtype, RedOp op,

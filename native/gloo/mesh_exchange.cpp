@@ -54,7 +54,8 @@ void MeshExchange::prepare() {
 
 MeshExchange::~MeshExchange() = default;
 
-void MeshExchange::post(const void* head, size_t headBytes, const void* body, size_t bodyBytes, size_t bodyStride) {
+void MeshExchange::post(const void* head, size_t headBytes, const void* body, size_t bodyBytes, size_t bodyStride,
+                        size_t bodyEnd) {
   const size_t bytes = headBytes + bodyBytes;
   if (bytes > cap_) throw std::length_error("mesh exchange message exceeds its capacity");
   prepare();  // every round starts here, so the slots exist before any send or receive
@@ -70,13 +71,29 @@ void MeshExchange::post(const void* head, size_t headBytes, const void* body, si
     const uint64_t len = bytes;
     std::memcpy(own - 8, &len, 8);
     sends_.clear();
+    // A personalized body cut at bodyEnd: peer p's block may be shorter than bodyBytes
+    // (or empty), so its frame needs a length, and a header, of its own.
+    auto bodyFor = [&](int p) {
+      const size_t at = static_cast<size_t>(p) * bodyStride;
+      return bodyStride == 0 ? bodyBytes : std::min(bodyBytes, bodyEnd > at ? bodyEnd - at : 0);
+    };
+    bool uneven = false;
+    for (int p = 0; p < size; ++p) uneven = uneven || (p != rank && bodyFor(p) != bodyBytes);
+    if (uneven) heads_.resize(static_cast<size_t>(size) * (8 + headBytes));
     inFlight_ = true;
     for (int i = 1; i < size; ++i) {
       net::Xfer x;
       x.peer = (rank + i) % size;  // staggered, so no peer is everyone's first
+      const size_t body_p = bodyFor(x.peer);
       x.data = own - 8;
-      x.bytes = bytes + 8;
-      if (!copy && bodyBytes) {
+      if (uneven) {
+        x.data = heads_.data() + static_cast<size_t>(x.peer) * (8 + headBytes);
+        const uint64_t len_p = headBytes + body_p;
+        std::memcpy(x.data, &len_p, 8);
+        if (headBytes) std::memcpy(x.data + 8, head, headBytes);
+      }
+      x.bytes = 8 + headBytes + body_p;
+      if (!copy && body_p) {
         x.split = headBytes + 8;
         x.tail = static_cast<const uint8_t*>(body) + static_cast<size_t>(x.peer) * bodyStride;
       }

@@ -48,11 +48,13 @@ class MeshExchange {
   // The two halves of run(): post() posts every receive and every send and never
   // blocks; wait() blocks until the round is complete. The head is copied. Over TCP,
   // a body of up to kCopiedBody bytes is copied too; a larger one, or one that differs
-  // per peer (bodyStride > 0: peer p gets body + p * bodyStride, as a reduce-scatter
-  // sends each peer its own block), is sent from the caller's memory, which must stay
-  // valid and unchanged until wait() returns. Over Gloo's buffers every body is copied
-  // and must be the same for every peer.
-  void post(const void* head, size_t headBytes, const void* body, size_t bodyBytes, size_t bodyStride = 0);
+  // per peer (bodyStride > 0: peer p gets bodyBytes from body + p * bodyStride, as a
+  // reduce-scatter sends each peer its own block, cut at bodyEnd bytes from body, so the
+  // last blocks of a count that does not divide evenly are shorter), is sent from the
+  // caller's memory, which must stay valid and unchanged until wait() returns. Over
+  // Gloo's buffers every body is copied and must be the same for every peer.
+  void post(const void* head, size_t headBytes, const void* body, size_t bodyBytes, size_t bodyStride = 0,
+            size_t bodyEnd = SIZE_MAX);
   void wait(std::chrono::milliseconds timeout);
 
   // Allocates and touches the slots (one per rank, up to capacity() each): at once over
@@ -85,6 +87,7 @@ class MeshExchange {
   std::vector<uint8_t> scratch_;  // size x stride: one message per rank
   std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
   std::vector<net::Xfer> sends_;  // TCP: this round's sends still in progress
+  std::vector<uint8_t> heads_;    // TCP: per-peer frame headers where the bodies' lengths differ
   std::atomic<bool> inFlight_{false};
 };
 

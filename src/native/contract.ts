@@ -264,7 +264,10 @@ export interface IoBinding {
 }
 
 export interface GlooAlgoStats {
+  /** All-reduces whose data rode the agreement round whole. */
   meshAllReduces: number;
+  /** All-reduces in two rounds: blocks to their owners in the agreement round, reduced blocks back in a second. */
+  meshTwoRoundAllReduces: number;
   meshAllGathers: number;
   meshReduceScatters: number;
   legacyAllReduces: number;

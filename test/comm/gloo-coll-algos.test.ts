@@ -2,6 +2,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { DTYPES, REDUCE_OPS } from '../../src/index.js';
 import { describeRanks, runRanks } from '../helpers/ranks.js';
 
 // The all-gather and reduce-scatter algorithms the CPU backend can choose (Gloo's legacy
@@ -101,21 +102,59 @@ describe('legacy classes as the last calls, then destroy at once', () => {
 });
 
 // The built-in all-reduce beyond the mesh round (up to 4 MiB at 2 ranks, 64 KiB at 3-8):
-// the backend's own ring over its own TCP connections at every group size
+// at 3-8 ranks two rounds while each rank's block fits the round (1 MiB at 3-4 ranks),
+// beyond that the backend's own ring over its own TCP connections at every group size
 // (native/gloo/gloo_tuning.cpp), with no tuning file; no legacy class runs.
 describe('built-in all-reduce beyond the mesh round', () => {
-  it.each([2, 3, 4])('%i ranks: both calls on the own TCP ring, right sums', async (size) => {
+  const run = async (size: number, count: number) => {
     const results = await runRanks('test/fixtures/gloo-legacy-teardown.ts', size, {
-      args: ['allReduce', size === 2 ? '1100001' : '70001'], env: { NCCL_NODE_SHM: '0' }, timeoutMs: 30_000,
+      args: ['allReduce', String(count)], env: { NCCL_NODE_SHM: '0' }, timeoutMs: 30_000,
     });
     const sum = (size * (size + 1)) / 2;
-    for (const r of results) {
+    return results.map((r) => {
       const rows = r.reports as Record<string, any>[];
       const where = `rank ${r.rank}: ${JSON.stringify(rows.find((x) => x.failed))}`;
       expect(rows.filter((x) => x.dtype).map((x) => [x.first, x.last]), where).toEqual([[sum, sum], [sum, sum]]);
-      expect(rows.find((x) => x.legacy)?.legacy.legacyAllReduces, where).toBe(0);
-      expect(rows.find((x) => x.legacy)?.legacy.tcpRingCalls, where).toBe(2);
       expect(r.code, where).toBe(0);
+      return rows.find((x) => x.legacy)!.legacy as Record<string, number>;
+    });
+  };
+  // float32 and float64: at 4 ranks 1100001 elements make blocks of 1.05 and 2.1 MiB.
+  it.each([2, 3, 4])('%i ranks, 1100001 elements: both calls on the own TCP ring, right sums', async (size) => {
+    for (const s of await run(size, 1100001)) {
+      expect(s.legacyAllReduces).toBe(0);
+      expect(s.tcpRingCalls).toBe(2);
     }
   }, 60_000);
+  it.each([3, 4])('%i ranks, 70001 elements: both calls in two rounds, right sums', async (size) => {
+    for (const s of await run(size, 70001)) {
+      expect(s.meshTwoRoundAllReduces).toBe(2);
+      expect(s.tcpRingCalls! + s.legacyAllReduces!).toBe(0);
+    }
+  }, 60_000);
+});
+
+// The two-round all-reduce forced at every size through a tuning table, over TCP, on
+// every dtype and op, in place and out of place, against test/helpers/reference.ts:
+// a count of 1 leaves ranks with empty blocks, 1031 and 20011 do not divide by 3
+// or 4 (the last block is short), 20011 x 8 bytes goes beyond what the round copies.
+describe('all-reduce forced to two rounds (mesh-rs-ag)', () => {
+  it.each([3, 4])('%i ranks: every dtype and op matches the reference', async (size) => {
+    const file = join(mkdtempSync(join(tmpdir(), 'gloo-two-round-')), 'tuning.json');
+    writeFileSync(file, JSON.stringify({ allreduce: { [size]: [{ maxBytes: null, algorithm: 'mesh-rs-ag' }] } }));
+    const results = await runRanks('test/fixtures/collectives.ts', size, {
+      args: ['1,1031,20011', '0'],
+      env: { NCCL_NODE_GLOO_TUNING: file, NCCL_NODE_SHM: '0', FIXTURE_CHECK: '1' },
+      timeoutMs: 240_000,
+    });
+    expect(results.map((r) => r.code), describeRanks(results)).toEqual(results.map(() => 0));
+    expect(results.flatMap((r) => r.reports.filter((x) => 'fail' in x))).toEqual([]);
+    for (const r of results) {
+      const done = r.reports.find((x) => x.done === true) as { algos: Record<string, number> } | undefined;
+      expect(done, `rank ${r.rank} did not finish`).toBeDefined();
+      // Every all-reduce (2 per size, dtype and op) took two rounds, none the one round.
+      expect(done!.algos.meshAllReduces).toBe(0);
+      expect(done!.algos.meshTwoRoundAllReduces).toBeGreaterThanOrEqual(3 * DTYPES.length * REDUCE_OPS.length * 2);
+    }
+  }, 300_000);
 });

@@ -5,7 +5,7 @@
  * results have one right answer whatever the algorithm, at 2, 3 and 4 ranks; and at 2
  * ranks the float32 all-reduce too (two addends: every correctly rounded sum is the same
  * bits). Element counts cover the agreement round that carries small calls (up to
- * 64 KiB) and the ring beyond it, including an in-place all-reduce whose 5 MiB blocks
+ * 64 KiB), the two-round all-reduce beyond 2 ranks and the ring beyond both, including an in-place all-reduce whose 5 MiB blocks
  * wrap the ring's 4 MiB receive window at 2 ranks.
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -58,6 +58,8 @@ describe('over the own TCP connections, against torch.distributed on Gloo', () =
       const stats = mine.stats!;
       expect(stats.tcpRingCalls).toBeGreaterThan(0);
       expect(stats.meshAllReduces! + stats.meshAllGathers! + stats.meshReduceScatters!).toBeGreaterThan(0);
+      // Beyond 2 ranks, mid-size all-reduces (65537 elements: blocks that do not divide evenly) take two rounds.
+      if (size > 2) expect(stats.meshTwoRoundAllReduces).toBeGreaterThan(0);
     }
   }, 600_000);
 });

@@ -16,7 +16,7 @@ import { NcclNodeError } from '../../errors.js';
 
 /** Algorithm names per collective (native/gloo/gloo_tuning.cpp parses the same). */
 export const TUNING_ALGORITHMS = {
-  allreduce: ['auto', 'mesh', 'tcp-ring', 'ring', 'bcube', 'legacy-ring', 'ring-chunked', 'halving-doubling', 'legacy-bcube'],
+  allreduce: ['auto', 'mesh', 'mesh-rs-ag', 'tcp-ring', 'ring', 'bcube', 'legacy-ring', 'ring-chunked', 'halving-doubling', 'legacy-bcube'],
   allgather: ['auto', 'mesh', 'tcp-ring', 'gloo', 'legacy-ring'],
   reducescatter: ['auto', 'mesh', 'tcp-ring', 'alltoall', 'halving-doubling'],
 } as const;
