@@ -33,6 +33,9 @@ GlooBackend::MeshBody GlooBackend::meshBody(const Op& op) const {
           b.bytes = bytes;
           break;
         case AllReduceAlgo::MeshRsAg:
+          // Across hosts with shared memory inside each, the two-level path moves less
+          // between hosts (every rank agrees on whether there is one: setupShm).
+          if (usesShm(op)) break;
           b.bytes = b.stride = meshBlock(op.count, cfg_.size) * width;
           b.end = bytes;
           b.twoRounds = true;

@@ -84,16 +84,16 @@ void MeshExchange::post(const void* head, size_t headBytes, const void* body, si
     for (int i = 1; i < size; ++i) {
       net::Xfer x;
       x.peer = (rank + i) % size;  // staggered, so no peer is everyone's first
-      const size_t body_p = bodyFor(x.peer);
+      const size_t peerBody = bodyFor(x.peer);
       x.data = own - 8;
       if (uneven) {
         x.data = heads_.data() + static_cast<size_t>(x.peer) * (8 + headBytes);
-        const uint64_t len_p = headBytes + body_p;
-        std::memcpy(x.data, &len_p, 8);
+        const uint64_t peerLen = headBytes + peerBody;
+        std::memcpy(x.data, &peerLen, 8);
         if (headBytes) std::memcpy(x.data + 8, head, headBytes);
       }
-      x.bytes = 8 + headBytes + body_p;
-      if (!copy && body_p) {
+      x.bytes = 8 + headBytes + peerBody;
+      if (!copy && peerBody) {
         x.split = headBytes + 8;
         x.tail = static_cast<const uint8_t*>(body) + static_cast<size_t>(x.peer) * bodyStride;
       }
