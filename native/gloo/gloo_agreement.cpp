@@ -59,7 +59,7 @@ GlooBackend::MeshBody GlooBackend::meshBody(const Op& op) const {
 
 // The result of a collective whose data rode in the round. This rank's own part comes
 // from its own buffer (the round copies only small bodies into its slot).
-void GlooBackend::finishMesh(const Op& op) {
+void GlooBackend::finishMesh(const Op& op, const MeshBody& body) {
   const size_t head = sizeof(Fingerprint);
   const size_t width = elementSize(op.dtype);
   const size_t block = op.count * width;
@@ -81,7 +81,7 @@ void GlooBackend::finishMesh(const Op& op) {
       glooAlgoStats().meshReduceScatters++;
       break;
     default:
-      if (meshBody(op).twoRounds) {
+      if (body.twoRounds) {
         finishTwoRounds(op);
         return;
       }
@@ -180,8 +180,9 @@ bool GlooBackend::agree(const Op& op) {
     return std::string(text, strnlen(text, mesh_->cap() - sizeof(Fingerprint)));
   });
   // A zero count moves nothing (run() returns before any data step).
-  if (op.count > 0 && meshBody(op).bytes > 0) {
-    finishMesh(op);
+  const MeshBody body = meshBody(op);
+  if (op.count > 0 && body.bytes > 0) {
+    finishMesh(op, body);
     return true;
   }
   return op.kind == OpKind::Barrier;

@@ -80,7 +80,7 @@ class GlooBackend : public Backend {
   };
   size_t meshBytes() const;
   MeshBody meshBody(const Op& op) const;
-  void finishMesh(const Op& op);
+  void finishMesh(const Op& op, const MeshBody& body);
   void finishTwoRounds(const Op& op);
   void allGatherBytes(const void* in, size_t bytes, void* out, std::chrono::milliseconds timeout);
   void allReduce(Op& op);
