@@ -25,6 +25,8 @@ export interface Prometheus {
   url: string;
   /** /api/v1/query: the result vector or matrix of an instant query. */
   query(q: string): Promise<{ metric: Record<string, string>; value?: [number, string]; values?: [number, string][] }[]>;
+  /** Resolves once every target's last scrape failed (the job has exited); throws after `timeoutMs`. */
+  targetsDown(timeoutMs?: number): Promise<void>;
   stop(): Promise<void>;
   log(): string;
 }
@@ -79,6 +81,16 @@ export async function startPrometheus(targets: string[], intervalS = 1): Promise
       const body = (await res.json()) as { status: string; error?: string; data: { result: [] } };
       if (body.status !== 'success') throw new Error(`query ${q}: ${body.error}`);
       return body.data.result;
+    },
+    async targetsDown(timeoutMs = 15_000) {
+      const until = Date.now() + timeoutMs;
+      for (;;) {
+        const res = await fetch(`${url}/api/v1/targets`);
+        const body = (await res.json()) as { data: { activeTargets: { health: string }[] } };
+        if (body.data.activeTargets.every((t) => t.health === 'down')) return;
+        if (Date.now() > until) throw new Error(`targets still up after ${timeoutMs} ms: ${JSON.stringify(body.data.activeTargets)}`);
+        await new Promise((r) => setTimeout(r, 200));
+      }
     },
     stop,
     log: () => out,

@@ -76,9 +76,12 @@ describe('metrics as Prometheus, prometheus_client and log readers see them', ()
   });
 
   it("Prometheus's API returns both ranks' step counter and loss as the job logged them", async () => {
-    const steps = await prom.query('nccl_node_step');
+    // The job has exited and Prometheus has seen its endpoints go: an instant query of a
+    // bare name now finds only staleness markers, so ask for each series' last sample.
+    await prom.targetsDown();
+    const steps = await prom.query('last_over_time(nccl_node_step[5m])');
     expect(steps.map((r) => [r.metric.rank, r.metric.job, r.value![1]]).sort()).toEqual([['0', 'nccl-node-train', String(STEPS)], ['1', 'nccl-node-train', String(STEPS)]]);
-    const losses = await prom.query('nccl_node_loss');
+    const losses = await prom.query('last_over_time(nccl_node_loss[5m])');
     for (const rank of [0, 1]) {
       const got = losses.find((r) => r.metric.rank === String(rank))!;
       expect(Number(got.value![1])).toBe(results[rank]!.samples.at(-1)!.loss);
@@ -100,7 +103,7 @@ describe('metrics as Prometheus, prometheus_client and log readers see them', ()
       expect(seen.has(STEPS)).toBe(true);
     }
     // A counter Prometheus can rate: this rank's tokens, 4 rows of 8 per step.
-    const tokens = await prom.query('nccl_node_tokens_total');
+    const tokens = await prom.query('last_over_time(nccl_node_tokens_total[5m])');
     expect(tokens.map((r) => Number(r.value![1]))).toEqual([STEPS * 32, STEPS * 32]);
   });
 
