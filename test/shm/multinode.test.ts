@@ -1,53 +1,80 @@
 /**
- * The shared-memory path across hosts: 2 network-namespace nodes (test/helpers/netns.ts)
- * x 2 ranks. Ranks of a node share a segment, the two nodes' leaders all-reduce over
- * the veth link; results are checked against sums computed in the ranks, and the
- * two-level path is shown taken by the ranks' own counters.
+ * Collectives across hosts: network-namespace nodes (test/helpers/netns.ts), each its own
+ * host with its own address, joined by a bridge. With shared memory (2 and 3 nodes x 2
+ * ranks) the ranks of a node share a segment and the nodes' leaders all-reduce over the
+ * veth links; over TCP alone (3 nodes x 1 rank) every rank exchanges with two hosts. The
+ * results are checked against sums computed in the ranks, and the path each call took is
+ * shown by the ranks' own counters.
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createCluster, netnsAvailable, type Cluster, type NetNode } from '../helpers/netns.js';
+import type { GlooAlgoStats, GlooShmStats } from '../../src/native/contract.js';
+import { createCluster, netnsAvailable, type Cluster } from '../helpers/netns.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const BIN = path.join(ROOT, 'bin/nccl-node.js');
 const FIXTURE = 'test/fixtures/shm-netns-rank.mts';
 const PORT = 29500;
 
-interface Report { rank: number; size: number; host: string; wrong: number; digests: string[]; stats: Record<string, number | string> }
+interface Report { rank: number; size: number; host: string; wrong: number; digests: string[]; stats: GlooShmStats; algos: GlooAlgoStats }
 
 let cluster: Cluster;
 
-describe.skipIf(!netnsAvailable())('shared memory within each of 2 nodes', { timeout: 60_000 }, () => {
+/** Runs the fixture on the first `nnodes` nodes, `perNode` ranks each; the ranks' reports in rank order. */
+async function runJob(nnodes: number, perNode: number, env: Record<string, string>): Promise<Report[]> {
+  const nodes = cluster.nodes.slice(0, nnodes);
+  const reports = mkdtempSync(path.join(os.tmpdir(), 'nccl-node-shm-netns-'));
+  try {
+    const jobEnv = { ...process.env, NCCL_NODE_TOKEN: 'shm-netns-token', SHM_REPORTS: reports, ...env };
+    const flags = (node: number): string[] => ['run', '--nnodes', String(nnodes), '--node-rank', String(node),
+      '--nproc-per-node', String(perNode), '--master-addr', nodes[0]!.addr, '--master-port', String(PORT), FIXTURE];
+    const running = nodes.map((n, i) => cluster.spawnOn(n, process.execPath, [BIN, ...flags(i)], { cwd: ROOT, env: jobEnv, timeoutMs: 80_000 }));
+    const ends = await Promise.all(running.map((x) => x.done));
+    expect(ends.map((e) => e.code), running.map((x) => x.stderr()).join('\n')).toEqual(nodes.map(() => 0));
+    const got = readdirSync(reports).flatMap((f) => readFileSync(path.join(reports, f), 'utf8').split('\n').filter(Boolean))
+      .map((l) => JSON.parse(l) as Report).sort((x, y) => x.rank - y.rank);
+    // Every rank reported once, on the node its rank places it, with every sum exact and
+    // the same bits as rank 0 for the fractional data.
+    const size = nnodes * perNode;
+    expect(got.map((r) => [r.rank, r.size, r.host, r.wrong])).toEqual(
+      Array.from({ length: size }, (_, r) => [r, size, nodes[Math.floor(r / perNode)]!.hostname, 0]));
+    for (const r of got) expect(r.digests).toEqual(got[0]!.digests);
+    return got;
+  } finally {
+    rmSync(reports, { recursive: true, force: true });
+  }
+}
+
+describe.skipIf(!netnsAvailable())('collectives across network-namespace hosts', { timeout: 100_000 }, () => {
   beforeAll(() => {
-    cluster = createCluster(2, 'shm');
+    cluster = createCluster(3, 'shm');
   });
   afterAll(() => cluster?.destroy());
 
+  const shmEnv = { SHM_SIZES: '1031,70001,300007', NCCL_NODE_SHM: '1', NCCL_NODE_SHM_CHUNK: '65536' };
+
   it('2 nodes x 2 ranks: two-level all-reduce (shared memory, then the leaders over TCP) is exact and the same on every rank', async () => {
-    const [a, b] = cluster.nodes as [NetNode, NetNode];
-    const reports = mkdtempSync(path.join(os.tmpdir(), 'nccl-node-shm-netns-'));
-    try {
-      const env = { ...process.env, NCCL_NODE_TOKEN: 'shm-netns-token', SHM_REPORTS: reports, SHM_SIZES: '1031,70001,300007', NCCL_NODE_SHM: '1', NCCL_NODE_SHM_CHUNK: '65536' };
-      const flags = (node: number): string[] => ['run', '--nnodes', '2', '--node-rank', String(node), '--nproc-per-node', '2',
-        '--master-addr', a.addr, '--master-port', String(PORT), FIXTURE];
-      const nodes = [a, b].map((n, i) => cluster.spawnOn(n, process.execPath, [BIN, ...flags(i)], { cwd: ROOT, env, timeoutMs: 50_000 }));
-      const ends = await Promise.all(nodes.map((x) => x.done));
-      expect(ends.map((e) => e.code), nodes.map((x) => x.stderr()).join('\n')).toEqual([0, 0]);
-      const got = readdirSync(reports).flatMap((f) => readFileSync(path.join(reports, f), 'utf8').split('\n').filter(Boolean))
-        .map((l) => JSON.parse(l) as Report).sort((x, y) => x.rank - y.rank);
-      expect(got.map((r) => [r.rank, r.size, r.host, r.wrong])).toEqual([
-        [0, 4, a.hostname, 0], [1, 4, a.hostname, 0], [2, 4, b.hostname, 0], [3, 4, b.hostname, 0],
-      ]);
-      for (const r of got) {
-        expect(r.digests).toEqual(got[0]!.digests);
-        // Four all-reduces per size above the one-round mesh size (2 sizes), all two-level.
-        expect(r.stats).toMatchObject({ segments: 1, allReduces: 8, twoLevel: 8, fallbacks: 0 });
-      }
-    } finally {
-      rmSync(reports, { recursive: true, force: true });
+    for (const r of await runJob(2, 2, shmEnv)) {
+      // Four all-reduces per size above the one-round mesh size (2 sizes), all two-level.
+      expect(r.stats).toMatchObject({ segments: 1, allReduces: 8, twoLevel: 8, fallbacks: 0 });
+    }
+  });
+
+  it('3 nodes x 2 ranks: the two-level all-reduce with three leaders on a TCP ring is exact and the same on every rank', async () => {
+    for (const r of await runJob(3, 2, shmEnv)) {
+      expect(r.stats).toMatchObject({ segments: 1, allReduces: 8, twoLevel: 8, fallbacks: 0 });
+    }
+  });
+
+  it('3 nodes x 1 rank over TCP: one round, two rounds and the ring are exact and the same on every rank', async () => {
+    // 1031 elements ride the agreement round; 70001 and 300007 (blocks of 93 and 400 KB)
+    // take two rounds; 1100001 (blocks of 1.47 MB, beyond the round's 1 MiB) the ring.
+    for (const r of await runJob(3, 1, { SHM_SIZES: '1031,70001,300007,1100001', NCCL_NODE_SHM: '0' })) {
+      expect(r.stats).toMatchObject({ segments: 0, twoLevel: 0 });
+      expect(r.algos).toMatchObject({ meshAllReduces: 4, meshTwoRoundAllReduces: 8, tcpRingCalls: 4 });
     }
   });
 });
