@@ -28,3 +28,14 @@ add_executable(gloo_algos ${CMAKE_CURRENT_SOURCE_DIR}/bench/gloo_algos.cpp
                           ${CMAKE_CURRENT_SOURCE_DIR}/native/core/dtype.cpp
                           ${CMAKE_CURRENT_SOURCE_DIR}/native/core/errors.cpp)
 target_link_libraries(gloo_algos PRIVATE gloo Threads::Threads)
+
+# bench/mpi_collectives: Open MPI's collectives from C++, the shared-memory path's
+# baseline in bench/shm/allreduce.ts. Only where an MPI implementation is installed
+# (Debian: openmpi-bin libopenmpi-dev); nothing else needs it.
+# The C API from C++: the deprecated C++ bindings are not wanted.
+set(MPI_CXX_SKIP_MPICXX ON)
+find_package(MPI QUIET COMPONENTS CXX)
+if(MPI_CXX_FOUND)
+  add_executable(mpi_collectives ${CMAKE_CURRENT_SOURCE_DIR}/bench/mpi_collectives.cpp)
+  target_link_libraries(mpi_collectives PRIVATE MPI::MPI_CXX)
+endif()

@@ -3,15 +3,19 @@
  * the default) against the same calls over Gloo's TCP on loopback (NCCL_NODE_SHM=0),
  * both through the addon from TypeScript, and against raw Gloo from C++ without
  * the addon (bench/gloo_algos.cpp: the fastest of its all-reduce algorithms per
- * size), all measured by this script on the same machine. float32 sum, in place,
+ * size), and, where Open MPI is installed (build/mpi_collectives, cmake/bench.cmake),
+ * Open MPI's MPI_Allreduce over its shared-memory transport (vader) and its TCP
+ * transport on loopback, all measured by this script on the same machine. float32 sum, in place,
  * each call awaited before the next; every figure is the median per-call time on
  * rank 0. Bus bandwidth as nccl-tests defines it: bytes x 2(n-1)/n / time.
  * A benchmark, not a test; table and JSON.
  *
  *   node --import tsx bench/shm/allreduce.ts [--ranks 2] [--iters 200] [--min 8]
- *        [--max 64M] [--no-gloo] [--json out.json]
+ *        [--max 64M] [--no-gloo] [--no-mpi] [--json out.json]
  */
+import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { promisify } from 'node:util';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -78,10 +82,37 @@ async function glooBest(): Promise<Map<number, { us: number; algo: string }>> {
   return best;
 }
 
+/**
+ * Open MPI from C++ (bench/mpi_collectives.cpp) over one BTL: `vader` (shared memory)
+ * or `tcp` (loopback). Per size its MPI_Allreduce median, or an empty map when Open MPI
+ * or the binary is missing.
+ */
+async function mpi(btl: 'vader' | 'tcp'): Promise<Map<number, number>> {
+  const out = new Map<number, number>();
+  const bin = join(ROOT, 'build/mpi_collectives');
+  if (!existsSync(bin) || process.argv.includes('--no-mpi')) return out;
+  const args = ['--oversubscribe', '-np', String(RANKS), '--mca', 'pml', 'ob1', '--mca', 'btl', `self,${btl}`,
+    ...(btl === 'tcp' ? ['--mca', 'btl_tcp_if_include', 'lo'] : []), bin, String(ITERS), String(bytesOf(MIN)), MAX];
+  // Open MPI refuses root unless told twice; these machines and containers run as root.
+  const env = { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1' };
+  try {
+    const { stdout } = await promisify(execFile)('mpirun', args, { env, maxBuffer: 16 << 20, timeout: 600_000 });
+    for (const line of stdout.split('\n').filter((l) => l.startsWith('{'))) {
+      const r = JSON.parse(line) as { coll: string; size: number; us: number };
+      if (r.coll === 'allreduce') out.set(r.size, r.us);
+    }
+  } catch (err) {
+    console.error(`# Open MPI (${btl}) not measured: ${(err as Error).message.split('\n')[0]}`);
+  }
+  return out;
+}
+
 async function main(): Promise<void> {
   const shm = await addonSweep(true);
   const tcp = await addonSweep(false);
   const gloo = await glooBest();
+  const mpiShm = await mpi('vader');
+  const mpiTcp = await mpi('tcp');
   const bus = (bytes: number, us: number): number => (bytes * (2 * (RANKS - 1)) / RANKS) / (us * 1e-6) / 1e9;
   const rows = shm.map((s, i) => {
     const g = gloo.get(s.size);
@@ -91,12 +122,15 @@ async function main(): Promise<void> {
       shmBusGBs: Number(bus(s.size, s.us).toFixed(3)), tcpBusGBs: Number(bus(s.size, t.us).toFixed(3)),
       glooBusGBs: g ? Number(bus(s.size, g.us).toFixed(3)) : null,
       tcpOverShm: Number((t.us / s.us).toFixed(2)), glooOverShm: g ? Number((g.us / s.us).toFixed(2)) : null,
+      mpiShmUs: mpiShm.get(s.size) ?? null, mpiTcpUs: mpiTcp.get(s.size) ?? null,
+      shmOverMpiShm: mpiShm.has(s.size) ? Number((s.us / mpiShm.get(s.size)!).toFixed(2)) : null,
     };
   });
   const cols = Object.keys(rows[0]!) as (keyof (typeof rows)[number])[];
   const pad = (v: unknown): string => String(v ?? '-').padStart(13);
   console.log(`# all-reduce float32 sum, ${RANKS} ranks on one host, in place; median microseconds per awaited call`);
   console.log('# shm: NCCL_NODE_SHM=1 (shared memory), tcp: NCCL_NODE_SHM=0 (Gloo TCP loopback), glooBest: raw Gloo from C++, fastest algorithm');
+  console.log('# mpiShm / mpiTcp: Open MPI MPI_Allreduce from C++ over vader (shared memory) / tcp (loopback)');
   console.log(`# ${cols.map(pad).join(' ')}`);
   for (const r of rows) console.log(`  ${cols.map((k) => pad(r[k])).join(' ')}`);
   const doc = { bench: 'shm-allreduce', ranks: RANKS, dtype: 'float32', iters: ITERS, node: process.version, rows };

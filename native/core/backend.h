@@ -55,6 +55,14 @@ class Backend {
   // started anything. Must not throw: a failure is kept in op.prepostError for run().
   virtual bool prepost(Op& op) { return false; }
 
+  // Called on the submitting (JS) thread right after prepost() started `op`, when
+  // nothing earlier of this communicator is unsettled: may complete `op` there when
+  // what it waits for arrives within a short bound (tens of microseconds), sparing
+  // the hand-off to the worker and back. Returns true when `op` is complete (a
+  // failure recorded with op.fail()); false leaves it to run(). Must not throw, and
+  // must not wait beyond its bound.
+  virtual bool finishOnCaller(Op& op) { return false; }
+
   // Whether `op` may run to completion on the submitting (JS) thread, when nothing of
   // this communicator is queued or unsettled: a group of one rank (no peer to wait
   // for, nothing that can hang), host memory only, outside any group, on a backend

@@ -68,7 +68,9 @@ Napi::Promise Engine::runOnCaller(Napi::Env env, std::unique_ptr<Pending> p) {
 void Engine::submitRejected(Napi::Env env, std::unique_ptr<Pending> p) {
   p->op->enqueued = std::chrono::steady_clock::now();
   p->op->owner = p.get();
-  if (inFlight_++ == 0 && !aborted_) tsfn_.Ref(env);
+  const bool first = inFlight_++ == 0;  // nothing earlier unsettled
+  if (first && !aborted_) tsfn_.Ref(env);
+  bool posted = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (p->destroy) destroyed_ = true;
@@ -77,8 +79,28 @@ void Engine::submitRejected(Napi::Env env, std::unique_ptr<Pending> p) {
     if (queue_.empty() && !busy_ && backend_ && !aborted_ && !p->connect && !p->destroy &&
         p->op->kind != OpKind::Split && !backend_->concurrent(*p->op) &&
         (!p->op->rejected || backend_->sharesRejections())) {
-      backend_->prepost(*p->op);
+      posted = backend_->prepost(*p->op);
     }
+    if (!(posted && first && onCaller_ && p->deferred)) {
+      queue_.push_back(p.release());
+      posted = false;
+    }
+  }
+  if (posted) {
+    // The queue is still empty and the worker idle (only this thread queues), so
+    // the op may finish here, outside the lock, and be settled in issue order.
+    Op& op = *p->op;
+    op.started = std::chrono::steady_clock::now();
+    if (backend_->finishOnCaller(op)) {
+      op.finished = std::chrono::steady_clock::now();
+      if (op.failed && !op.rejected) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (firstFailure_.empty()) firstFailure_ = op.errorMessage;
+      }
+      settleOnJs(env, p.release());
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(p.release());
   }
   cv_.notify_one();

@@ -40,7 +40,7 @@ Napi::Value CreateGloo(const Napi::CallbackInfo& info) {
 }
 
 // glooShmStats() -> {segments, allReduces, twoLevel, allGathers,
-// reduceScatters, bytes, fallbacks, lastSegment}: this
+// reduceScatters, bytes, fallbacks, onCaller, lastSegment}: this
 // process's use of the shared-memory path, counted since it loaded the addon.
 Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -53,6 +53,7 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
   o.Set("reduceScatters", static_cast<double>(s.reduceScatters.load()));
   o.Set("bytes", static_cast<double>(s.bytes.load()));
   o.Set("fallbacks", static_cast<double>(s.fallbacks.load()));
+  o.Set("onCaller", static_cast<double>(s.onCaller.load()));
   std::lock_guard<std::mutex> lock(s.mu);
   o.Set("lastSegment", s.lastSegment);
   return o;

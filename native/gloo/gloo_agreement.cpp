@@ -148,8 +148,9 @@ void GlooBackend::postMesh(const Op& op) {
 }
 
 bool GlooBackend::prepost(Op& op) {
-  if (!ctx_ || broken_ || shmSingleHost()) return false;
+  if (!ctx_ || broken_) return false;
   if (op.send.mem == MemKind::Device || op.recv.mem == MemKind::Device || !usesMesh(op)) return false;
+  if (shmSingleHost()) return shmPrepost(op);
   try {
     postMesh(op);
   } catch (...) {

@@ -64,6 +64,7 @@ class GlooBackend : public Backend {
   bool concurrent(const Op& op) const override { return op.kind == OpKind::Send || op.kind == OpKind::Recv; }
   bool sharesRejections() const override { return true; }
   bool prepost(Op& op) override;
+  bool finishOnCaller(Op& op) override;
 
  private:
   bool agree(const Op& op);
@@ -107,6 +108,20 @@ class GlooBackend : public Backend {
   void shmFailed();
   void shmAbort();  // from abort(): wakes the host's ranks and the other hosts' leaders
   bool shmAgree(const Op& op);
+  // The segment's agreement round (gloo_shm.cpp): what op posts there, whether the
+  // round completes op (a small all-reduce, a barrier), and reading the round.
+  struct ShmMessage {
+    Fingerprint head;
+    std::string why;  // a rejected call's reason (the body points into it)
+    const void* body = nullptr;
+    size_t bodyBytes = 0;
+    bool small = false;  // a small all-reduce: the round carries its data
+  };
+  ShmMessage shmMessage(const Op& op) const;
+  bool shmRoundCompletes(const Op& op) const;
+  void shmRead(const Op& op, const ShmMessage& m, const shm::Reader& from);
+  void shmFinish(const Op& op, uint64_t step, bool* verdict);
+  bool shmPrepost(Op& op);
 
   GlooConfig cfg_;
   std::shared_ptr<StoreClient> store_;
@@ -130,6 +145,11 @@ class GlooBackend : public Backend {
   LegacyCollectives legacyColl_;
   std::unique_ptr<shm::HostGroup> shm_;       // null: every collective goes over TCP
   std::unique_ptr<net::TcpMesh> leaders_;     // one rank per host, when the group spans hosts
+  uint64_t shmPosted_ = 0;  // the segment round prepost() started for the next op, 0: none
+  // How long finishOnCaller() waits for the host's other ranks on the calling thread
+  // (NCCL_NODE_SHM_CALLER_SPIN_US); 0 when the host's ranks outnumber its cores.
+  std::chrono::nanoseconds callerSpin_{0};
+  std::chrono::nanoseconds spinNow_{0};  // JS thread: the bound now (finishOnCaller)
 };
 
 }  // namespace ncclnode

@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "gloo_backend.h"
 
@@ -71,6 +72,18 @@ size_t chunkBytes() {
   if (n <= 0) n = 512 * 1024;
   n = std::max<long long>(n, 256);
   return static_cast<size_t>((n + 63) / 64 * 64);
+}
+
+// How long a small call polls for the host's other ranks on the calling thread before
+// handing the wait to the worker: NCCL_NODE_SHM_CALLER_SPIN_US (default 50, 0: never).
+// Not at all when the host's ranks outnumber its cores: the rank polled for may be
+// waiting for this very core.
+std::chrono::nanoseconds callerSpin(int locals) {
+  const char* v = std::getenv("NCCL_NODE_SHM_CALLER_SPIN_US");
+  const long long us = v ? std::max(0LL, std::atoll(v)) : 50;
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (locals < 2 || (cores != 0 && static_cast<unsigned>(locals) > cores)) return std::chrono::nanoseconds(0);
+  return std::chrono::microseconds(us);
 }
 
 void logFallbackOnce(const std::string& why) {
@@ -172,6 +185,7 @@ void GlooBackend::setupShm(std::chrono::milliseconds timeout) {
   // The hosts' leaders combine their partial results over the backend's own
   // connections (native/net/), a ring of one rank per host.
   if (hosts > 1 && group->localRank == 0) openTcp(hostOf[cfg_.rank], hosts, base + "leaders/tcp/", &leaders_, timeout);
+  callerSpin_ = spinNow_ = callerSpin(group->locals);
   std::lock_guard<std::mutex> lock(ctxMu_);  // abort() may run on another thread
   shm_ = std::move(group);
 }
@@ -206,50 +220,116 @@ void GlooBackend::shmFailed() {
 
 // The agreement round through the segment on a single host, carrying small
 // all-reduces as the TCP mesh round does (gloo_agreement.cpp), reduced in rank order.
-bool GlooBackend::shmAgree(const Op& op) {
+GlooBackend::ShmMessage GlooBackend::shmMessage(const Op& op) const {
   constexpr size_t kSmall = 32 * 1024;
-  const Fingerprint mine = fingerprintOf(op);
-  const size_t cap = shm_->chunkBytes - sizeof mine;
-  const size_t width = elementSize(op.dtype);
-  const bool small = op.kind == OpKind::AllReduce && !op.rejected && forcedAllReduce_ == AllReduceAlgo::Auto &&
-                     op.count > 0 && op.count * width <= std::min(cap, kSmall);
-  std::string why;
-  const void* body = nullptr;
-  size_t bodyBytes = 0;
+  ShmMessage m;
+  m.head = fingerprintOf(op);
+  const size_t cap = shm_->chunkBytes - sizeof m.head;
+  m.small = op.kind == OpKind::AllReduce && !op.rejected && forcedAllReduce_ == AllReduceAlgo::Auto && op.count > 0 &&
+            op.count * elementSize(op.dtype) <= std::min(cap, kSmall);
   if (op.rejected) {
-    why = op.rejectReason.substr(0, cap - 1);
-    body = why.c_str();
-    bodyBytes = why.size() + 1;
-  } else if (small) {
-    body = op.send.data;
-    bodyBytes = op.count * width;
+    m.why = op.rejectReason.substr(0, cap - 1);
+    m.body = m.why.c_str();
+    m.bodyBytes = m.why.size() + 1;
+  } else if (m.small) {
+    m.body = op.send.data;
+    m.bodyBytes = op.count * elementSize(op.dtype);
   }
-  bool verdict = false;  // every message arrived: what follows is the same on every rank
+  return m;
+}
+
+bool GlooBackend::shmRoundCompletes(const Op& op) const {
+  return op.kind == OpKind::Barrier || shmMessage(op).small;
+}
+
+// Every rank's message is in: the verdict, then a small all-reduce's result.
+void GlooBackend::shmRead(const Op& op, const ShmMessage& m, const shm::Reader& from) {
+  const size_t cap = shm_->chunkBytes - sizeof(Fingerprint);
+  std::vector<Fingerprint> all(cfg_.size);
+  for (int r = 0; r < cfg_.size; ++r) std::memcpy(&all[r], from(r), sizeof(Fingerprint));
+  checkAgreement(op, all, cfg_.rank, checking(), [&](int r) {
+    const char* text = reinterpret_cast<const char*>(from(r)) + sizeof(Fingerprint);
+    return std::string(text, strnlen(text, cap));
+  });
+  if (!m.small) return;
+  const ReduceFn fn = reduceFunction(op.dtype, op.redop);
+  auto* out = static_cast<uint8_t*>(op.recv.data);
+  std::memcpy(out, from(0) + sizeof(Fingerprint), m.bodyBytes);
+  for (int r = 1; r < cfg_.size; ++r) fn(out, out, from(r) + sizeof(Fingerprint), op.count);
+  if (op.redop == RedOp::Avg) divideInPlace(out, op.dtype, op.count, cfg_.size);
+  shm::stats().allReduces++;
+  shm::stats().bytes += m.bodyBytes;
+}
+
+// Completes the round op's message went out in (step), or, with step 0, posts it and
+// completes it. A verdict (a mismatched or refused call) leaves the group usable; a
+// lost or silent peer does not.
+void GlooBackend::shmFinish(const Op& op, uint64_t step, bool* verdict) {
+  const ShmMessage m = shmMessage(op);
+  auto use = [&](const shm::Reader& from) {
+    *verdict = true;  // every message arrived: what follows is the same on every rank
+    shmRead(op, m, from);
+  };
   try {
-    shm::exchange(*shm_, &mine, sizeof mine, body, bodyBytes, op.timeout, &aborted_, [&](const shm::Reader& from) {
-      verdict = true;
-      std::vector<Fingerprint> all(cfg_.size);
-      for (int r = 0; r < cfg_.size; ++r) std::memcpy(&all[r], from(r), sizeof(Fingerprint));
-      checkAgreement(op, all, cfg_.rank, checking(), [&](int r) {
-        const char* text = reinterpret_cast<const char*>(from(r)) + sizeof(Fingerprint);
-        return std::string(text, strnlen(text, cap));
-      });
-      if (!small) return;
-      const ReduceFn fn = reduceFunction(op.dtype, op.redop);
-      auto* out = static_cast<uint8_t*>(op.recv.data);
-      std::memcpy(out, from(0) + sizeof(Fingerprint), bodyBytes);
-      for (int r = 1; r < cfg_.size; ++r) fn(out, out, from(r) + sizeof(Fingerprint), op.count);
-      if (op.redop == RedOp::Avg) divideInPlace(out, op.dtype, op.count, cfg_.size);
-      shm::stats().allReduces++;
-      shm::stats().bytes += bodyBytes;
-    });
+    if (step != 0) {
+      shm::finish(*shm_, step, op.timeout, &aborted_, use);
+    } else {
+      shm::exchange(*shm_, &m.head, sizeof m.head, m.body, m.bodyBytes, op.timeout, &aborted_, use);
+    }
   } catch (...) {
-    // A verdict (a mismatched or refused call) leaves the group usable; a lost or
-    // silent peer does not.
-    if (!verdict) shmFailed();
+    if (!*verdict) shmFailed();
     throw;
   }
-  return small || op.kind == OpKind::Barrier;
+}
+
+bool GlooBackend::shmAgree(const Op& op) {
+  uint64_t step = 0;
+  if (shmPosted_ != 0) {
+    step = shmPosted_;
+    shmPosted_ = 0;
+  }
+  bool verdict = false;
+  shmFinish(op, step, &verdict);
+  return shmRoundCompletes(op);
+}
+
+// From prepost() on the calling thread: a call the round completes goes into the
+// segment now, when its slot is free, so that finishOnCaller() can complete it there.
+bool GlooBackend::shmPrepost(Op& op) {
+  if (op.rejected || shmPosted_ != 0 || !shmRoundCompletes(op)) return false;
+  const ShmMessage m = shmMessage(op);
+  shmPosted_ = shm::tryPost(*shm_, &m.head, sizeof m.head, m.body, m.bodyBytes);
+  if (shmPosted_ == 0) return false;
+  op.preposted = true;
+  return true;
+}
+
+// A small collective between ranks of one host is over in microseconds once every
+// rank has posted: poll for them for a bounded time on this (the JS) thread, and if
+// they are in, complete the call here instead of waking the worker and settling
+// through it (two thread hand-offs, each 5-30 us on a busy host).
+// The bound adapts: a poll that found the others in restores it, one that gave up
+// quarters it (to a single look at the counters), so a rank whose peers arrive late
+// (compute between calls, more ranks than free cores) stops paying for the poll.
+bool GlooBackend::finishOnCaller(Op& op) {
+  if (shmPosted_ == 0 || !op.preposted || callerSpin_.count() == 0) return false;
+  if (!shm::arrivedWithin(*shm_, shmPosted_, spinNow_, &aborted_)) {
+    spinNow_ /= 4;
+    return false;
+  }
+  spinNow_ = callerSpin_;
+  shm::stats().onCaller++;
+  const uint64_t step = shmPosted_;
+  shmPosted_ = 0;
+  bool verdict = false;
+  try {
+    shmFinish(op, step, &verdict);
+  } catch (const Error& e) {
+    op.fail(e.code(), e.what());
+  } catch (const std::exception& e) {
+    op.fail(Code::Backend, e.what());
+  }
+  return true;
 }
 
 void GlooBackend::shmAbort() {

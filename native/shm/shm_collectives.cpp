@@ -75,29 +75,71 @@ void allReduce(HostGroup& g, const void* in, void* out, size_t count, DType dtyp
   }
 }
 
+namespace {
+void post(HostGroup& g, uint64_t s, const void* head, size_t headBytes, const void* body, size_t bodyBytes) {
+  Segment& seg = *g.seg;
+  uint8_t* slot = seg.slot(g.localRank, static_cast<int>(s & 1));
+  if (headBytes) std::memcpy(slot, head, headBytes);
+  if (bodyBytes) std::memcpy(slot + headBytes, body, bodyBytes);
+  seg.ctl(g.localRank).posted.store(s, std::memory_order_release);
+}
+
+bool allReached(const Segment& seg, int me, std::atomic<uint64_t> RankCtl::*field, uint64_t value) {
+  for (int r = 0; r < seg.locals(); ++r) {
+    if (r != me && (seg.ctl(r).*field).load(std::memory_order_acquire) < value) return false;
+  }
+  return true;
+}
+}  // namespace
+
 void exchange(HostGroup& g, const void* head, size_t headBytes, const void* body, size_t bodyBytes,
               std::chrono::milliseconds timeout, const std::atomic<bool>* abort,
               const std::function<void(const Reader&)>& use) {
   Segment& seg = *g.seg;
-  const int me = g.localRank;
-  Waiter w(seg, me, std::chrono::steady_clock::now() + timeout, abort, timeout);
+  Waiter w(seg, g.localRank, std::chrono::steady_clock::now() + timeout, abort, timeout);
   w.enter();
-  RankCtl& mine = seg.ctl(me);
   const uint64_t s = ++g.step;
-  const int b = static_cast<int>(s & 1);
   if (s > 2) w.all(&RankCtl::done, s - 2);
-  uint8_t* slot = seg.slot(me, b);
-  if (headBytes) std::memcpy(slot, head, headBytes);
-  if (bodyBytes) std::memcpy(slot + headBytes, body, bodyBytes);
-  mine.posted.store(s, std::memory_order_release);
-  w.all(&RankCtl::posted, s);
+  post(g, s, head, headBytes, body, bodyBytes);
+  finish(g, s, timeout, abort, use);
+}
+
+uint64_t tryPost(HostGroup& g, const void* head, size_t headBytes, const void* body, size_t bodyBytes) {
+  Segment& seg = *g.seg;
+  const uint64_t s = g.step + 1;
+  if (seg.poisoned() || (s > 2 && !allReached(seg, g.localRank, &RankCtl::done, s - 2))) return 0;
+  g.step = s;
+  post(g, s, head, headBytes, body, bodyBytes);
+  return s;
+}
+
+bool arrivedWithin(const HostGroup& g, uint64_t step, std::chrono::nanoseconds spin, const std::atomic<bool>* abort) {
+  const Segment& seg = *g.seg;
+  const auto until = std::chrono::steady_clock::now() + spin;
+  for (unsigned i = 1;; ++i) {
+    if (allReached(seg, g.localRank, &RankCtl::posted, step)) return true;
+    // The clock and the flags every 32 polls: a poll is a few loads of shared lines.
+    if ((i & 31) == 0 && (std::chrono::steady_clock::now() > until || seg.poisoned() || (abort && abort->load()))) {
+      return false;
+    }
+    cpuRelax();
+  }
+}
+
+void finish(HostGroup& g, uint64_t step, std::chrono::milliseconds timeout, const std::atomic<bool>* abort,
+            const std::function<void(const Reader&)>& use) {
+  Segment& seg = *g.seg;
+  const int b = static_cast<int>(step & 1);
+  RankCtl& mine = seg.ctl(g.localRank);
+  Waiter w(seg, g.localRank, std::chrono::steady_clock::now() + timeout, abort, timeout);
+  w.all(&RankCtl::posted, step);
   try {
     use([&](int r) -> const uint8_t* { return seg.slot(r, b); });
   } catch (...) {
-    mine.done.store(s, std::memory_order_release);
+    mine.done.store(step, std::memory_order_release);
     throw;
   }
-  mine.done.store(s, std::memory_order_release);
+  mine.done.store(step, std::memory_order_release);
 }
 
 void allGather(HostGroup& g, const void* in, void* out, size_t count, size_t width, std::chrono::milliseconds timeout,

@@ -48,6 +48,18 @@ void exchange(HostGroup& g, const void* head, size_t headBytes, const void* body
               std::chrono::milliseconds timeout, const std::atomic<bool>* abort,
               const std::function<void(const Reader&)>& use);
 
+// exchange() in two halves, for a round started on the calling (JS) thread and
+// finished there or on the worker. tryPost() posts head + body as the next round's
+// message when that round's slot is free (every rank has finished the round two
+// back) and returns its step, else 0, without waiting. arrivedWithin() polls, never
+// sleeping, for at most `spin` until every rank has posted round `step` (false at once
+// on a poisoned segment or an abort). finish() waits for them and completes the round
+// as exchange() does.
+uint64_t tryPost(HostGroup& g, const void* head, size_t headBytes, const void* body, size_t bodyBytes);
+bool arrivedWithin(const HostGroup& g, uint64_t step, std::chrono::nanoseconds spin, const std::atomic<bool>* abort);
+void finish(HostGroup& g, uint64_t step, std::chrono::milliseconds timeout, const std::atomic<bool>* abort,
+            const std::function<void(const Reader&)>& use);
+
 // One host only (hosts == 1), rank r of the host = rank r of the communicator.
 // out (locals x count) := every rank's in (count elements), in rank order.
 void allGather(HostGroup& g, const void* in, void* out, size_t count, size_t width, std::chrono::milliseconds timeout,
@@ -66,6 +78,7 @@ struct Stats {
   std::atomic<uint64_t> reduceScatters{0};
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> fallbacks{0};  // communicators that wanted the path and fell back to TCP
+  std::atomic<uint64_t> onCaller{0};   // calls completed on the calling thread (finishOnCaller)
   std::mutex mu;
   std::string lastSegment;  // name of the last segment this process created or attached
 };

@@ -25,14 +25,6 @@ std::string sysError(const std::string& what, int err) { return what + ": " + st
 
 size_t headerBytes(int locals) { return sizeof(Header) + static_cast<size_t>(locals) * sizeof(RankCtl); }
 
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 }  // namespace
 
 size_t Segment::bytesFor(int locals, size_t chunkBytes) {

@@ -18,6 +18,15 @@
 namespace ncclnode {
 namespace shm {
 
+// A pause in a spin-wait loop: eases the sibling hyper-thread and the memory bus.
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 // One cache line per rank, so a rank's stores never bounce another rank's line.
 struct alignas(64) RankCtl {
   std::atomic<uint64_t> posted{0};   // step whose input this rank has staged

@@ -288,6 +288,8 @@ export interface GlooShmStats {
   bytes: number;
   /** Communicators that fell back to TCP (segment creation failed on some rank). */
   fallbacks: number;
+  /** Small calls (all-reduces, barriers) completed on the calling thread, their peers polled for briefly. */
+  onCaller: number;
   /** Name of the last segment mapped ('' before any). */
   lastSegment: string;
 }

@@ -1,0 +1,57 @@
+import { describe, expect, it } from 'vitest';
+import { describeRanks, runRanks } from '../helpers/ranks.js';
+
+// Small all-reduces and barriers between ranks of one host complete on the calling
+// thread when the peers' parts arrive within a short poll (gloo_shm.cpp,
+// finishOnCaller), else on the worker. Both ways must give the reference's results,
+// the same verdicts, and never hold the JS thread beyond the poll's bound.
+type Row = { phase?: string; calls?: number; wrong?: number; failures?: string[]; heldMs?: number; onCaller?: number; codes?: string[]; after?: number[]; done?: boolean };
+
+async function run(size: number, phases: string, env: Record<string, string> = {}): Promise<Row[][]> {
+  const results = await runRanks('test/fixtures/shm-caller.ts', size, { args: [phases], env: { NCCL_NODE_SHM: '1', ...env }, timeoutMs: 60_000 });
+  expect(results.map((r) => r.code), describeRanks(results)).toEqual(results.map(() => 0));
+  return results.map((r) => r.reports as Row[]);
+}
+const phase = (rows: Row[], name: string): Row => rows.find((r) => r.phase === name)!;
+
+describe('small calls completed on the calling thread (shared memory)', () => {
+  it('2 ranks back to back: every dtype and op equals the reference, and calls complete on the calling thread', async () => {
+    const ranks = await run(2, 'tight,late,mismatch');
+    for (const rows of ranks) {
+      const tight = phase(rows, 'tight');
+      expect(tight.failures).toEqual([]);
+      expect(tight.wrong).toBe(0);
+      expect(tight.calls).toBe(400);
+      // The path is taken (how often depends on the host's other load; it is never forced).
+      expect(tight.onCaller).toBeGreaterThan(0);
+      const late = phase(rows, 'late');
+      expect(late.failures).toEqual([]);
+      expect(late.wrong).toBe(0);
+      // A disagreement found on either thread fails the call on every rank alike, and
+      // the ranks stay in step.
+      const mm = phase(rows, 'mismatch');
+      expect(mm.codes).toEqual(['ERR_SIZE_MISMATCH']);
+      expect(mm.after).toEqual([3, 3, 3, 3, 3]);
+    }
+    // Rank 0 waits 30 ms for rank 1 at every call of the late phase: its polls give up
+    // and the worker completes those calls.
+    expect(phase(ranks[0]!, 'late').onCaller).toBeLessThan(20);
+  }, 90_000);
+
+  it('NCCL_NODE_SHM_CALLER_SPIN_US=0: the same results, every call through the worker', async () => {
+    const ranks = await run(2, 'tight,mismatch', { NCCL_NODE_SHM_CALLER_SPIN_US: '0' });
+    for (const rows of ranks) {
+      expect(phase(rows, 'tight').failures).toEqual([]);
+      expect(phase(rows, 'tight').onCaller).toBe(0);
+      expect(phase(rows, 'mismatch').codes).toEqual(['ERR_SIZE_MISMATCH']);
+    }
+  }, 90_000);
+
+  it('a peer 3 s late: the call returns its promise at once and completes when the peer comes', async () => {
+    const ranks = await run(2, 'blocking');
+    const rows = phase(ranks[0]!, 'blocking');
+    expect(rows.failures).toEqual([]);
+    // A wait on the calling thread for the late peer would hold it about 3000 ms.
+    expect(rows.heldMs).toBeLessThan(1000);
+  }, 60_000);
+});
