@@ -44,7 +44,8 @@ async function rankMain(): Promise<void> {
   const host = new Float32Array(max / 4 + 1).fill(1);
   for (let bytes = Math.max(4, bytesOf(MIN)); bytes <= max; bytes *= 2) {
     const view = host.subarray(0, bytes / 4);
-    for (let i = 0; i < 3; i++) await comm.allReduce(view);
+    // Small sizes: enough calls to leave JIT compilation and the first-call costs behind.
+    for (let i = 0; i < (bytes < 1 << 20 ? 50 : 3); i++) await comm.allReduce(view);
     await comm.barrier();
     const n = itersFor(bytes);
     const times = new Float64Array(n);
@@ -58,11 +59,11 @@ async function rankMain(): Promise<void> {
   await comm.destroy();
 }
 
-async function addonSweep(shm: boolean): Promise<Point[]> {
+async function addonSweep(shm: boolean, env: Record<string, string> = {}): Promise<Point[]> {
   const port = await freePort();
   const self = fileURLToPath(import.meta.url);
   return gang<Point>(RANKS, (rank) => [process.execPath, ['--import', 'tsx', self, ...process.argv.slice(2)], {
-    ...process.env, BENCH_ROLE: 'rank', NCCL_NODE_SHM: shm ? '1' : '0', RANK: String(rank), LOCAL_RANK: String(rank),
+    ...process.env, ...env, BENCH_ROLE: 'rank', NCCL_NODE_SHM: shm ? '1' : '0', RANK: String(rank), LOCAL_RANK: String(rank),
     WORLD_SIZE: String(RANKS), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'shm-bench',
   }]);
 }
@@ -109,6 +110,9 @@ async function mpi(btl: 'vader' | 'tcp'): Promise<Map<number, number>> {
 
 async function main(): Promise<void> {
   const shm = await addonSweep(true);
+  // The same path with small calls always finished by the worker thread (docs/gloo.md,
+  // "Small calls on the calling thread"), as before that existed.
+  const shmWorker = await addonSweep(true, { NCCL_NODE_SHM_CALLER_SPIN_US: '0' });
   const tcp = await addonSweep(false);
   const gloo = await glooBest();
   const mpiShm = await mpi('vader');
@@ -118,7 +122,7 @@ async function main(): Promise<void> {
     const g = gloo.get(s.size);
     const t = tcp[i]!;
     return {
-      size: s.size, shmUs: s.us, tcpUs: t.us, glooBestUs: g?.us ?? null, glooBestAlgo: g?.algo ?? null,
+      size: s.size, shmUs: s.us, shmWorkerUs: shmWorker[i]!.us, tcpUs: t.us, glooBestUs: g?.us ?? null, glooBestAlgo: g?.algo ?? null,
       shmBusGBs: Number(bus(s.size, s.us).toFixed(3)), tcpBusGBs: Number(bus(s.size, t.us).toFixed(3)),
       glooBusGBs: g ? Number(bus(s.size, g.us).toFixed(3)) : null,
       tcpOverShm: Number((t.us / s.us).toFixed(2)), glooOverShm: g ? Number((g.us / s.us).toFixed(2)) : null,
@@ -130,6 +134,7 @@ async function main(): Promise<void> {
   const pad = (v: unknown): string => String(v ?? '-').padStart(13);
   console.log(`# all-reduce float32 sum, ${RANKS} ranks on one host, in place; median microseconds per awaited call`);
   console.log('# shm: NCCL_NODE_SHM=1 (shared memory), tcp: NCCL_NODE_SHM=0 (Gloo TCP loopback), glooBest: raw Gloo from C++, fastest algorithm');
+  console.log('# shmWorker: the same with NCCL_NODE_SHM_CALLER_SPIN_US=0 (every call finished by the worker thread)');
   console.log('# mpiShm / mpiTcp: Open MPI MPI_Allreduce from C++ over vader (shared memory) / tcp (loopback)');
   console.log(`# ${cols.map(pad).join(' ')}`);
   for (const r of rows) console.log(`  ${cols.map((k) => pad(r[k])).join(' ')}`);

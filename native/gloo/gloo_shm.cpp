@@ -86,6 +86,14 @@ std::chrono::nanoseconds callerSpin(int locals) {
   return std::chrono::microseconds(us);
 }
 
+// The largest all-reduce the agreement round carries: every rank then reduces all of
+// it from every rank's slot (locals x bytes read), in one synchronisation instead of
+// the chunked path's three. 512 KiB read per rank: 256 KiB at 2 ranks, 128 KiB at 4
+// (bench/README.md, "Shared memory within a host").
+size_t shmRoundBytes(int locals) {
+  return std::max<size_t>(32 * 1024, (512 * 1024) / static_cast<size_t>(std::max(locals, 1)));
+}
+
 void logFallbackOnce(const std::string& why) {
   static std::atomic<bool> logged{false};
   if (!logged.exchange(true)) {
@@ -221,12 +229,11 @@ void GlooBackend::shmFailed() {
 // The agreement round through the segment on a single host, carrying small
 // all-reduces as the TCP mesh round does (gloo_agreement.cpp), reduced in rank order.
 GlooBackend::ShmMessage GlooBackend::shmMessage(const Op& op) const {
-  constexpr size_t kSmall = 32 * 1024;
   ShmMessage m;
   m.head = fingerprintOf(op);
   const size_t cap = shm_->chunkBytes - sizeof m.head;
   m.small = op.kind == OpKind::AllReduce && !op.rejected && forcedAllReduce_ == AllReduceAlgo::Auto && op.count > 0 &&
-            op.count * elementSize(op.dtype) <= std::min(cap, kSmall);
+            op.count * elementSize(op.dtype) <= std::min(cap, shmRoundBytes(shm_->locals));
   if (op.rejected) {
     m.why = op.rejectReason.substr(0, cap - 1);
     m.body = m.why.c_str();
