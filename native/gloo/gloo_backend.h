@@ -112,12 +112,15 @@ class GlooBackend : public Backend {
   // round completes op (a small all-reduce, a barrier), and reading the round.
   struct ShmMessage {
     Fingerprint head;
-    std::string why;  // a rejected call's reason (the body points into it)
-    const void* body = nullptr;
+    std::string why;  // a rejected call's reason, NUL-terminated in the body
+    const void* data = nullptr;  // a small all-reduce's input
     size_t bodyBytes = 0;
     bool small = false;  // a small all-reduce: the round carries its data
+    bool rejected = false;
+    const void* body() const { return rejected ? why.c_str() : data; }
   };
   ShmMessage shmMessage(const Op& op) const;
+  bool shmCarries(const Op& op) const;
   bool shmRoundCompletes(const Op& op) const;
   void shmRead(const Op& op, const ShmMessage& m, const shm::Reader& from);
   void shmFinish(const Op& op, uint64_t step, bool* verdict);

@@ -232,22 +232,26 @@ GlooBackend::ShmMessage GlooBackend::shmMessage(const Op& op) const {
   ShmMessage m;
   m.head = fingerprintOf(op);
   const size_t cap = shm_->chunkBytes - sizeof m.head;
-  m.small = op.kind == OpKind::AllReduce && !op.rejected && forcedAllReduce_ == AllReduceAlgo::Auto && op.count > 0 &&
-            op.count * elementSize(op.dtype) <= std::min(cap, shmRoundBytes(shm_->locals));
+  m.small = shmCarries(op);
   if (op.rejected) {
+    m.rejected = true;
     m.why = op.rejectReason.substr(0, cap - 1);
-    m.body = m.why.c_str();
     m.bodyBytes = m.why.size() + 1;
   } else if (m.small) {
-    m.body = op.send.data;
+    m.data = op.send.data;
     m.bodyBytes = op.count * elementSize(op.dtype);
   }
   return m;
 }
 
-bool GlooBackend::shmRoundCompletes(const Op& op) const {
-  return op.kind == OpKind::Barrier || shmMessage(op).small;
+// An all-reduce whose data rides in the round.
+bool GlooBackend::shmCarries(const Op& op) const {
+  const size_t cap = shm_->chunkBytes - sizeof(Fingerprint);
+  return op.kind == OpKind::AllReduce && !op.rejected && forcedAllReduce_ == AllReduceAlgo::Auto && op.count > 0 &&
+         op.count * elementSize(op.dtype) <= std::min(cap, shmRoundBytes(shm_->locals));
 }
+
+bool GlooBackend::shmRoundCompletes(const Op& op) const { return op.kind == OpKind::Barrier || shmCarries(op); }
 
 // Every rank's message is in: the verdict, then a small all-reduce's result.
 void GlooBackend::shmRead(const Op& op, const ShmMessage& m, const shm::Reader& from) {
@@ -281,7 +285,7 @@ void GlooBackend::shmFinish(const Op& op, uint64_t step, bool* verdict) {
     if (step != 0) {
       shm::finish(*shm_, step, op.timeout, &aborted_, use);
     } else {
-      shm::exchange(*shm_, &m.head, sizeof m.head, m.body, m.bodyBytes, op.timeout, &aborted_, use);
+      shm::exchange(*shm_, &m.head, sizeof m.head, m.body(), m.bodyBytes, op.timeout, &aborted_, use);
     }
   } catch (...) {
     if (!*verdict) shmFailed();
@@ -312,7 +316,7 @@ bool GlooBackend::shmPrepost(Op& op) {
     return false;
   }
   const ShmMessage m = shmMessage(op);
-  shmPosted_ = shm::tryPost(*shm_, &m.head, sizeof m.head, m.body, m.bodyBytes);
+  shmPosted_ = shm::tryPost(*shm_, &m.head, sizeof m.head, m.body(), m.bodyBytes);
   if (shmPosted_ == 0) return false;
   op.preposted = true;
   return true;
