@@ -115,15 +115,15 @@ class GlooBackend : public Backend {
     std::string why;  // a rejected call's reason, NUL-terminated in the body
     const void* data = nullptr;  // a small all-reduce's input
     size_t bodyBytes = 0;
-    bool small = false;  // a small all-reduce: the round carries its data
     bool rejected = false;
     const void* body() const { return rejected ? why.c_str() : data; }
   };
   ShmMessage shmMessage(const Op& op) const;
   bool shmCarries(const Op& op) const;
+  size_t shmRoundCap() const;
   bool shmRoundCompletes(const Op& op) const;
-  void shmRead(const Op& op, const ShmMessage& m, const shm::Reader& from);
-  void shmFinish(const Op& op, uint64_t step, bool* verdict);
+  void shmRead(const Op& op, const shm::Reader& from);
+  void shmFinish(const Op& op, uint64_t step);
   bool shmPrepost(Op& op);
 
   GlooConfig cfg_;

@@ -231,13 +231,11 @@ void GlooBackend::shmFailed() {
 GlooBackend::ShmMessage GlooBackend::shmMessage(const Op& op) const {
   ShmMessage m;
   m.head = fingerprintOf(op);
-  const size_t cap = shm_->chunkBytes - sizeof m.head;
-  m.small = shmCarries(op);
   if (op.rejected) {
     m.rejected = true;
-    m.why = op.rejectReason.substr(0, cap - 1);
+    m.why = op.rejectReason.substr(0, shmRoundCap() - 1);
     m.bodyBytes = m.why.size() + 1;
-  } else if (m.small) {
+  } else if (shmCarries(op)) {
     m.data = op.send.data;
     m.bodyBytes = op.count * elementSize(op.dtype);
   }
@@ -246,49 +244,53 @@ GlooBackend::ShmMessage GlooBackend::shmMessage(const Op& op) const {
 
 // An all-reduce whose data rides in the round.
 bool GlooBackend::shmCarries(const Op& op) const {
-  const size_t cap = shm_->chunkBytes - sizeof(Fingerprint);
   return op.kind == OpKind::AllReduce && !op.rejected && forcedAllReduce_ == AllReduceAlgo::Auto && op.count > 0 &&
-         op.count * elementSize(op.dtype) <= std::min(cap, shmRoundBytes(shm_->locals));
+         op.count * elementSize(op.dtype) <= std::min(shmRoundCap(), shmRoundBytes(shm_->locals));
 }
+
+// What a slot holds beside the fingerprint.
+size_t GlooBackend::shmRoundCap() const { return shm_->chunkBytes - sizeof(Fingerprint); }
 
 bool GlooBackend::shmRoundCompletes(const Op& op) const { return op.kind == OpKind::Barrier || shmCarries(op); }
 
 // Every rank's message is in: the verdict, then a small all-reduce's result.
-void GlooBackend::shmRead(const Op& op, const ShmMessage& m, const shm::Reader& from) {
-  const size_t cap = shm_->chunkBytes - sizeof(Fingerprint);
+void GlooBackend::shmRead(const Op& op, const shm::Reader& from) {
+  const size_t cap = shmRoundCap();
   std::vector<Fingerprint> all(cfg_.size);
   for (int r = 0; r < cfg_.size; ++r) std::memcpy(&all[r], from(r), sizeof(Fingerprint));
   checkAgreement(op, all, cfg_.rank, checking(), [&](int r) {
     const char* text = reinterpret_cast<const char*>(from(r)) + sizeof(Fingerprint);
     return std::string(text, strnlen(text, cap));
   });
-  if (!m.small) return;
+  if (!shmCarries(op)) return;
+  const size_t bytes = op.count * elementSize(op.dtype);
   const ReduceFn fn = reduceFunction(op.dtype, op.redop);
   auto* out = static_cast<uint8_t*>(op.recv.data);
-  std::memcpy(out, from(0) + sizeof(Fingerprint), m.bodyBytes);
+  std::memcpy(out, from(0) + sizeof(Fingerprint), bytes);
   for (int r = 1; r < cfg_.size; ++r) fn(out, out, from(r) + sizeof(Fingerprint), op.count);
   if (op.redop == RedOp::Avg) divideInPlace(out, op.dtype, op.count, cfg_.size);
   shm::stats().allReduces++;
-  shm::stats().bytes += m.bodyBytes;
+  shm::stats().bytes += bytes;
 }
 
 // Completes the round op's message went out in (step), or, with step 0, posts it and
 // completes it. A verdict (a mismatched or refused call) leaves the group usable; a
 // lost or silent peer does not.
-void GlooBackend::shmFinish(const Op& op, uint64_t step, bool* verdict) {
-  const ShmMessage m = shmMessage(op);
+void GlooBackend::shmFinish(const Op& op, uint64_t step) {
+  bool verdict = false;
   auto use = [&](const shm::Reader& from) {
-    *verdict = true;  // every message arrived: what follows is the same on every rank
-    shmRead(op, m, from);
+    verdict = true;  // every message arrived: what follows is the same on every rank
+    shmRead(op, from);
   };
   try {
     if (step != 0) {
       shm::finish(*shm_, step, op.timeout, &aborted_, use);
     } else {
+      const ShmMessage m = shmMessage(op);
       shm::exchange(*shm_, &m.head, sizeof m.head, m.body(), m.bodyBytes, op.timeout, &aborted_, use);
     }
   } catch (...) {
-    if (!*verdict) shmFailed();
+    if (!verdict) shmFailed();
     throw;
   }
 }
@@ -299,8 +301,7 @@ bool GlooBackend::shmAgree(const Op& op) {
     step = shmPosted_;
     shmPosted_ = 0;
   }
-  bool verdict = false;
-  shmFinish(op, step, &verdict);
+  shmFinish(op, step);
   return shmRoundCompletes(op);
 }
 
@@ -339,9 +340,8 @@ bool GlooBackend::finishOnCaller(Op& op) {
   shm::stats().onCaller++;
   const uint64_t step = shmPosted_;
   shmPosted_ = 0;
-  bool verdict = false;
   try {
-    shmFinish(op, step, &verdict);
+    shmFinish(op, step);
   } catch (const Error& e) {
     op.fail(e.code(), e.what());
   } catch (const std::exception& e) {
