@@ -6,12 +6,13 @@
  * size), and, where Open MPI is installed (build/mpi_collectives, cmake/bench.cmake),
  * Open MPI's MPI_Allreduce over its shared-memory transport (vader) and its TCP
  * transport on loopback, all measured by this script on the same machine. float32 sum, in place,
- * each call awaited before the next; every figure is the median per-call time on
- * rank 0. Bus bandwidth as nccl-tests defines it: bytes x 2(n-1)/n / time.
- * A benchmark, not a test; table and JSON.
+ * each call awaited before the next; per run the median per-call time on rank 0. The
+ * runs alternate --rounds times; a figure is the median of the rounds' medians, with
+ * their spread (min-max) for the shared-memory path and Open MPI's. Bus bandwidth as
+ * nccl-tests defines it: bytes x 2(n-1)/n / time. A benchmark, not a test; table and JSON.
  *
  *   node --import tsx bench/shm/allreduce.ts [--ranks 2] [--iters 200] [--min 8]
- *        [--max 64M] [--no-gloo] [--no-mpi] [--json out.json]
+ *        [--max 64M] [--rounds 1] [--no-gloo] [--no-mpi] [--json out.json]
  */
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
@@ -32,6 +33,7 @@ const RANKS = Number(arg('--ranks', '2'));
 const ITERS = Number(arg('--iters', '200'));
 const MIN = arg('--min', '8');
 const MAX = arg('--max', '64M');
+const ROUNDS = Number(arg('--rounds', '1'));
 const itersFor = (bytes: number): number => (bytes >= 1 << 20 ? Math.max(5, Math.floor(ITERS / 20)) : ITERS);
 
 interface Point { size: number; us: number; iters?: number }
@@ -42,6 +44,9 @@ async function rankMain(): Promise<void> {
   const comm = await init({ backend: 'gloo' });
   const max = bytesOf(MAX);
   const host = new Float32Array(max / 4 + 1).fill(1);
+  // Once, before the first size: enough calls for the JIT to compile the call path
+  // (50 were not: the first size measured came out 2-3x the next ones).
+  for (let i = 0; i < 2000; i++) await comm.allReduce(host.subarray(0, 1));
   for (let bytes = Math.max(4, bytesOf(MIN)); bytes <= max; bytes *= 2) {
     const view = host.subarray(0, bytes / 4);
     // Small sizes: enough calls to leave JIT compilation and the first-call costs behind.
@@ -76,7 +81,8 @@ async function glooBest(): Promise<Map<number, { us: number; algo: string }>> {
   const dir = mkdtempSync(join(tmpdir(), 'shm-bench-gloo-'));
   const rows = await gang<{ coll: string; algo: string; size: number; us: number }>(RANKS, (rank) =>
     [bin, [String(rank), String(RANKS), dir, String(ITERS), String(Math.max(64, bytesOf(MIN))), MAX], process.env]);
-  for (const r of rows.filter((x) => x.coll === 'allreduce')) {
+  // gloo_algos also times the backend's own ring from C++ (own-tcp-ring): not raw Gloo, never the baseline.
+  for (const r of rows.filter((x) => x.coll === 'allreduce' && x.algo !== 'own-tcp-ring')) {
     const b = best.get(r.size);
     if (!b || r.us < b.us) best.set(r.size, { us: r.us, algo: r.algo });
   }
@@ -108,37 +114,57 @@ async function mpi(btl: 'vader' | 'tcp'): Promise<Map<number, number>> {
   return out;
 }
 
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
+const range = (xs: number[]): string => (xs.length > 1 ? `${Math.min(...xs)}-${Math.max(...xs)}` : '-');
+
 async function main(): Promise<void> {
-  const shm = await addonSweep(true);
-  // The same path with small calls always finished by the worker thread (docs/gloo.md,
-  // "Small calls on the calling thread"), as before that existed.
-  const shmWorker = await addonSweep(true, { NCCL_NODE_SHM_CALLER_SPIN_US: '0' });
-  const tcp = await addonSweep(false);
-  const gloo = await glooBest();
-  const mpiShm = await mpi('vader');
-  const mpiTcp = await mpi('tcp');
+  const perSize = (): Map<number, number[]> => new Map();
+  const runs = { shm: perSize(), shmWorker: perSize(), tcp: perSize(), gloo: perSize(), mpiShm: perSize(), mpiTcp: perSize() };
+  const glooAlgo = new Map<number, Map<string, number>>();
+  const add = (m: Map<number, number[]>, size: number, us: number): void => void (m.get(size) ?? m.set(size, []).get(size)!).push(us);
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const p of await addonSweep(true)) add(runs.shm, p.size, p.us);
+    // The same path with small calls always finished by the worker thread (docs/gloo.md,
+    // "Small calls on the calling thread"), as before that existed.
+    for (const p of await addonSweep(true, { NCCL_NODE_SHM_CALLER_SPIN_US: '0' })) add(runs.shmWorker, p.size, p.us);
+    for (const p of await addonSweep(false)) add(runs.tcp, p.size, p.us);
+    for (const [size, g] of await glooBest()) {
+      add(runs.gloo, size, g.us);
+      const algos = glooAlgo.get(size) ?? glooAlgo.set(size, new Map()).get(size)!;
+      algos.set(g.algo, (algos.get(g.algo) ?? 0) + 1);
+    }
+    for (const [size, us] of await mpi('vader')) add(runs.mpiShm, size, us);
+    for (const [size, us] of await mpi('tcp')) add(runs.mpiTcp, size, us);
+  }
   const bus = (bytes: number, us: number): number => (bytes * (2 * (RANKS - 1)) / RANKS) / (us * 1e-6) / 1e9;
-  const rows = shm.map((s, i) => {
-    const g = gloo.get(s.size);
-    const t = tcp[i]!;
+  const med = (m: Map<number, number[]>, size: number): number | null => (m.has(size) ? median(m.get(size)!) : null);
+  const rows = [...runs.shm.keys()].map((size) => {
+    const s = med(runs.shm, size)!;
+    const t = med(runs.tcp, size)!;
+    const g = med(runs.gloo, size);
+    const m = med(runs.mpiShm, size);
+    // The algorithm that was fastest in most rounds.
+    const algo = [...(glooAlgo.get(size) ?? new Map<string, number>())].sort((a, b) => b[1] - a[1])[0]?.[0] ?? null;
     return {
-      size: s.size, shmUs: s.us, shmWorkerUs: shmWorker[i]!.us, tcpUs: t.us, glooBestUs: g?.us ?? null, glooBestAlgo: g?.algo ?? null,
-      shmBusGBs: Number(bus(s.size, s.us).toFixed(3)), tcpBusGBs: Number(bus(s.size, t.us).toFixed(3)),
-      glooBusGBs: g ? Number(bus(s.size, g.us).toFixed(3)) : null,
-      tcpOverShm: Number((t.us / s.us).toFixed(2)), glooOverShm: g ? Number((g.us / s.us).toFixed(2)) : null,
-      mpiShmUs: mpiShm.get(s.size) ?? null, mpiTcpUs: mpiTcp.get(s.size) ?? null,
-      shmOverMpiShm: mpiShm.has(s.size) ? Number((s.us / mpiShm.get(s.size)!).toFixed(2)) : null,
+      size, shmUs: s, shmRange: range(runs.shm.get(size)!), shmWorkerUs: med(runs.shmWorker, size), tcpUs: t,
+      glooBestUs: g, glooBestAlgo: algo,
+      shmBusGBs: Number(bus(size, s).toFixed(3)), tcpBusGBs: Number(bus(size, t).toFixed(3)),
+      glooBusGBs: g ? Number(bus(size, g).toFixed(3)) : null,
+      tcpOverShm: Number((t / s).toFixed(2)), glooOverShm: g ? Number((g / s).toFixed(2)) : null,
+      mpiShmUs: m, mpiShmRange: runs.mpiShm.has(size) ? range(runs.mpiShm.get(size)!) : null, mpiTcpUs: med(runs.mpiTcp, size),
+      shmOverMpiShm: m ? Number((s / m).toFixed(2)) : null,
     };
   });
   const cols = Object.keys(rows[0]!) as (keyof (typeof rows)[number])[];
   const pad = (v: unknown): string => String(v ?? '-').padStart(13);
-  console.log(`# all-reduce float32 sum, ${RANKS} ranks on one host, in place; median microseconds per awaited call`);
+  console.log(`# all-reduce float32 sum, ${RANKS} ranks on one host, in place; median microseconds per awaited call, median of ${ROUNDS} round(s)`);
   console.log('# shm: NCCL_NODE_SHM=1 (shared memory), tcp: NCCL_NODE_SHM=0 (Gloo TCP loopback), glooBest: raw Gloo from C++, fastest algorithm');
   console.log('# shmWorker: the same with NCCL_NODE_SHM_CALLER_SPIN_US=0 (every call finished by the worker thread)');
-  console.log('# mpiShm / mpiTcp: Open MPI MPI_Allreduce from C++ over vader (shared memory) / tcp (loopback)');
+  console.log('# mpiShm / mpiTcp: Open MPI MPI_Allreduce from C++ over vader (shared memory) / tcp (loopback); ranges: min-max over rounds');
   console.log(`# ${cols.map(pad).join(' ')}`);
   for (const r of rows) console.log(`  ${cols.map((k) => pad(r[k])).join(' ')}`);
-  const doc = { bench: 'shm-allreduce', ranks: RANKS, dtype: 'float32', iters: ITERS, node: process.version, rows };
+  const rounds = Object.fromEntries(Object.entries(runs).map(([k, m]) => [k, Object.fromEntries(m)]));
+  const doc = { bench: 'shm-allreduce', ranks: RANKS, dtype: 'float32', iters: ITERS, rounds: ROUNDS, node: process.version, rows, perRound: rounds };
   console.log(JSON.stringify(doc));
   const out = arg('--json', '');
   if (out) writeFileSync(out, `${JSON.stringify(doc, null, 1)}\n`);
