@@ -21,13 +21,14 @@ size_t MeshExchange::capacity(int worldSize) {
   // to 64 KiB here). Measured on this host (bench/README.md): at 2 ranks up to 4 MiB the
   // round took 0.6-1.1 of raw Gloo's best where the ring took 1.3-2.2; at 4 ranks, 1 MiB
   // per peer took all-gathers and reduce-scatters of 512 KiB-4 MiB from 1.0-1.9 to
-  // 0.67-1.47. The slots it keeps (one per rank, touched at connect) bound it there;
-  // larger groups, unmeasured, keep 64 KiB (16 KiB beyond 8 ranks, only the agreement
-  // header beyond 64).
+  // 0.67-1.47, and 4 MiB per peer took those of 6-12 MiB and two-round all-reduces of
+  // 8 MiB from the ring's time to 0.6-0.8 of it (3 ranks: 0.7-0.8). The slots it keeps
+  // (one per rank, touched on first use: 16 MiB at 4 ranks) bound it there; larger
+  // groups, unmeasured, keep 64 KiB (16 KiB beyond 8 ranks, only the agreement header
+  // beyond 64).
   constexpr size_t kHeader = 64;
   if (worldSize > 64) return kHeader;
-  if (worldSize == 2) return kHeader + 4 * 1024 * 1024;
-  if (worldSize <= 4) return kHeader + 1024 * 1024;
+  if (worldSize <= 4) return kHeader + 4 * 1024 * 1024;
   return kHeader + (worldSize <= 8 ? 64 * 1024 : 16 * 1024);
 }
 

@@ -10,8 +10,8 @@ import { describeRanks, runRanks } from '../helpers/ranks.js';
 // forced at every size through an NCCL_NODE_GLOO_TUNING table, at 2, 3 (not a power
 // of two: halving-doubling takes its uneven path) and 4 ranks, on odd counts, against
 // test/helpers/reference.ts; the native counters show the forced path ran.
-// Mesh sizes stay within what the agreement round carries per peer (4 MiB at 2 ranks,
-// 1 MiB at 3-4); the largest (70001 x 8 bytes at 2 ranks, 20011 x 8 at 3-4) also goes
+// Mesh sizes stay within what the agreement round carries per peer (4 MiB at 2-4
+// ranks); the largest (70001 x 8 bytes at 2 ranks, 20011 x 8 at 3-4) also goes
 // beyond what the round copies (64 KiB) and what the calling thread sends (256 KiB in all).
 const TABLES = {
   legacy: { allgather: 'legacy-ring', reducescatter: 'halving-doubling', sizes: [1, 5, 1031, 4099] },
@@ -102,7 +102,7 @@ describe('legacy classes as the last calls, then destroy at once', () => {
 });
 
 // The built-in all-reduce beyond the mesh round (up to 4 MiB at 2 ranks, 64 KiB at 3-8):
-// at 3-8 ranks two rounds while each rank's block fits the round (1 MiB at 3-4 ranks),
+// at 3-4 ranks two rounds while each rank's block fits the round (4 MiB),
 // beyond that the backend's own ring over its own TCP connections at every group size
 // (native/gloo/gloo_tuning.cpp), with no tuning file; no legacy class runs.
 describe('built-in all-reduce beyond the mesh round', () => {
@@ -119,15 +119,18 @@ describe('built-in all-reduce beyond the mesh round', () => {
       return rows.find((x) => x.legacy)!.legacy as Record<string, number>;
     });
   };
-  // float32 and float64: at 4 ranks 1100001 elements make blocks of 1.05 and 2.1 MiB.
-  it.each([2, 3, 4])('%i ranks, 1100001 elements: both calls on the own TCP ring, right sums', async (size) => {
-    for (const s of await run(size, 1100001)) {
+  // float32 and float64: at 4 ranks 4400001 elements make blocks of 4.2 and 8.4 MiB, one
+  // past the round's 4 MiB; at 2 ranks buffers of 16.8 and 33.6 MiB, past its 4 MiB.
+  it.each([2, 3, 4])('%i ranks, 4400001 elements: both calls on the own TCP ring, right sums', async (size) => {
+    for (const s of await run(size, 4400001)) {
       expect(s.legacyAllReduces).toBe(0);
       expect(s.tcpRingCalls).toBe(2);
     }
   }, 60_000);
-  it.each([3, 4])('%i ranks, 70001 elements: both calls in two rounds, right sums', async (size) => {
-    for (const s of await run(size, 70001)) {
+  // 70001 elements: blocks of 68-137 KiB, past the one round's 64 KiB; 1100001: blocks of
+  // 1.05-2.8 MiB, past the round's former 1 MiB at 3-4 ranks, within its 4 MiB.
+  it.each([[3, 70001], [4, 70001], [3, 1100001], [4, 1100001]])('%i ranks, %i elements: both calls in two rounds, right sums', async (size, count) => {
+    for (const s of await run(size, count)) {
       expect(s.meshTwoRoundAllReduces).toBe(2);
       expect(s.tcpRingCalls! + s.legacyAllReduces!).toBe(0);
     }

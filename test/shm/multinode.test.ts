@@ -71,8 +71,8 @@ describe.skipIf(!netnsAvailable())('collectives across network-namespace hosts',
 
   it('3 nodes x 1 rank over TCP: one round, two rounds and the ring are exact and the same on every rank', async () => {
     // 1031 elements ride the agreement round; 70001 and 300007 (blocks of 93 and 400 KB)
-    // take two rounds; 1100001 (blocks of 1.47 MB, beyond the round's 1 MiB) the ring.
-    for (const r of await runJob(3, 1, { SHM_SIZES: '1031,70001,300007,1100001', NCCL_NODE_SHM: '0' })) {
+    // take two rounds; 4400001 (blocks of 5.87 MB, beyond the round's 4 MiB) the ring.
+    for (const r of await runJob(3, 1, { SHM_SIZES: '1031,70001,300007,4400001', NCCL_NODE_SHM: '0' })) {
       expect(r.stats).toMatchObject({ segments: 0, twoLevel: 0 });
       expect(r.algos).toMatchObject({ meshAllReduces: 4, meshTwoRoundAllReduces: 8, tcpRingCalls: 4 });
     }
