@@ -23,7 +23,7 @@ size_t MeshExchange::capacity(int worldSize) {
   // per peer took all-gathers and reduce-scatters of 512 KiB-4 MiB from 1.0-1.9 to
   // 0.67-1.47, and 4 MiB per peer took those of 6-12 MiB and two-round all-reduces of
   // 8 MiB from the ring's time to 0.6-0.8 of it (3 ranks: 0.7-0.8). The slots it keeps
-  // (one per rank, touched on first use: 16 MiB at 4 ranks) bound it there; larger
+  // (one per rank, touched at connect: 16 MiB at 4 ranks) bound it there; larger
   // groups, unmeasured, keep 64 KiB (16 KiB beyond 8 ranks, only the agreement header
   // beyond 64).
   constexpr size_t kHeader = 64;

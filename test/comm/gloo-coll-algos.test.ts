@@ -127,8 +127,9 @@ describe('built-in all-reduce beyond the mesh round', () => {
       expect(s.tcpRingCalls).toBe(2);
     }
   }, 60_000);
-  // 70001 elements: blocks of 68-137 KiB, past the one round's 64 KiB; 1100001: blocks of
-  // 1.05-2.8 MiB, past the round's former 1 MiB at 3-4 ranks, within its 4 MiB.
+  // 70001 elements: buffers of 273-547 KiB, past the one round's 64 KiB (blocks of 68-182
+  // KiB); 1100001: blocks of 1.05-2.8 MiB, past the round's former 1 MiB at 3-4 ranks,
+  // within its 4 MiB.
   it.each([[3, 70001], [4, 70001], [3, 1100001], [4, 1100001]])('%i ranks, %i elements: both calls in two rounds, right sums', async (size, count) => {
     for (const s of await run(size, count)) {
       expect(s.meshTwoRoundAllReduces).toBe(2);
