@@ -25,6 +25,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../test/helpers/ranks.js';
 import { gang } from './gang.js';
+import { median } from './stats.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const arg = (name: string, def: string) => {
@@ -119,7 +120,6 @@ async function main(): Promise<void> {
   console.log(`# ${cols.map(pad).join(' ')}`);
   for (const r of rows) console.log(`  ${cols.map((k) => pad(cell(k, r[k]!))).join(' ')}`);
   const small = rows.filter((r) => r.size! <= 4096);
-  const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
   const summary: Record<string, number> = {};
   for (const k of cols.filter((c) => c.startsWith('overhead') || c.startsWith('ringOver'))) {
     summary[`median_${k}_upTo4K`] = Number(median(small.map((r) => r[k]!)).toFixed(2));

@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Checkpointer, type CheckpointState } from '../../src/checkpoint/index.js';
+import { median } from '../stats.js';
 
 const { values } = parseArgs({
   options: {
@@ -35,7 +36,6 @@ interface Result {
   stats: ReturnType<Checkpointer['stagingStats']>;
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 /** One variant, in this process: a state of `mib` MiB in 64 MiB float32 tensors, `saves` async saves. */
 async function runVariant(variant: Variant, mib: number, saves: number, root: string): Promise<Result> {

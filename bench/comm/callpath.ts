@@ -23,6 +23,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../../test/helpers/ranks.js';
 import { gang } from '../gang.js';
+import { median } from '../stats.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const arg = (name: string, def: string) => {
@@ -36,7 +37,6 @@ const SIZES = arg('--sizes', '128K,512K').split(',').map(bytesOf);
 
 interface Point { ranks: number; bytes: number; mode: 'awaited' | 'queued'; us: number; calls: number }
 
-const median = (xs: ArrayLike<number>) => Float64Array.from(xs).sort()[xs.length >> 1]!;
 
 /** One rank of a run (this file, started with BENCH_ROLE=rank): prints rank 0's points as JSON lines. */
 async function rankMain(): Promise<void> {

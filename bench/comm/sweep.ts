@@ -28,6 +28,7 @@ import { fileURLToPath } from 'node:url';
 import { freePort } from '../../test/helpers/ranks.js';
 import { gang } from '../gang.js';
 import { tuningFromSweep, type SweepRow } from './sweep-tuning.js';
+import { median } from '../stats.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const arg = (name: string, def: string): string => {
@@ -77,10 +78,6 @@ async function glooRound(bin: string, ranks: number): Promise<Point[]> {
   }
 }
 
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
 const r1 = (x: number): number => Number(x.toFixed(1));
 
 async function sweep(bin: string, ranks: number): Promise<SweepRow[]> {

@@ -48,6 +48,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { createCluster, type Cluster, type NetNode, type Spawned } from '../../test/helpers/netns.js';
 import { corpus } from '../../test/ft/fixture.js';
+import { median } from '../stats.js';
 
 const { values: o } = parseArgs({ options: {
   ranks: { type: 'string', default: '2,4' }, faults: { type: 'string', default: 'kill-rank,hang,kill-node,partition' },
@@ -207,7 +208,7 @@ async function trial(cluster: Cluster, ranks: number, fault: string, restore: st
   }
 }
 
-const median = (xs: number[]): number | null => (xs.length ? [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]! : null);
+const medianOrNull = (xs: number[]): number | null => (xs.length ? median(xs) : null);
 const cluster = createCluster(2, 'b');
 const rows: Row[] = [];
 try {
@@ -232,7 +233,7 @@ const keys = [...new Set(rows.map((r) => `${r.ranks}|${r.fault}|${r.restore}`))]
 for (const k of keys) {
   const rs = rows.filter((r) => `${r.ranks}|${r.fault}|${r.restore}` === k);
   const [ranks, fault, restore] = k.split('|');
-  const m = (f: (r: Row) => number | null): string => fmt(median(rs.map(f).filter((v): v is number => v !== null)));
+  const m = (f: (r: Row) => number | null): string => fmt(medianOrNull(rs.map(f).filter((v): v is number => v !== null)));
   const src = [...new Set(rs.map((r) => r.sources).filter(Boolean))].join(' ');
   console.log(`| ${ranks} | ${fault} | ${restore}${src ? ` (${src})` : ''} | ${rs.filter((r) => r.restart).length}/${rs.length} | ${PHASES.map((p) => m((r) => r.phases[p] ?? null)).join(' | ')} | ${m((r) => r.totalMs)} | ${m((r) => r.recomputed ?? null)} |`);
 }

@@ -17,6 +17,7 @@ import { TEST_CONFIG } from '../../src/models/tiny-lm/tiny-lm.js';
 import { calibrate } from '../../src/plan/calibrate.js';
 import { predict, type ExampleModel } from '../../src/plan/predict.js';
 import { runRanks } from '../../test/helpers/ranks.js';
+import { median } from '../stats.js';
 
 const { values: a } = parseArgs({
   options: {
@@ -53,10 +54,6 @@ console.log(`calibration: matmul ${(c.matmul.flopsPerSecond / 1e9).toFixed(2)} G
   `disk ${(c.disk.bandwidth / 1e6).toFixed(0)} MB/s, ${c.cores} cores`);
 
 const worker = fileURLToPath(new URL('./train-worker.ts', import.meta.url));
-const median = (xs: number[]) => {
-  const s = [...xs].sort((x, y) => x - y);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
 const rows = [];
 for (const [name, model] of models) {
   for (const n of rankList) {

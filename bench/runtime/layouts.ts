@@ -28,6 +28,7 @@ import type { GPTConfig } from '../../src/models/gpt/gpt.js';
 import { stageBlocks } from '../../src/models/gpt/gpt-pipeline-stage.js';
 import type { ZeroStage } from '../../src/train/dp-optimizer.js';
 import { runRanks } from '../../test/helpers/ranks.js';
+import { median } from '../stats.js';
 
 const { values: a } = parseArgs({
   options: {
@@ -38,7 +39,6 @@ const { values: a } = parseArgs({
 const steps = Number(a.steps);
 const model: GPTConfig = { vocab: 64, dim: 32, heads: 4, layers: 4, seqLen: 16, hidden: 128, seed: 1 };
 const GLOBAL = 8, MICRO = 2;
-const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
 
 interface Layout { dp: number; tp: number; pp: number; zero: ZeroStage; sp?: boolean; recompute?: boolean }
 const layouts: Layout[] = [

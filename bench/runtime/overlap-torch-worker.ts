@@ -20,6 +20,7 @@ import { DistributedDataParallel } from '../../src/runtime/ddp.js';
 import { createOptimizer } from '../../src/runtime/optim.js';
 import type { ModelHooks, ParamLike } from '../../src/runtime/types.js';
 import { readPayload, writeResult } from '../../test/helpers/ranks.js';
+import { median } from '../stats.js';
 
 export interface OverlapPayload {
   layers: number;
@@ -186,11 +187,6 @@ for (let s = 0; s < p.warmup + p.steps; s++) {
   if (s >= p.warmup) lone.push(performance.now() - t0);
 }
 
-const median = (xs: number[]) => {
-  const v = [...xs].sort((a, b) => a - b);
-  const h = v.length >> 1;
-  return v.length % 2 ? v[h]! : (v[h - 1]! + v[h]!) / 2;
-};
 const result: SideResult = {
   side: 'nccl-node',
   rank: comm.rank,

@@ -23,6 +23,7 @@ import { freePort, runRanks } from '../../test/helpers/ranks.js';
 import { torchVenv } from '../../test/launch/torch-venv.js';
 import { gang } from '../gang.js';
 import type { OverlapPayload, SideResult } from './overlap-torch-worker.js';
+import { median } from '../stats.js';
 
 const { values: a } = parseArgs({
   options: {
@@ -93,11 +94,6 @@ for (let r = 0; r < Number(a.rounds); r++) {
   }
 }
 
-const median = (xs: number[]) => {
-  const v = [...xs].sort((x, y) => x - y);
-  const h = v.length >> 1;
-  return v.length % 2 ? v[h]! : (v[h - 1]! + v[h]!) / 2;
-};
 const meanRanks = (rs: SideResult[], f: (r: SideResult) => number) => rs.reduce((s, r) => s + f(r), 0) / rs.length;
 const r1 = (x: number) => +x.toFixed(1);
 

@@ -17,6 +17,7 @@ import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { GPT, type GPTConfig } from '../../src/models/gpt/gpt.js';
 import { runRanks } from '../../test/helpers/ranks.js';
+import { median } from '../stats.js';
 
 const { values: a } = parseArgs({
   options: {
@@ -29,7 +30,6 @@ const { values: a } = parseArgs({
 const P = Number(a.stages), steps = Number(a.steps);
 const cfg: GPTConfig = { vocab: 64, dim: 64, heads: 4, layers: 4 * P, seqLen: 32, hidden: 256, seed: 1 };
 const ROWS = 2; // rows per micro-batch
-const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
 
 /** One process, the whole model, the same M x ROWS rows in one forward/backward. */
 async function baseline(micro: number): Promise<number> {

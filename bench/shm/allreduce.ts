@@ -22,6 +22,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../../test/helpers/ranks.js';
 import { gang } from '../gang.js';
+import { median } from '../stats.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const arg = (name: string, def: string): string => {
@@ -114,7 +115,6 @@ async function mpi(btl: 'vader' | 'tcp'): Promise<Map<number, number>> {
   return out;
 }
 
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
 const range = (xs: number[]): string => (xs.length > 1 ? `${Math.min(...xs)}-${Math.max(...xs)}` : '-');
 
 async function main(): Promise<void> {

@@ -75,12 +75,16 @@ size_t chunkBytes() {
 }
 
 // How long a small call polls for the host's other ranks on the calling thread before
-// handing the wait to the worker: NCCL_NODE_SHM_CALLER_SPIN_US (default 50, 0: never).
+// handing the wait to the worker: NCCL_NODE_SHM_CALLER_SPIN_US (default 1000, 0: never).
+// A hand-off costs about as much on a busy host: two thread wake-ups, and the worker's
+// wait sleeping in steps of up to 500 us (shm_segment.cpp), so polling that long at most
+// doubles what a late peer costs, while a 50 us bound handed off 1-2 % of back-to-back
+// calls that then took 40-50 % of the time (bench/README.md, "Shared memory within a host").
 // Not at all when the host's ranks outnumber its cores: the rank polled for may be
 // waiting for this very core.
 std::chrono::nanoseconds callerSpin(int locals) {
   const char* v = std::getenv("NCCL_NODE_SHM_CALLER_SPIN_US");
-  const long long us = v ? std::max(0LL, std::atoll(v)) : 50;
+  const long long us = v ? std::max(0LL, std::atoll(v)) : 1000;
   const unsigned cores = std::thread::hardware_concurrency();
   if (locals < 2 || (cores != 0 && static_cast<unsigned>(locals) > cores)) return std::chrono::nanoseconds(0);
   return std::chrono::microseconds(us);
@@ -330,6 +334,9 @@ bool GlooBackend::shmPrepost(Op& op) {
 // The bound adapts: a poll that found the others in restores it, one that gave up
 // quarters it (to a single look at the counters), so a rank whose peers arrive late
 // (compute between calls, more ranks than free cores) stops paying for the poll.
+// (Doubling it back instead of restoring it was measured too: after a stall both
+// ranks' bounds shrank together and stayed short for hundreds of calls, each handed
+// off; 0.971-0.9997 of calls on the caller against 0.9995-0.9998.)
 bool GlooBackend::finishOnCaller(Op& op) {
   if (shmPosted_ == 0 || !op.preposted || callerSpin_.count() == 0) return false;
   if (!shm::arrivedWithin(*shm_, shmPosted_, spinNow_, &aborted_)) {
