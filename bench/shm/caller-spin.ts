@@ -81,11 +81,11 @@ async function main(): Promise<void> {
   }
   const rows = SIZES.flatMap((size) => SPINS.map((spin) => {
     const ps = runs.get(`${spin}/${size}`)!;
-    const pick = (f: (p: Point) => number): number => Number(median(ps.map(f)).toFixed(2));
+    const pick = (f: (p: Point) => number, digits = 2): number => Number(median(ps.map(f)).toFixed(digits));
     const means = ps.map((p) => p.meanUs);
     return { size, spinUs: spin, meanUs: pick((p) => p.meanUs), meanMin: Math.min(...means), meanMax: Math.max(...means),
       p50: pick((p) => p.p50), p90: pick((p) => p.p90), p99: pick((p) => p.p99), p999: pick((p) => p.p999),
-      onCaller: pick((p) => p.onCaller), perRound: ps };
+      onCaller: pick((p) => p.onCaller, 4), perRound: ps };
   }));
   for (const row of rows) {
     const base = rows.find((r) => r.size === row.size && r.spinUs === BASELINE)!;
