@@ -38,7 +38,7 @@ import {
 import { Work } from './work.js';
 import { registerBuffer, registerPinned, type Registration, type RegisterOptions } from './nccl/register.js';
 import type { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
-import { countCollective } from '../metrics/collectives.js';
+import { collectiveBytes, collectiveEnded, collectiveStarted } from '../metrics/collectives.js';
 import { flightRecord, recordOp, type FlightRecord } from './flight-record.js';
 
 /** What a collective reads or writes: host TypedArrays, or device buffers on the GPU path. */
@@ -49,8 +49,10 @@ export { nativeHandle };
 
 function toNative(buf: Buffer | undefined): NativeBuffer | undefined {
   if (buf === undefined) return undefined;
+  // A host array carries no handle: skip the symbol lookup, a slow property miss on typed arrays.
+  if (ArrayBuffer.isView(buf)) return buf as ArrayBufferView;
   const handle = (buf as { [nativeHandle]?: NativeBuffer })[nativeHandle];
-  return handle ?? (buf as NativeBuffer);
+  return handle ?? (buf as unknown as NativeBuffer);
 }
 
 interface Submission {
@@ -102,11 +104,14 @@ export class Communicator {
   #children = new Set<Communicator>();
   /** Unsettled works, so abort() can fail them at once. */
   #pending = new Set<Work<unknown>>();
+  /** " on rank R of N", made once: every call names itself with it. */
+  readonly #onRank: string;
 
   constructor(init: CommunicatorInit) {
     this.#native = init.native;
     this.rank = init.native.rank;
     this.size = init.native.size;
+    this.#onRank = ` on rank ${this.rank} of ${this.size}`;
     this.backend = init.native.backend;
     this.backendVersion = init.native.version;
     this.localRank = init.localRank ?? this.rank;
@@ -366,6 +371,7 @@ export class Communicator {
         color: o.color,
         key: o.key ?? this.rank,
       });
+      recordOp(this.#native, 'split', 0, 'uint8', -1, native, o.color);
       const child = native.then((n) => {
         if (!n) return null;
         const comm = new Communicator({ native: n as NativeComm, timeoutMs: this.timeoutMs, callerStacks: this.#callerStacks, explainFailure: this.#explain });
@@ -486,7 +492,7 @@ export class Communicator {
   }
 
   #where(call: string): string {
-    return `${call} on rank ${this.rank} of ${this.size}`;
+    return call + this.#onRank;
   }
 
   #root(call: string, root: number | undefined): number {
@@ -584,7 +590,6 @@ export class Communicator {
       s.recvCounts,
       s.preMulScalar,
     );
-    recordOp(this.#native, call, s.count, s.dtype, s.root ?? -1, done, s.color);
     return done;
   }
 
@@ -593,10 +598,29 @@ export class Communicator {
     // caller; opt-in, since a stack capture costs more than the rest of the call.
     const callSite = this.#callerStacks ? new Error(call) : undefined;
     const native = this.#start(call, s);
-    countCollective(this, call, s.count, s.dtype, this.size, native);
+    // The flight record, the metrics, the failure's explanation and the Work in one
+    // callback on the native promise: each callback is a promise reaction and a
+    // microtask per call.
+    const record = flightRecord(this.#native);
+    const entry = record.begin(call, s.count, s.dtype, s.root ?? -1);
+    const bytes = collectiveBytes(call, s.count, s.dtype, this.size);
+    const submitted = collectiveStarted();
     const explain = this.#explain;
-    const settled = explain === undefined ? native : native.catch(async (err: unknown) => Promise.reject(await explain(err)));
-    return this.#track(new Work(settled as Promise<void>, call, this, callSite));
+    const work = new Work(undefined, call, this, callSite);
+    native.then(
+      () => {
+        record.completed(entry);
+        collectiveEnded(this, call, bytes, submitted, true);
+        work._resolve();
+      },
+      (err: unknown) => {
+        record.failed(entry, err);
+        collectiveEnded(this, call, bytes, submitted, false);
+        if (explain === undefined) work._reject(err);
+        else explain(err).then((why) => work._reject(why), (why: unknown) => work._reject(why));
+      },
+    );
+    return this.#track(work);
   }
 
   #track<T>(work: Work<T>): Work<T> {

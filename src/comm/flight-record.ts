@@ -19,6 +19,7 @@
 import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
 import { NcclNodeError } from '../errors.js';
 
 export type OpState = 'scheduled' | 'started' | 'completed' | 'failed' | 'timeout' | 'aborted';
@@ -81,13 +82,24 @@ export class FlightRecord {
 
   /** Records a submitted operation; `done` settles when it finishes. */
   op(op: string, count: number, dtype: string, peer: number, done: Promise<unknown>): TraceEntry {
-    const e = this.#add(op, count, dtype, peer, op === 'send' || op === 'recv');
-    done.then(() => this.#end(e, 'completed'), (err: unknown) => {
-      const code = (err as { code?: string } | null)?.code;
-      this.#end(e, code === 'ERR_TIMEOUT' ? 'timeout' : code === 'ERR_COMM_ABORTED' ? 'aborted' : 'failed');
-      if (code === 'ERR_TIMEOUT') timedOut(`${op} #${e.seq} on rank ${this.rank} of ${this.size} timed out`);
-    });
+    const e = this.begin(op, count, dtype, peer);
+    done.then(() => this.completed(e), (err: unknown) => this.failed(e, err));
     return e;
+  }
+
+  /** Records a submitted operation whose end the caller reports: completed() or failed(). */
+  begin(op: string, count: number, dtype: string, peer: number): TraceEntry {
+    return this.#add(op, count, dtype, peer, op === 'send' || op === 'recv');
+  }
+
+  completed(e: TraceEntry): void {
+    this.#end(e, 'completed');
+  }
+
+  failed(e: TraceEntry, err: unknown): void {
+    const code = (err as { code?: string } | null)?.code;
+    this.#end(e, code === 'ERR_TIMEOUT' ? 'timeout' : code === 'ERR_COMM_ABORTED' ? 'aborted' : 'failed');
+    if (code === 'ERR_TIMEOUT') timedOut(`${e.op} #${e.seq} on rank ${this.rank} of ${this.size} timed out`);
   }
 
   /** A call this rank refused: it still took its sequence number (and failed at once). */

@@ -1,8 +1,8 @@
 /**
  * Bytes and busy time of every collective this process issues, per kind, for all its
  * communicators together (the world and any split from it). The communicator calls
- * countCollective() once per submitted operation; the cost is a Map update and one
- * promise callback, so it is always on.
+ * collectiveStarted() when it submits an operation and collectiveEnded() when the operation
+ * settles; the cost is a Map update, so it is always on.
  *
  * Bytes are nccl-tests' message size: the buffer every rank holds in full (allGather:
  * the output, reduceScatter: the input, otherwise the count × element size). Time is
@@ -11,6 +11,7 @@
  * its own end, as seen from the JS thread (a late callback makes it longer, so the
  * bandwidth derived from it is a lower bound).
  */
+import { performance } from 'node:perf_hooks';
 import { DTYPE_BYTES, type DType } from '../dtypes.js';
 
 export interface CollectiveTotals {
@@ -28,20 +29,28 @@ export function collectiveBytes(kind: string, count: number, dtype: DType, world
   return elems * DTYPE_BYTES[dtype];
 }
 
-/** Records one submitted operation of `comm`; `done` settles when it finishes (failures count no bytes). */
-export function countCollective(comm: object, kind: string, count: number, dtype: DType, worldSize: number, done: Promise<unknown>): void {
-  const submitted = performance.now();
-  const bytes = collectiveBytes(kind, count, dtype, worldSize);
-  done.then(() => {
-    const end = performance.now();
-    const start = Math.max(submitted, lastEnd.get(comm) ?? 0);
+/** When an operation of `comm` was submitted: hand it to collectiveEnded() once it settles. */
+export function collectiveStarted(): number {
+  return performance.now();
+}
+
+/**
+ * One operation of `comm` settled: `submitted` from collectiveStarted(), `bytes` from
+ * collectiveBytes(); a failure counts no bytes and no time.
+ */
+export function collectiveEnded(comm: object, kind: string, bytes: number, submitted: number, ok: boolean): void {
+  const end = performance.now();
+  if (!ok) {
     lastEnd.set(comm, end);
-    let t = totals.get(kind);
-    if (!t) totals.set(kind, (t = { calls: 0, bytes: 0, seconds: 0 }));
-    t.calls += 1;
-    t.bytes += bytes;
-    t.seconds += (end - start) / 1000;
-  }, () => lastEnd.set(comm, performance.now()));
+    return;
+  }
+  const start = Math.max(submitted, lastEnd.get(comm) ?? 0);
+  lastEnd.set(comm, end);
+  let t = totals.get(kind);
+  if (!t) totals.set(kind, (t = { calls: 0, bytes: 0, seconds: 0 }));
+  t.calls += 1;
+  t.bytes += bytes;
+  t.seconds += (end - start) / 1000;
 }
 
 /** A copy of the totals so far, by kind (allReduce, allGather, ...). */
