@@ -78,8 +78,8 @@ size_t chunkBytes() {
 // handing the wait to the worker: NCCL_NODE_SHM_CALLER_SPIN_US (default 1000, 0: never).
 // A hand-off costs about as much on a busy host: two thread wake-ups, and the worker's
 // wait sleeping in steps of up to 500 us (shm_segment.cpp), so polling that long at most
-// doubles what a late peer costs, while a 50 us bound handed off 1-2 % of back-to-back
-// calls that then took 40-50 % of the time (bench/README.md, "Shared memory within a host").
+// doubles what a late peer costs, while a 50 us bound handed off 0.4-1.3 % of back-to-back
+// calls that then took 31-50 % of the time (bench/README.md, "Shared memory within a host").
 // Not at all when the host's ranks outnumber its cores: the rank polled for may be
 // waiting for this very core.
 std::chrono::nanoseconds callerSpin(int locals) {

@@ -29,7 +29,7 @@ export function collectiveBytes(kind: string, count: number, dtype: DType, world
   return elems * DTYPE_BYTES[dtype];
 }
 
-/** When an operation of `comm` was submitted: hand it to collectiveEnded() once it settles. */
+/** The submission time of an operation: hand it to collectiveEnded() once the operation settles. */
 export function collectiveStarted(): number {
   return performance.now();
 }
