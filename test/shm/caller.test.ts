@@ -5,7 +5,8 @@ import { describeRanks, runRanks } from '../helpers/ranks.js';
 // thread when the peers' parts arrive within a short poll (gloo_shm.cpp,
 // finishOnCaller), else on the worker. Both ways must give the reference's results,
 // the same verdicts, and never hold the JS thread beyond the poll's bound.
-type Row = { phase?: string; calls?: number; wrong?: number; failures?: string[]; heldMs?: number; onCaller?: number; codes?: string[]; after?: number[]; done?: boolean };
+type Row = { phase?: string; calls?: number; wrong?: number; failures?: string[]; heldMs?: number; onCaller?: number; codes?: string[]; after?: number[]; done?: boolean;
+  lateHeldMs?: number[]; restoredHeldMs?: number };
 
 async function run(size: number, phases: string, env: Record<string, string> = {}): Promise<Row[][]> {
   const results = await runRanks('test/fixtures/shm-caller.ts', size, { args: [phases], env: { NCCL_NODE_SHM: '1', ...env }, timeoutMs: 60_000 });
@@ -46,6 +47,21 @@ describe('small calls completed on the calling thread (shared memory)', () => {
       expect(phase(rows, 'mismatch').codes).toEqual(['ERR_SIZE_MISMATCH']);
     }
   }, 90_000);
+
+  it('the poll lasts its bound, a poll that gives up shrinks it, one that succeeds restores it', async () => {
+    // An 8 ms bound (NCCL_NODE_SHM_CALLER_SPIN_US) against a peer 30 ms late: the first
+    // late call polls the whole bound, no longer, and the next ones a quarter of the one
+    // before; after calls whose peers were in at once, a late call polls the whole bound again.
+    const ranks = await run(2, 'bound', { NCCL_NODE_SHM_CALLER_SPIN_US: '8000' });
+    for (const rows of ranks) expect(phase(rows, 'bound').failures).toEqual([]);
+    const r0 = phase(ranks[0]!, 'bound');
+    const [first, second, third] = r0.lateHeldMs!;
+    expect(first).toBeGreaterThanOrEqual(7.5);
+    expect(first).toBeLessThan(29); // gave up before the peer came at 30 ms
+    expect(second).toBeLessThan(first! / 2); // 2 ms bound
+    expect(third).toBeLessThan(first! / 2); // 0.5 ms bound
+    expect(r0.restoredHeldMs).toBeGreaterThanOrEqual(7.5);
+  }, 60_000);
 
   it('a peer 3 s late: the call returns its promise at once and completes when the peer comes', async () => {
     const ranks = await run(2, 'blocking');
