@@ -88,9 +88,11 @@ void setDeviceMemoryRecognizer(DeviceMemoryRecognizer recognize) { deviceRecogni
 
 BufferView viewOf(const Napi::Value& value, const char* what) {
   BufferView v;
-  DeviceMemoryRecognizer device = deviceRecognizer.load();
-  if (device && device(value, &v)) return v;  // e.g. a NativeDeviceBuffer: device memory
   v8::Local<v8::Value> local = toV8(value);
+  // Host arrays first: asking the device recognizer (type tags, unwrapping) about every
+  // typed array costs more than the rest of this function.
+  DeviceMemoryRecognizer device = local->IsArrayBufferView() ? nullptr : deviceRecognizer.load();
+  if (device && device(value, &v)) return v;  // e.g. a NativeDeviceBuffer: device memory
   if (local->IsArrayBufferView()) {
     auto view = local.As<v8::ArrayBufferView>();
     v8::Local<v8::Value> buffer = view->Buffer();

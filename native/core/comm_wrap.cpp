@@ -270,14 +270,23 @@ Napi::Value CommWrap::submit(const Napi::CallbackInfo& info, OpKind kind) {
       op.seq = engine_->nextSeq();
     }
     p->deferred.emplace(Napi::Promise::Deferred::New(env));
-    p->owner = Napi::Persistent(Value());
-    // Completed before this returns: the caller's arguments keep the buffers alive
-    // and nothing can detach them meanwhile.
-    if (engine_->runsOnCaller(op)) return engine_->runOnCaller(env, std::move(p));
-    if (hasSend) p->sendRef = Napi::Persistent(info[3]);
-    if (ownRecv) p->recvRef = Napi::Persistent(info[4]);
-    return engine_->submit(env, std::move(p));
+    // An op completed before this returns needs no references: the caller's arguments
+    // keep the buffers and this communicator alive, and nothing can detach them
+    // meanwhile. One that is queued (or that the backend keeps in flight after all)
+    // takes them then: pin().
+    // One pointer captured: std::function keeps it without allocating.
+    struct Args { CommWrap* self; const Napi::CallbackInfo* info; bool send, recv; } args{this, &info, hasSend, ownRecv};
+    const std::function<void(Pending&)> pinning = [a = &args](Pending& kept) { a->self->pin(*a->info, kept, a->send, a->recv); };
+    if (engine_->runsOnCaller(op)) return engine_->runOnCaller(env, std::move(p), pinning);
+    return engine_->submit(env, std::move(p), &pinning);
   }
+}
+
+// What keeps an op's communicator and buffers alive until it settles on the worker.
+void CommWrap::pin(const Napi::CallbackInfo& info, Pending& p, bool hasSend, bool ownRecv) {
+  p.owner = Napi::Persistent(Value());
+  if (hasSend) p.sendRef = Napi::Persistent(info[3]);
+  if (ownRecv) p.recvRef = Napi::Persistent(info[4]);
 }
 
 // shrink(excludeRanks, abort, timeoutMs) -> Promise<NativeComm>: a communicator of the

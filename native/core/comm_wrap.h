@@ -26,6 +26,7 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
  private:
   Napi::Value Submit(const Napi::CallbackInfo& info);
   Napi::Value submit(const Napi::CallbackInfo& info, OpKind kind);
+  void pin(const Napi::CallbackInfo& info, Pending& p, bool hasSend, bool ownRecv);
   Napi::Value Reject(const Napi::CallbackInfo& info);
   Napi::Value Shrink(const Napi::CallbackInfo& info);
   Napi::Value Abort(const Napi::CallbackInfo& info);

@@ -32,9 +32,9 @@ Engine::~Engine() {
   if (!released_) tsfn_.Release();
 }
 
-Napi::Promise Engine::submit(Napi::Env env, std::unique_ptr<Pending> p) {
+Napi::Promise Engine::submit(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>* pin) {
   auto promise = p->deferred->Promise();
-  submitRejected(env, std::move(p));
+  submitRejected(env, std::move(p), pin);
   return promise;
 }
 
@@ -48,7 +48,7 @@ bool Engine::runsOnCaller(const Op& op) const {
          backend_->completesOnCaller(op);
 }
 
-Napi::Promise Engine::runOnCaller(Napi::Env env, std::unique_ptr<Pending> p) {
+Napi::Promise Engine::runOnCaller(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>& pin) {
   auto promise = p->deferred->Promise();
   Op& op = *p->op;
   op.enqueued = std::chrono::steady_clock::now();
@@ -57,6 +57,7 @@ Napi::Promise Engine::runOnCaller(Napi::Env env, std::unique_ptr<Pending> p) {
   if (execute(*p)) {
     // A backend that kept the op in flight after all: it settles through the
     // thread-safe function like any other (p is the backend's until then).
+    pin(*p);
     p.release();
     if (inFlight_ == 1 && !aborted_) tsfn_.Ref(env);
     return promise;
@@ -65,7 +66,7 @@ Napi::Promise Engine::runOnCaller(Napi::Env env, std::unique_ptr<Pending> p) {
   return promise;
 }
 
-void Engine::submitRejected(Napi::Env env, std::unique_ptr<Pending> p) {
+void Engine::submitRejected(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>* pin) {
   p->op->enqueued = std::chrono::steady_clock::now();
   p->op->owner = p.get();
   const bool first = inFlight_++ == 0;  // nothing earlier unsettled
@@ -82,6 +83,7 @@ void Engine::submitRejected(Napi::Env env, std::unique_ptr<Pending> p) {
       posted = backend_->prepost(*p->op);
     }
     if (!(posted && first && onCaller_ && p->deferred)) {
+      if (pin) (*pin)(*p);
       queue_.push_back(p.release());
       posted = false;
     }
@@ -100,6 +102,7 @@ void Engine::submitRejected(Napi::Env env, std::unique_ptr<Pending> p) {
       settleOnJs(env, p.release());
       return;
     }
+    if (pin) (*pin)(*p);
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(p.release());
   }

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -40,15 +41,19 @@ class Engine {
   ~Engine();
 
   // JS thread only.
-  Napi::Promise submit(Napi::Env env, std::unique_ptr<Pending> p);
+  // pin, when given, takes the references that keep p's communicator and buffers alive
+  // (see runOnCaller) if p is queued, not when the backend completes it on this thread.
+  Napi::Promise submit(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>* pin = nullptr);
   // Whether submit() may run `op` on this thread and settle it at once: nothing of
   // this communicator queued or unsettled (so settlement stays in issue order and
   // the worker is idle), and an op the backend completes there (Backend::completesOnCaller).
   bool runsOnCaller(const Op& op) const;
-  // Runs p on this thread; its promise is settled when this returns.
-  Napi::Promise runOnCaller(Napi::Env env, std::unique_ptr<Pending> p);
+  // Runs p on this thread; its promise is settled when this returns, unless the backend
+  // keeps it in flight after all: then pin(p) takes the references that keep its
+  // communicator and buffers alive until it settles on the worker.
+  Napi::Promise runOnCaller(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>& pin);
   // Queues the stand-in of a call this rank rejected (Op::rejected); nothing to await.
-  void submitRejected(Napi::Env env, std::unique_ptr<Pending> p);
+  void submitRejected(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>* pin = nullptr);
   void abort(Napi::Env env);
   bool destroyed() const { return destroyed_; }
   bool aborted() const { return aborted_.load(); }
