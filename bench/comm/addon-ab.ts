@@ -14,20 +14,26 @@
  *   node --import tsx bench/comm/addon-ab.ts --base old.node --new build/Release/nccl_node.node
  *        [--rounds 8] [--calls 100000] [--json out.json]
  */
-import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
 import { freePort } from '../../test/helpers/ranks.js';
 import { gang } from '../gang.js';
 import { mean, median } from '../stats.js';
+import { nativeAllReduce, oneRankStore } from './one-rank-native.js';
 
-const arg = (name: string, def: string): string => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1]! : def;
-};
-const ROUNDS = Number(arg('--rounds', '8'));
-const CALLS = Number(arg('--calls', '100000'));
+const { values: a } = parseArgs({
+  options: {
+    base: { type: 'string' },
+    new: { type: 'string' },
+    rounds: { type: 'string', default: '8' },
+    calls: { type: 'string', default: '100000' },
+    json: { type: 'string' },
+  },
+});
+const ROUNDS = Number(a.rounds);
+const CALLS = Number(a.calls);
 const self = fileURLToPath(import.meta.url);
 
 interface Point { meanUs: number; p50Us: number }
@@ -36,22 +42,17 @@ interface Point { meanUs: number; p50Us: number }
 async function role(which: string): Promise<void> {
   const us = new Float64Array(CALLS);
   if (which === 'native1') {
-    const { DTYPE_CODE, REDUCE_OP_CODE } = await import('../../src/dtypes.js');
-    const { binding, OpKind } = await import('../../src/native.js');
-    const { StoreServer } = await import('../../src/rendezvous/server.js');
-    const server = await StoreServer.start({ host: '127.0.0.1', port: 0, token: 'addon-ab' });
-    const comm = await binding().createGloo({ rank: 0, size: 1, storeHost: '127.0.0.1', storePort: server.port, token: 'addon-ab',
-      prefix: 'addon-ab/', hostname: '127.0.0.1', timeoutMs: 30_000, checkAgreement: true });
+    const store = await oneRankStore('addon-ab');
+    const comm = await store.open('addon-ab/');
     const buf = new Float32Array(1);
-    const call = () => comm.submit(OpKind.allReduce, DTYPE_CODE.float32, REDUCE_OP_CODE.sum, buf, buf, 1, -1, 30_000);
-    for (let i = 0; i < 20_000; i++) await call();
+    for (let i = 0; i < 20_000; i++) await nativeAllReduce(comm, buf);
     for (let i = 0; i < CALLS; i++) {
       const t0 = performance.now();
-      await call();
+      await nativeAllReduce(comm, buf);
       us[i] = (performance.now() - t0) * 1000;
     }
     await comm.destroy();
-    await server.close();
+    await store.close();
   } else {
     const { init } = await import('../../src/index.js');
     const comm = await init({ backend: 'gloo' });
@@ -70,27 +71,20 @@ async function role(which: string): Promise<void> {
   process.stdout.write(`${JSON.stringify({ meanUs: mean(us), p50Us: median(us) })}\n`);
 }
 
+/** One run of a case with one build: native1 is a gang of one process, shm2 of two. */
 async function runCase(which: 'native1' | 'shm2', addon: string): Promise<Point> {
-  const env = { ...process.env, BENCH_ROLE: which, NCCL_NODE_ADDON: addon };
-  if (which === 'native1') {
-    return new Promise((done, fail) => {
-      const p = spawn(process.execPath, ['--import', 'tsx', self, ...process.argv.slice(2)], { env, stdio: ['ignore', 'pipe', 'inherit'] });
-      let out = '';
-      p.stdout.on('data', (d) => (out += d));
-      p.on('exit', (code) => (code === 0 ? done(JSON.parse(out) as Point) : fail(new Error(`native1 exited with ${code}`))));
-    });
-  }
+  const ranks = which === 'native1' ? 1 : 2;
   const port = await freePort();
-  const [p] = await gang<Point>(2, (rank) => [process.execPath, ['--import', 'tsx', self, ...process.argv.slice(2)], {
-    ...env, NCCL_NODE_SHM: '1', RANK: String(rank), LOCAL_RANK: String(rank), WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1',
-    MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'addon-ab',
+  const [p] = await gang<Point>(ranks, (rank) => [process.execPath, ['--import', 'tsx', self, ...process.argv.slice(2)], {
+    ...process.env, BENCH_ROLE: which, NCCL_NODE_ADDON: addon, NCCL_NODE_SHM: '1', RANK: String(rank), LOCAL_RANK: String(rank),
+    WORLD_SIZE: String(ranks), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'addon-ab',
   }]);
   return p!;
 }
 
 async function main(): Promise<void> {
-  const builds = { base: resolve(arg('--base', '')), new: resolve(arg('--new', '')) };
-  if (!arg('--base', '') || !arg('--new', '')) throw new Error('--base <addon.node> and --new <addon.node> are required');
+  if (!a.base || !a.new) throw new Error('--base <addon.node> and --new <addon.node> are required');
+  const builds = { base: resolve(a.base), new: resolve(a.new) };
   const cases = ['native1', 'shm2'] as const;
   const runs: Record<string, Record<'base' | 'new', Point[]>> = Object.fromEntries(cases.map((c) => [c, { base: [], new: [] }]));
   for (let r = 0; r < ROUNDS; r++) {
@@ -108,8 +102,7 @@ async function main(): Promise<void> {
   console.log(`# base ${builds.base}\n# new  ${builds.new}\n# ${ROUNDS} alternating rounds, ${CALLS} awaited calls per run; new / base per round`);
   console.log('| case | figure | base µs | new µs | new / base (min-max) |\n|---|---|---|---|---|');
   for (const x of rows) console.log(`| ${x.case} | ${x.figure} | ${x.baseUs} | ${x.newUs} | ${x.ratio} (${x.ratioMin}-${x.ratioMax}) |`);
-  const json = arg('--json', '');
-  if (json) writeFileSync(json, `${JSON.stringify({ bench: 'addon-ab', node: process.version, rounds: ROUNDS, calls: CALLS, builds, rows, perRound: runs }, null, 1)}\n`);
+  if (a.json) writeFileSync(a.json, `${JSON.stringify({ bench: 'addon-ab', node: process.version, rounds: ROUNDS, calls: CALLS, builds, rows, perRound: runs }, null, 1)}\n`);
 }
 
 if (process.env.BENCH_ROLE) await role(process.env.BENCH_ROLE);

@@ -16,40 +16,38 @@
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { DTYPE_CODE, REDUCE_OP_CODE } from '../../src/dtypes.js';
-import { binding, OpKind, type NativeComm } from '../../src/native.js';
+import { parseArgs } from 'node:util';
 import { Communicator } from '../../src/comm/communicator.js';
-import { StoreServer } from '../../src/rendezvous/server.js';
 import { median } from '../stats.js';
+import { nativeAllReduce, oneRankStore } from './one-rank-native.js';
 
-const arg = (name: string, def: string): string => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1]! : def;
-};
-const AGAINST = arg('--against', '');
-const BLOCKS = Number(arg('--blocks', '30'));
-const CALLS = Number(arg('--calls', '2000'));
+const { values: a } = parseArgs({
+  options: {
+    against: { type: 'string' },
+    blocks: { type: 'string', default: '30' },
+    calls: { type: 'string', default: '2000' },
+    json: { type: 'string' },
+  },
+});
+if (!a.against) throw new Error('--against <path of another checkout> is required');
+const AGAINST = a.against;
+const BLOCKS = Number(a.blocks);
+const CALLS = Number(a.calls);
 const QUEUE = 64;
-if (!AGAINST) throw new Error('--against <path of another checkout> is required');
 
 interface Side { allReduce(buf: Float32Array): PromiseLike<unknown> }
 
-const token = 'callpath-ab';
-const server = await StoreServer.start({ host: '127.0.0.1', port: 0, token });
-const nativeComm = async (prefix: string): Promise<NativeComm> => binding().createGloo({
-  rank: 0, size: 1, storeHost: '127.0.0.1', storePort: server.port, token, prefix, hostname: '127.0.0.1',
-  timeoutMs: 30_000, checkAgreement: true,
-});
+const store = await oneRankStore('callpath-ab');
 // As init() builds the world communicator: with a failure explanation (a promise step on failure only).
 const explainFailure = async (err: unknown): Promise<unknown> => err;
 const other = (await import(pathToFileURL(resolve(AGAINST, 'src/comm/communicator.ts')).href)) as { Communicator: typeof Communicator };
-const thisComm = new Communicator({ native: await nativeComm('ab/this/'), timeoutMs: 30_000, explainFailure });
-const againstComm = new other.Communicator({ native: await nativeComm('ab/against/'), timeoutMs: 30_000, explainFailure });
-const raw = await nativeComm('ab/native/');
+const thisComm = new Communicator({ native: await store.open('ab/this/'), timeoutMs: 30_000, explainFailure });
+const againstComm = new other.Communicator({ native: await store.open('ab/against/'), timeoutMs: 30_000, explainFailure });
+const raw = await store.open('ab/native/');
 const sides: Record<'this' | 'against' | 'native', Side> = {
   this: thisComm,
   against: againstComm,
-  native: { allReduce: (b) => raw.submit(OpKind.allReduce, DTYPE_CODE.float32, REDUCE_OP_CODE.sum, b, b, b.length, -1, 30_000) },
+  native: { allReduce: (b) => nativeAllReduce(raw, b) },
 };
 
 const buf = new Float32Array(1).fill(1);
@@ -81,21 +79,20 @@ for (let b = 0; b < BLOCKS; b++) {
     blocks[n]!.queuedUs.push(median(q));
   }
 }
-const ratio = (mode: 'awaitedUs' | 'queuedUs') => blocks.this![mode].map((x, i) => x / blocks.against![mode][i]!);
 const r2 = (x: number) => Number(x.toFixed(2));
-const rows = names.map((n) => ({ side: n, awaitedUs: r2(median(blocks[n]!.awaitedUs)), queuedUs: r2(median(blocks[n]!.queuedUs)) }));
-const ratios = {
-  awaited: { median: r2(median(ratio('awaitedUs'))), min: r2(Math.min(...ratio('awaitedUs'))), max: r2(Math.max(...ratio('awaitedUs'))) },
-  queued: { median: r2(median(ratio('queuedUs'))), min: r2(Math.min(...ratio('queuedUs'))), max: r2(Math.max(...ratio('queuedUs'))) },
+const ratio = (mode: 'awaitedUs' | 'queuedUs') => {
+  const rs = blocks.this![mode].map((x, i) => x / blocks.against![mode][i]!);
+  return { median: r2(median(rs)), min: r2(Math.min(...rs)), max: r2(Math.max(...rs)) };
 };
+const rows = names.map((n) => ({ side: n, awaitedUs: r2(median(blocks[n]!.awaitedUs)), queuedUs: r2(median(blocks[n]!.queuedUs)) }));
+const ratios = { awaited: ratio('awaitedUs'), queued: ratio('queuedUs') };
 console.log(`# 4-byte float32 all-reduce at 1 rank, µs per call, median of ${BLOCKS} blocks (${CALLS} awaited, 8 x ${QUEUE} queued per block)`);
 console.log(`# this: this checkout's Communicator; against: ${AGAINST}'s; native: the native communicator's submit() alone`);
 console.log('| side | awaited µs | queued µs |\n|---|---|---|');
 for (const r of rows) console.log(`| ${r.side} | ${r.awaitedUs} | ${r.queuedUs} |`);
 console.log(`# this / against, block by block: awaited ${ratios.awaited.median} (${ratios.awaited.min}-${ratios.awaited.max}), queued ${ratios.queued.median} (${ratios.queued.min}-${ratios.queued.max})`);
-const json = arg('--json', '');
-if (json) writeFileSync(json, `${JSON.stringify({ bench: 'callpath-ab', node: process.version, against: AGAINST, blocks: BLOCKS, calls: CALLS, rows, ratios, perBlock: blocks }, null, 1)}\n`);
+if (a.json) writeFileSync(a.json, `${JSON.stringify({ bench: 'callpath-ab', node: process.version, against: AGAINST, blocks: BLOCKS, calls: CALLS, rows, ratios, perBlock: blocks }, null, 1)}\n`);
 await thisComm.destroy();
 await againstComm.destroy();
 await raw.destroy();
-await server.close();
+await store.close();

@@ -14,21 +14,29 @@
  */
 import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
 import { freePort } from '../../test/helpers/ranks.js';
 import { gang } from '../gang.js';
 import { mean, median, quantile } from '../stats.js';
 
-const arg = (name: string, def: string): string => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1]! : def;
-};
+const { values: a } = parseArgs({
+  options: {
+    ranks: { type: 'string', default: '2' },
+    calls: { type: 'string', default: '100000' },
+    sizes: { type: 'string', default: '8,4K,32K' },
+    spins: { type: 'string', default: '0,50,1000' },
+    baseline: { type: 'string', default: '50' },
+    rounds: { type: 'string', default: '3' },
+    json: { type: 'string' },
+  },
+});
 const bytesOf = (s: string): number => Number.parseFloat(s) * ({ K: 1024, M: 1024 ** 2 }[s.slice(-1)] ?? 1);
-const RANKS = Number(arg('--ranks', '2'));
-const CALLS = Number(arg('--calls', '100000'));
-const SIZES = arg('--sizes', '8,4K,32K').split(',').map(bytesOf);
-const SPINS = arg('--spins', '0,50,1000').split(',').map(Number);
-const BASELINE = Number(arg('--baseline', '50'));
-const ROUNDS = Number(arg('--rounds', '3'));
+const RANKS = Number(a.ranks);
+const CALLS = Number(a.calls);
+const SIZES = a.sizes.split(',').map(bytesOf);
+const SPINS = a.spins.split(',').map(Number);
+const BASELINE = Number(a.baseline);
+const ROUNDS = Number(a.rounds);
 
 interface Point { size: number; meanUs: number; p50: number; p90: number; p99: number; p999: number; onCaller: number }
 
@@ -98,9 +106,8 @@ async function main(): Promise<void> {
   for (const r of rows as (typeof rows[number] & { meanVsBaseline: number })[]) {
     console.log(`| ${r.size} | ${r.spinUs} | ${r.meanUs} | ${r.meanMin}-${r.meanMax} | ${r.p50} | ${r.p90} | ${r.p99} | ${r.p999} | ${r.onCaller} | ${r.meanVsBaseline} |`);
   }
-  const json = arg('--json', '');
-  if (json) {
-    writeFileSync(json, `${JSON.stringify({ bench: 'shm-caller-spin', node: process.version, ranks: RANKS, calls: CALLS, rounds: ROUNDS, baselineSpinUs: BASELINE, rows }, null, 1)}\n`);
+  if (a.json) {
+    writeFileSync(a.json, `${JSON.stringify({ bench: 'shm-caller-spin', node: process.version, ranks: RANKS, calls: CALLS, rounds: ROUNDS, baselineSpinUs: BASELINE, rows }, null, 1)}\n`);
   }
 }
 
