@@ -6,7 +6,8 @@
  * size), and, where Open MPI is installed (build/mpi_collectives, cmake/bench.cmake),
  * Open MPI's MPI_Allreduce over its shared-memory transport (vader) and its TCP
  * transport on loopback, all measured by this script on the same machine. float32 sum, in place,
- * each call awaited before the next; per run the median per-call time on rank 0. The
+ * each call awaited before the next (shmSync: the blocking allReduceSync() instead);
+ * per run the median per-call time on rank 0. The
  * runs alternate --rounds times; a figure is the median of the rounds' medians, with
  * their spread (min-max) for the shared-memory path and Open MPI's. Bus bandwidth as
  * nccl-tests defines it: bytes x 2(n-1)/n / time. A benchmark, not a test; table and JSON.
@@ -47,7 +48,11 @@ async function rankMain(): Promise<void> {
   const host = new Float32Array(max / 4 + 1).fill(1);
   // Once, before the first size: enough calls for the JIT to compile the call path
   // (50 were not: the first size measured came out 2-3x the next ones).
-  for (let i = 0; i < 2000; i++) await comm.allReduce(host.subarray(0, 1));
+  const sync = process.env.BENCH_SYNC === '1';
+  for (let i = 0; i < 2000; i++) {
+    if (sync) comm.allReduceSync(host.subarray(0, 1));
+    else await comm.allReduce(host.subarray(0, 1));
+  }
   for (let bytes = Math.max(4, bytesOf(MIN)); bytes <= max; bytes *= 2) {
     const view = host.subarray(0, bytes / 4);
     // Small sizes: enough calls to leave JIT compilation and the first-call costs behind.
@@ -55,10 +60,18 @@ async function rankMain(): Promise<void> {
     await comm.barrier();
     const n = itersFor(bytes);
     const times = new Float64Array(n);
-    for (let i = 0; i < n; i++) {
-      const t0 = performance.now();
-      await comm.allReduce(view);
-      times[i] = (performance.now() - t0) * 1000;
+    if (sync) {
+      for (let i = 0; i < n; i++) {
+        const t0 = performance.now();
+        comm.allReduceSync(view);
+        times[i] = (performance.now() - t0) * 1000;
+      }
+    } else {
+      for (let i = 0; i < n; i++) {
+        const t0 = performance.now();
+        await comm.allReduce(view);
+        times[i] = (performance.now() - t0) * 1000;
+      }
     }
     if (comm.rank === 0) process.stdout.write(`${JSON.stringify({ size: bytes, us: Number(times.sort()[n >> 1]!.toFixed(3)), iters: n })}\n`);
   }
@@ -119,11 +132,12 @@ const range = (xs: number[]): string => (xs.length > 1 ? `${Math.min(...xs)}-${M
 
 async function main(): Promise<void> {
   const perSize = (): Map<number, number[]> => new Map();
-  const runs = { shm: perSize(), shmWorker: perSize(), tcp: perSize(), gloo: perSize(), mpiShm: perSize(), mpiTcp: perSize() };
+  const runs = { shm: perSize(), shmSync: perSize(), shmWorker: perSize(), tcp: perSize(), gloo: perSize(), mpiShm: perSize(), mpiTcp: perSize() };
   const glooAlgo = new Map<number, Map<string, number>>();
   const add = (m: Map<number, number[]>, size: number, us: number): void => void (m.get(size) ?? m.set(size, []).get(size)!).push(us);
   for (let round = 0; round < ROUNDS; round++) {
     for (const p of await addonSweep(true)) add(runs.shm, p.size, p.us);
+    for (const p of await addonSweep(true, { BENCH_SYNC: '1' })) add(runs.shmSync, p.size, p.us);
     // The same path with small calls always finished by the worker thread (docs/gloo.md,
     // "Small calls on the calling thread"), as before that existed.
     for (const p of await addonSweep(true, { NCCL_NODE_SHM_CALLER_SPIN_US: '0' })) add(runs.shmWorker, p.size, p.us);
@@ -146,19 +160,22 @@ async function main(): Promise<void> {
     // The algorithm that was fastest in most rounds.
     const algo = [...(glooAlgo.get(size) ?? new Map<string, number>())].sort((a, b) => b[1] - a[1])[0]?.[0] ?? null;
     return {
-      size, shmUs: s, shmRange: range(runs.shm.get(size)!), shmWorkerUs: med(runs.shmWorker, size), tcpUs: t,
+      size, shmUs: s, shmRange: range(runs.shm.get(size)!), shmSyncUs: med(runs.shmSync, size),
+      shmSyncRange: range(runs.shmSync.get(size)!), shmWorkerUs: med(runs.shmWorker, size), tcpUs: t,
       glooBestUs: g, glooBestAlgo: algo,
       shmBusGBs: Number(bus(size, s).toFixed(3)), tcpBusGBs: Number(bus(size, t).toFixed(3)),
       glooBusGBs: g ? Number(bus(size, g).toFixed(3)) : null,
       tcpOverShm: Number((t / s).toFixed(2)), glooOverShm: g ? Number((g / s).toFixed(2)) : null,
       mpiShmUs: m, mpiShmRange: runs.mpiShm.has(size) ? range(runs.mpiShm.get(size)!) : null, mpiTcpUs: med(runs.mpiTcp, size),
       shmOverMpiShm: m ? Number((s / m).toFixed(2)) : null,
+      shmSyncOverMpiShm: m ? Number((med(runs.shmSync, size)! / m).toFixed(2)) : null,
     };
   });
   const cols = Object.keys(rows[0]!) as (keyof (typeof rows)[number])[];
   const pad = (v: unknown): string => String(v ?? '-').padStart(13);
   console.log(`# all-reduce float32 sum, ${RANKS} ranks on one host, in place; median microseconds per awaited call, median of ${ROUNDS} round(s)`);
   console.log('# shm: NCCL_NODE_SHM=1 (shared memory), tcp: NCCL_NODE_SHM=0 (Gloo TCP loopback), glooBest: raw Gloo from C++, fastest algorithm');
+  console.log('# shmSync: the same calls through the blocking allReduceSync() (no promise, no await)');
   console.log('# shmWorker: the same with NCCL_NODE_SHM_CALLER_SPIN_US=0 (every call finished by the worker thread)');
   console.log('# mpiShm / mpiTcp: Open MPI MPI_Allreduce from C++ over vader (shared memory) / tcp (loopback); ranges: min-max over rounds');
   console.log(`# ${cols.map(pad).join(' ')}`);

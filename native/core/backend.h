@@ -36,6 +36,10 @@ class Backend {
     run(op);
     return false;
   }
+  // Whether launch() runs every collective to completion on the thread that calls it
+  // (the default launch() does), so a blocking call (Engine::runSync) can run one on
+  // the JS thread. False for a backend that keeps operations in flight.
+  virtual bool blocking() const { return false; }
   using Completion = std::function<void(Op&)>;
   void setCompletion(Completion c) { complete_ = std::move(c); }
 

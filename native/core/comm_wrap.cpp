@@ -72,6 +72,7 @@ Napi::Function CommWrap::Init(Napi::Env env) {
   return DefineClass(env, "NativeComm",
                      {
                          InstanceMethod<&CommWrap::Submit>("submit"),
+                         InstanceMethod<&CommWrap::SubmitSync>("submitSync"),
                          InstanceMethod<&CommWrap::Reject>("reject"),
                          InstanceMethod<&CommWrap::Shrink>("shrink"),
                          InstanceMethod<&CommWrap::Abort>("abort"),
@@ -156,31 +157,85 @@ Napi::Value CommWrap::Reject(const Napi::CallbackInfo& info) {
   return guard(env, [&]() -> Napi::Value {
     if (engine_->destroyed() || engine_->aborted()) return env.Undefined();
     const auto kind = static_cast<OpKind>(intArg(info, 0, "kind", 0, kNumOpKinds - 1));
-    auto p = std::make_unique<Pending>();
-    p->op = std::make_unique<Op>();
-    Op& op = *p->op;
-    op.kind = kind;
-    op.rejected = true;
-    op.rejectCode = codeFromName(info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "");
-    op.rejectReason = info[2].IsString() ? info[2].As<Napi::String>().Utf8Value() : "rejected";
-    op.root = info[3].IsNumber() ? info[3].As<Napi::Number>().Int32Value() : -1;
-    op.timeout = std::chrono::milliseconds(intArg(info, 4, "timeoutMs", 1, INT32_MAX));
-    if (kind == OpKind::Send || kind == OpKind::Recv) {
-      // Without a valid peer there is nobody to tell.
-      if (op.root < 0 || op.root >= size_ || op.root == rank_) return env.Undefined();
-      op.p2pIndex = engine_->nextP2P(kind == OpKind::Send, op.root);
-    } else {
-      op.root = -1;
-      op.seq = engine_->nextSeq();
-    }
-    p->owner = Napi::Persistent(Value());
-    engine_->submitRejected(env, std::move(p));
+    const Code code = codeFromName(info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "");
+    const std::string reason = info[2].IsString() ? info[2].As<Napi::String>().Utf8Value() : "rejected";
+    const int root = info[3].IsNumber() ? info[3].As<Napi::Number>().Int32Value() : -1;
+    queueRejected(env, kind, code, reason, root, std::chrono::milliseconds(intArg(info, 4, "timeoutMs", 1, INT32_MAX)));
     return env.Undefined();
   });
 }
 
-Napi::Value CommWrap::submit(const Napi::CallbackInfo& info, OpKind kind) {
+void CommWrap::queueRejected(Napi::Env env, OpKind kind, Code code, const std::string& reason, int root,
+                             std::chrono::milliseconds timeout) {
+  auto p = std::make_unique<Pending>();
+  p->op = std::make_unique<Op>();
+  Op& op = *p->op;
+  op.kind = kind;
+  op.rejected = true;
+  op.rejectCode = code;
+  op.rejectReason = reason;
+  op.root = root;
+  op.timeout = timeout;
+  if (kind == OpKind::Send || kind == OpKind::Recv) {
+    // Without a valid peer there is nobody to tell.
+    if (op.root < 0 || op.root >= size_ || op.root == rank_) return;
+  } else {
+    op.root = -1;
+  }
+  sequence(op);
+  p->owner = Napi::Persistent(Value());
+  engine_->submitRejected(env, std::move(p));
+}
+
+// submitSync(kind, dtype, redop, send, recv, count, root, timeoutMs): a collective run
+// to completion on this thread, after the calls of this communicator before it, which
+// blocks until every rank has joined it or its timeout passes; returns undefined or
+// throws its failure. For host memory on a backend whose operations complete where
+// they are launched (Gloo). A call refused here (those conditions, bad arguments)
+// leaves a stand-in in the sequence, as reject() does, so the other ranks fail the
+// same call.
+Napi::Value CommWrap::SubmitSync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const auto kind = static_cast<OpKind>(intArg(info, 0, "kind", 0, kNumOpKinds - 1));
+    const auto timeout = std::chrono::milliseconds(intArg(info, 7, "timeoutMs", 1, INT32_MAX));
+    std::unique_ptr<Pending> p;
+    try {
+      if (kind == OpKind::Send || kind == OpKind::Recv || kind == OpKind::Split) {
+        throw Error(Code::InvalidArgument, "a blocking call is a collective, not send, recv or split");
+      }
+      if (!engine_->destroyed() && !engine_->aborted()) {
+        if (!engine_->blocking()) {
+          throw Error(Code::Unavailable, "the " + engine_->backendName() +
+                                             " backend does not run blocking calls (its operations complete "
+                                             "on the device); await the non-blocking call instead");
+        }
+      }
+      bool hasSend = false, ownRecv = false;
+      p = build(info, kind, &hasSend, &ownRecv);
+      if (p->op->send.mem != MemKind::Host || p->op->recv.mem != MemKind::Host) {
+        throw Error(Code::InvalidArgument, "a blocking call takes host memory, received a device buffer");
+      }
+    } catch (const Error& e) {
+      std::ostringstream s;
+      s << opKindName(kind) << " on rank " << rank_ << " of " << size_ << ": " << e.what();
+      if (e.code() != Code::CommDestroyed && e.code() != Code::CommAborted) {
+        queueRejected(env, kind, e.code(), s.str(), info[6].IsNumber() ? info[6].As<Napi::Number>().Int32Value() : -1,
+                      timeout);
+      }
+      throw Error(e.code(), s.str());
+    }
+    sequence(*p->op);
+    // Nothing can detach or free the buffers while this thread is held: no references.
+    engine_->runSync(std::move(p));
+    return env.Undefined();
+  });
+}
+
+// The op submit() and submitSync() describe, every argument checked; not yet in the
+// communicator's sequence (sequence()).
+std::unique_ptr<Pending> CommWrap::build(const Napi::CallbackInfo& info, OpKind kind, bool* hasSendOut,
+                                         bool* ownRecvOut) {
   {
     const char* call = opKindName(kind);
     if (engine_->destroyed()) {
@@ -264,11 +319,28 @@ Napi::Value CommWrap::submit(const Napi::CallbackInfo& info, OpKind kind) {
     if ((kind == OpKind::Send || kind == OpKind::Recv) && (op.root < 0 || op.root == rank_)) {
       throw Error(Code::InvalidArgument, "peer must be another rank");
     }
-    if (kind == OpKind::Send || kind == OpKind::Recv) {
-      op.p2pIndex = engine_->nextP2P(kind == OpKind::Send, op.root);
-    } else {
-      op.seq = engine_->nextSeq();
-    }
+    *hasSendOut = hasSend;
+    *ownRecvOut = ownRecv;
+    return p;
+  }
+}
+
+// Its place in the sequence every rank counts alike.
+void CommWrap::sequence(Op& op) {
+  if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
+    op.p2pIndex = engine_->nextP2P(op.kind == OpKind::Send, op.root);
+  } else {
+    op.seq = engine_->nextSeq();
+  }
+}
+
+Napi::Value CommWrap::submit(const Napi::CallbackInfo& info, OpKind kind) {
+  Napi::Env env = info.Env();
+  {
+    bool hasSend = false, ownRecv = false;
+    auto p = build(info, kind, &hasSend, &ownRecv);
+    Op& op = *p->op;
+    sequence(op);
     p->deferred.emplace(Napi::Promise::Deferred::New(env));
     // An op completed before this returns needs no references: the caller's arguments
     // keep the buffers and this communicator alive, and nothing can detach them

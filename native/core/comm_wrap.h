@@ -26,6 +26,11 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
  private:
   Napi::Value Submit(const Napi::CallbackInfo& info);
   Napi::Value submit(const Napi::CallbackInfo& info, OpKind kind);
+  Napi::Value SubmitSync(const Napi::CallbackInfo& info);
+  std::unique_ptr<Pending> build(const Napi::CallbackInfo& info, OpKind kind, bool* hasSend, bool* ownRecv);
+  void sequence(Op& op);
+  void queueRejected(Napi::Env env, OpKind kind, Code code, const std::string& reason, int root,
+                     std::chrono::milliseconds timeout);
   void pin(const Napi::CallbackInfo& info, Pending& p, bool hasSend, bool ownRecv);
   Napi::Value Reject(const Napi::CallbackInfo& info);
   Napi::Value Shrink(const Napi::CallbackInfo& info);

@@ -66,6 +66,45 @@ Napi::Promise Engine::runOnCaller(Napi::Env env, std::unique_ptr<Pending> p, con
   return promise;
 }
 
+void Engine::runSync(std::unique_ptr<Pending> p) {
+  Op& op = *p->op;
+  op.enqueued = std::chrono::steady_clock::now();
+  op.owner = p.get();
+  {
+    // Earlier calls still queued or running go first, as on every rank; their promises
+    // settle after this returns (their results are in place by then). Each has its own
+    // deadline, so this wait ends. The worker is then idle and leaves the backend alone.
+    std::unique_lock<std::mutex> lock(mu_);
+    syncWaiting_ = true;
+    idle_.wait(lock, [this] { return queue_.empty() && !busy_ && concurrent_ == 0; });
+    syncWaiting_ = false;
+  }
+  // The prepost and the bounded poll first (a shared-memory round's fast path), then
+  // the backend's own wait, on this thread, for as long as the op's timeout allows.
+  bool done = false;
+  if (!aborted_ && !destroyed_ && !backend_->broken() && backend_->prepost(op)) {
+    op.started = std::chrono::steady_clock::now();
+    done = backend_->finishOnCaller(op);
+    if (done) {
+      op.finished = std::chrono::steady_clock::now();
+      if (op.failed) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (firstFailure_.empty()) firstFailure_ = op.errorMessage;
+      }
+    }
+  }
+  if (!done && execute(*p)) {
+    // blocking() backends never keep an op in flight; one that did would own p now.
+    p.release();
+    throw Error(Code::Backend, "the backend kept a blocking call in flight");
+  }
+  if (!op.failed) return;
+  std::ostringstream s;
+  s << opKindName(op.kind) << " failed on rank " << rank_ << " of " << size_ << " (collective #" << op.seq
+    << "): " << op.errorMessage;
+  throw Error(op.errorCode, s.str());
+}
+
 void Engine::submitRejected(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>* pin) {
   p->op->enqueued = std::chrono::steady_clock::now();
   p->op->owner = p.get();
@@ -164,6 +203,7 @@ void Engine::loop() {
       {
         std::lock_guard<std::mutex> lock(mu_);
         busy_ = false;
+        ++concurrent_;  // in the same step, so a blocking call never sees the op in neither
       }
       runConcurrently(p);
       continue;
@@ -172,6 +212,7 @@ void Engine::loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
+      if (syncWaiting_) idle_.notify_all();
     }
     if (later) continue;
     const bool last = p->destroy;
@@ -183,11 +224,8 @@ void Engine::loop() {
   finished_ = true;
 }
 
+// concurrent_ already counts p (loop()).
 void Engine::runConcurrently(Pending* p) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++concurrent_;
-  }
   std::thread([this, p] {
     execute(*p);
     tsfn_.BlockingCall(p);

@@ -52,6 +52,11 @@ class Engine {
   // keeps it in flight after all: then pin(p) takes the references that keep its
   // communicator and buffers alive until it settles on the worker.
   Napi::Promise runOnCaller(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>& pin);
+  // A blocking call: runs p on this thread, after whatever of this communicator is
+  // queued or running, and returns when it completed, throwing its failure. The caller
+  // has checked blocking(); the op is in the sequence.
+  void runSync(std::unique_ptr<Pending> p);
+  bool blocking() const { return backend_ && backend_->blocking(); }
   // Queues the stand-in of a call this rank rejected (Op::rejected); nothing to await.
   void submitRejected(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>* pin = nullptr);
   void abort(Napi::Env env);
@@ -91,7 +96,8 @@ class Engine {
   std::thread worker_;
   std::mutex mu_;
   std::condition_variable cv_;    // the worker: an op queued, or stop_
-  std::condition_variable idle_;  // concurrent_ dropped to 0
+  std::condition_variable idle_;  // concurrent_ dropped to 0, or the worker went idle for runSync
+  bool syncWaiting_ = false;      // under mu_: runSync waits for the worker to go idle
   std::deque<Pending*> queue_;
   bool stop_ = false;
   bool busy_ = false;  // under mu_: the worker is running an operation

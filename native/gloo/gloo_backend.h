@@ -62,6 +62,7 @@ class GlooBackend : public Backend {
   void finish() override;
   bool broken() const override { return broken_.load(); }
   bool concurrent(const Op& op) const override { return op.kind == OpKind::Send || op.kind == OpKind::Recv; }
+  bool blocking() const override { return true; }
   bool sharesRejections() const override { return true; }
   bool prepost(Op& op) override;
   bool finishOnCaller(Op& op) override;

@@ -154,6 +154,59 @@ export class Communicator {
   }
 
   /**
+   * allReduce that blocks: returns when every rank has contributed, with the result
+   * in `options.out` (returned) or in `buf` (returned). For small host arrays (a loss,
+   * a norm, a stop flag) where an awaited call's promise and thread hand-offs cost
+   * more than the exchange itself: within a host, over shared memory, the call runs
+   * on this thread with no promise and no hand-off (bench/shm/sync.ts).
+   *
+   * Host arrays on a Gloo communicator only (NCCL's operations complete on the
+   * device: ERR_UNAVAILABLE). Calls issued before it and still in flight run first,
+   * as on every rank; their Works settle after this returns, their results already
+   * in place. A refused call (bad arguments) still tells the other ranks, which fail
+   * the same call. The event loop waits with the call, up to `timeoutMs` when a peer
+   * is late (plus what runs before it): timers, heartbeats and signal handlers too.
+   * Failures throw as allReduce()'s reject, without the failure's explanation from
+   * the rendezvous store, which would need the event loop.
+   */
+  allReduceSync<B extends HostArray>(buf: B, options?: AllReduceOptions<B>): B {
+    const s = this.#guard('allReduce', -1, () => {
+      const o = options ? parse(allReduceSchema, options, this.#where('allReduce')) : {};
+      if (!ArrayBuffer.isView(buf)) {
+        throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${this.#where('allReduce')}: allReduceSync takes a host array, received a device buffer`);
+      }
+      const dtype = dtypeOf(buf, o.dtype, this.#where('allReduce'));
+      const count = lengthOf(buf, dtype);
+      const out = o.out as B | undefined;
+      if (out !== undefined) this.#expectLength('allReduce', 'out', out, dtype, count, 'the input length');
+      this.#checkOpen('allReduce');
+      if (!this.#native.submitSync) {
+        throw new NcclNodeError('ERR_UNAVAILABLE', `${this.#where('allReduce')}: this communicator has no blocking calls`);
+      }
+      return { send: buf, recv: out ?? buf, count, dtype, op: o.op, timeoutMs: o.timeoutMs };
+    });
+    const record = flightRecord(this.#native);
+    const entry = record.begin('allReduce', s.count, s.dtype, -1);
+    const bytes = collectiveBytes('allReduce', s.count, s.dtype, this.size);
+    const started = collectiveStarted();
+    try {
+      // A refusal from here on (the backend, the memory) is the native side's: it
+      // leaves the stand-in that tells the other ranks itself.
+      this.#native.submitSync!(
+        OpKind.allReduce, DTYPE_CODE[s.dtype], REDUCE_OP_CODE[s.op ?? 'sum'], s.send, s.recv, s.count, -1,
+        s.timeoutMs ?? this.timeoutMs,
+      );
+    } catch (err) {
+      record.failed(entry, err);
+      collectiveEnded(this, 'allReduce', bytes, started, false);
+      throw err;
+    }
+    record.completed(entry);
+    collectiveEnded(this, 'allReduce', bytes, started, true);
+    return s.recv;
+  }
+
+  /**
    * @internal allReduce / reduceScatter as a sum of `scalar` * each rank's input,
    * the scalar carried with the op (comm/nccl/group.ts: allReducePreMulSum, reduceScatterPreMulSum).
    */
@@ -567,7 +620,7 @@ export class Communicator {
     return this.#submit(call, { send: buf, recv: buf, count: lengthOf(buf, dtype), dtype, root: peer, timeoutMs: o.timeoutMs });
   }
 
-  #start(call: OpName, s: Submission): Promise<NativeComm | null | undefined> {
+  #checkOpen(call: OpName): void {
     if (this.#closed === 'destroyed') {
       throw new NcclNodeError('ERR_COMM_DESTROYED', `${this.#where(call)}: the communicator was destroyed`);
     }
@@ -575,6 +628,10 @@ export class Communicator {
       const why = this.#abortReason ? ` (${this.#abortReason.message})` : '';
       throw new NcclNodeError('ERR_COMM_ABORTED', `${this.#where(call)}: the communicator was aborted${why}`);
     }
+  }
+
+  #start(call: OpName, s: Submission): Promise<NativeComm | null | undefined> {
+    this.#checkOpen(call);
     const done = this.#native.submit(
       OpKind[call],
       DTYPE_CODE[s.dtype],

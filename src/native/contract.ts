@@ -68,6 +68,22 @@ export interface NativeComm {
     group?: number,
   ): Promise<NativeComm | null | undefined>;
   /**
+   * submit()'s collective run to completion on the calling thread (blocking), after
+   * the calls queued before it; throws its failure. Host memory, a backend whose
+   * operations complete where launched (Gloo); a refusal queues the stand-in
+   * reject() would. Absent: no blocking calls.
+   */
+  submitSync?(
+    kind: number,
+    dtype: number,
+    redop: number,
+    send: NativeBuffer | undefined,
+    recv: NativeBuffer | undefined,
+    count: number,
+    rootOrPeer: number,
+    timeoutMs: number,
+  ): void;
+  /**
    * This rank refused a call locally (bad arguments): queues a stand-in that tells
    * the other ranks, so they fail the same operation and later calls line up.
    */
