@@ -6,7 +6,8 @@
  *   {pid, seq, closed: true} once the rank destroyed its communicators, so a rank that
  *   goes on without them is not taken for hung. A native collective blocks only its
  *   own thread, so the timer keeps beating while the rank waits in one: the heartbeat
- *   says the process is alive (a SIGSTOPped or frozen process stops beating).
+ *   says the process is alive (a SIGSTOPped or frozen process stops beating). A
+ *   blocking call (allReduceSync) holds the JS thread and the timer with it.
  * - `nccl-node/fatal/<rank>`: JSON {pid, message}, written before the rank dies of an
  *   uncaught exception; the launcher names it in the failure.
  * - `nccl-node/failed` (src/launch/join.ts): the launchers' failure record. The rank
