@@ -181,7 +181,8 @@ export class Communicator {
       if (out !== undefined) this.#expectLength('allReduce', 'out', out, dtype, count, 'the input length');
       this.#checkOpen('allReduce');
       if (!this.#native.submitSync) {
-        throw new NcclNodeError('ERR_UNAVAILABLE', `${this.#where('allReduce')}: this communicator has no blocking calls`);
+        throw new NcclNodeError('ERR_UNAVAILABLE', `${this.#where('allReduce')}: the ${this.#native.backend} backend does not run ` +
+          'blocking calls (its operations complete on the device); await allReduce() instead');
       }
       return { send: buf, recv: out ?? buf, count, dtype, op: o.op, timeoutMs: o.timeoutMs };
     });

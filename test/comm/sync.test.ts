@@ -1,4 +1,7 @@
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { root, standinEnv } from '../gpu/helpers.js';
 import { describeRanks, runRanks } from '../helpers/ranks.js';
 
 // The blocking allReduceSync(): the results of the reference every rank computes,
@@ -59,5 +62,41 @@ describe.each([
     expect(t.codes).toEqual(['ERR_TIMEOUT']);
     expect(t.heldMs).toBeGreaterThanOrEqual(450);
     expect(t.heldMs).toBeLessThan(2500);
+  }, 60_000);
+});
+
+describe('allReduceSync where it cannot run', () => {
+  /** Runs a TS snippet against src/index.ts with `env` in a child process; returns its JSON output. */
+  function snippet(code: string, env: Record<string, string>): any {
+    const script = `import * as nn from ${JSON.stringify(join(root, 'src/index.ts'))};\n` +
+      `const out = await (async () => { ${code} })();\nconsole.log(JSON.stringify(out));`;
+    const r = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      env: { ...process.env, ...env }, encoding: 'utf8', timeout: 60_000,
+    });
+    if (r.status !== 0) throw new Error(`child failed (${r.status}): ${r.stderr}`);
+    return JSON.parse(r.stdout.trim().split('\n').pop()!);
+  }
+  const attempt = `(f) => { try { f(); return 'returned'; } catch (e) { return e.code + ': ' + e.message; } }`;
+
+  it('NCCL: ERR_UNAVAILABLE, and the communicator goes on; Gloo with a device buffer: ERR_INVALID_ARGUMENT', () => {
+    const out = snippet(`
+      const attempt = ${attempt};
+      const nccl = await nn.init({ backend: 'nccl', rank: 0, worldSize: 1, token: 't' });
+      const onNccl = attempt(() => nccl.allReduceSync(new Float32Array(4)));
+      const d = await nn.DeviceBuffer.from(new Float32Array([1, 2]));
+      await nccl.allReduce(d);
+      const after = Array.from(await d.toHost());
+      await nccl.destroy();
+      const gloo = await nn.init({ backend: 'gloo', rank: 0, worldSize: 1, token: 't' });
+      const onDevice = attempt(() => gloo.allReduceSync(d));
+      const one = Array.from(gloo.allReduceSync(new Int32Array([5, -6]), { op: 'max' }));
+      await gloo.destroy();
+      const destroyed = attempt(() => gloo.allReduceSync(new Int32Array(1)));
+      return { onNccl, after, onDevice, one, destroyed };`, standinEnv());
+    expect(out.onNccl).toMatch(/^ERR_UNAVAILABLE: allReduce on rank 0 of 1: the nccl backend does not run blocking calls/);
+    expect(out.after).toEqual([1, 2]);
+    expect(out.onDevice).toMatch(/^ERR_INVALID_ARGUMENT: .*allReduceSync takes a host array, received a device buffer/);
+    expect(out.one).toEqual([5, -6]);
+    expect(out.destroyed).toMatch(/^ERR_COMM_DESTROYED/);
   }, 60_000);
 });
