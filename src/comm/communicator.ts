@@ -158,7 +158,7 @@ export class Communicator {
    * in `options.out` (returned) or in `buf` (returned). For small host arrays (a loss,
    * a norm, a stop flag) where an awaited call's promise and thread hand-offs cost
    * more than the exchange itself: within a host, over shared memory, the call runs
-   * on this thread with no promise and no hand-off (bench/shm/sync.ts).
+   * on this thread with no promise and no hand-off (bench/shm/allreduce.ts, docs/gloo.md).
    *
    * Host arrays on a Gloo communicator only (NCCL's operations complete on the
    * device: ERR_UNAVAILABLE). Calls issued before it and still in flight run first,
