@@ -60,9 +60,9 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
 }
 
 // glooAlgoStats() -> {meshAllReduces, meshTwoRoundAllReduces, meshAllGathers, meshReduceScatters,
-// legacyAllReduces, legacyAllGathers, legacyReduceScatters, tcpRingCalls}: calls of
-// this process that took the mesh round, one of Gloo's legacy classes or the
-// backend's own ring (gloo_tuning.h).
+// legacyAllReduces, legacyAllGathers, legacyReduceScatters, tcpRingCalls, glooAllGathers}:
+// calls of this process that took the mesh round, one of Gloo's legacy classes, the
+// backend's own ring or gloo::allgather (gloo_tuning.h).
 Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto& s = glooAlgoStats();
@@ -74,6 +74,7 @@ Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   o.Set("legacyAllReduces", static_cast<double>(s.legacyAllReduces.load()));
   o.Set("tcpRingCalls", static_cast<double>(s.tcpRingCalls.load()));
   o.Set("legacyAllGathers", static_cast<double>(s.legacyAllGathers.load()));
+  o.Set("glooAllGathers", static_cast<double>(s.glooAllGathers.load()));
   o.Set("legacyReduceScatters", static_cast<double>(s.legacyReduceScatters.load()));
   return o;
 }

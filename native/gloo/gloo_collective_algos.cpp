@@ -134,6 +134,7 @@ void GlooBackend::allGather(Op& op) {
     case 4: run(uint32_t{}); break;
     default: run(uint64_t{}); break;
   }
+  glooAlgoStats().glooAllGathers++;
 }
 
 bool GlooBackend::legacyReduceScatter(Op& op) {

@@ -291,6 +291,8 @@ export interface GlooAlgoStats {
   legacyReduceScatters: number;
   /** All-reduces, all-gathers and reduce-scatters on the backend's own TCP ring. */
   tcpRingCalls: number;
+  /** All-gathers through Gloo's gloo::allgather (one rank alone, large gathers, or a tuning file's `gloo`). */
+  glooAllGathers: number;
 }
 
 export interface GlooShmStats {

@@ -6,7 +6,8 @@ import { DTYPES, REDUCE_OPS } from '../../src/index.js';
 import { describeRanks, runRanks } from '../helpers/ranks.js';
 
 // The all-gather and reduce-scatter algorithms the CPU backend can choose (Gloo's legacy
-// classes, the mesh round, the backend's own TCP ring), each
+// classes, the mesh round, the backend's own TCP ring, gloo::allgather and the
+// all-to-all reduce-scatter), each
 // forced at every size through an NCCL_NODE_GLOO_TUNING table, at 2, 3 (not a power
 // of two: halving-doubling takes its uneven path) and 4 ranks, on odd counts, against
 // test/helpers/reference.ts; the native counters show the forced path ran.
@@ -18,6 +19,8 @@ const TABLES = {
   mesh: { allgather: 'mesh', reducescatter: 'mesh', sizes: [1, 5, 1031, 4099], large: [70001, 20011] },
   // The own ring at every size: 1 element leaves ranks with empty blocks.
   'tcp-ring': { allgather: 'tcp-ring', reducescatter: 'tcp-ring', sizes: [1, 5, 1031, 4099] },
+  // Gloo's new-style all-gather (built in from 32 MiB gathered) and the all-to-all reduce-scatter.
+  gloo: { allgather: 'gloo', reducescatter: 'alltoall', sizes: [1, 5, 1031, 4099] },
 } as const;
 
 type Row = {
@@ -51,6 +54,9 @@ describe.each(Object.keys(TABLES) as (keyof typeof TABLES)[])('all-gather and re
       if (name === 'tcp-ring') {
         expect(s.tcpRingCalls).toBe(done.gathers! + done.allScatters!);
         expect(s.meshAllGathers! + s.legacyAllGathers! + s.legacyReduceScatters!).toBe(0);
+      } else if (name === 'gloo') {
+        expect(s.glooAllGathers).toBe(done.gathers);
+        expect(s.meshAllGathers! + s.meshReduceScatters! + s.tcpRingCalls! + s.legacyAllGathers! + s.legacyReduceScatters!).toBe(0);
       } else if (name === 'legacy') {
         expect(s.legacyAllGathers).toBe(done.gathers);
         expect(s.legacyReduceScatters).toBe(done.scatters);
@@ -99,6 +105,38 @@ describe('legacy classes as the last calls, then destroy at once', () => {
       }
     }
   }, 150_000);
+});
+
+// The built-in all-gather beyond the round: the own TCP ring, and gloo::allgather from
+// 32 MiB gathered (native/gloo/gloo_tuning.cpp, kGlooAllGatherBytes), with no tuning file.
+describe('built-in all-gather beyond the round', () => {
+  const run = async (size: number, count: number) => {
+    const results = await runRanks('test/fixtures/gloo-legacy-teardown.ts', size, {
+      args: ['allGather', String(count)], env: { NCCL_NODE_SHM: '0' }, timeoutMs: 60_000,
+    });
+    return results.map((r) => {
+      const rows = r.reports as Record<string, any>[];
+      const where = `rank ${r.rank}: ${JSON.stringify(rows.find((x) => x.failed))}`;
+      // Rank r contributes r + 1: the gathered output starts with 1 and ends with size.
+      expect(rows.filter((x) => x.dtype).map((x) => [x.first, x.last]), where).toEqual([[1, size], [1, size]]);
+      expect(r.code, where).toBe(0);
+      return rows.find((x) => x.legacy)!.legacy as Record<string, number>;
+    });
+  };
+  // float32 and float64, both gathering 32 MiB or more.
+  it.each([[2, 4194304], [4, 2097152]])('%i ranks, %i elements per rank: both calls through gloo::allgather', async (size, count) => {
+    for (const s of await run(size, count)) {
+      expect(s.glooAllGathers).toBe(2);
+      expect(s.tcpRingCalls! + s.legacyAllGathers! + s.meshAllGathers!).toBe(0);
+    }
+  }, 90_000);
+  // 2097151 elements at 2 ranks: 16 MiB - 8 B and 32 MiB - 16 B gathered, both under it.
+  it('2 ranks, 2097151 elements per rank: both calls on the own ring', async () => {
+    for (const s of await run(2, 2097151)) {
+      expect(s.tcpRingCalls).toBe(2);
+      expect(s.glooAllGathers! + s.legacyAllGathers! + s.meshAllGathers!).toBe(0);
+    }
+  }, 60_000);
 });
 
 // The built-in all-reduce beyond the mesh round (up to 4 MiB at 2 ranks, 64 KiB at 3-8):
