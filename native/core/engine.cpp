@@ -71,12 +71,15 @@ void Engine::runSync(std::unique_ptr<Pending> p) {
   op.enqueued = std::chrono::steady_clock::now();
   op.owner = p.get();
   {
-    // Earlier calls still queued or running go first, as on every rank; their promises
-    // settle after this returns (their results are in place by then). Each has its own
-    // deadline, so this wait ends. The worker is then idle and leaves the backend alone.
+    // Earlier calls still queued or running on the worker go first, as on every rank;
+    // their promises settle after this returns (their results are in place by then).
+    // Each has its own deadline, so this wait ends. The worker is then idle and leaves
+    // the backend alone. Point-to-point calls on threads of their own keep running, as
+    // they do beside the worker's next collective: one may wait for a peer's send that
+    // comes only after that peer's part of this call.
     std::unique_lock<std::mutex> lock(mu_);
     syncWaiting_ = true;
-    idle_.wait(lock, [this] { return queue_.empty() && !busy_ && concurrent_ == 0; });
+    idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
     syncWaiting_ = false;
   }
   // The prepost and the bounded poll first (a shared-memory round's fast path), then
@@ -203,7 +206,7 @@ void Engine::loop() {
       {
         std::lock_guard<std::mutex> lock(mu_);
         busy_ = false;
-        ++concurrent_;  // in the same step, so a blocking call never sees the op in neither
+        if (syncWaiting_) idle_.notify_all();
       }
       runConcurrently(p);
       continue;
@@ -224,8 +227,11 @@ void Engine::loop() {
   finished_ = true;
 }
 
-// concurrent_ already counts p (loop()).
 void Engine::runConcurrently(Pending* p) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++concurrent_;
+  }
   std::thread([this, p] {
     execute(*p);
     tsfn_.BlockingCall(p);

@@ -96,7 +96,7 @@ class Engine {
   std::thread worker_;
   std::mutex mu_;
   std::condition_variable cv_;    // the worker: an op queued, or stop_
-  std::condition_variable idle_;  // concurrent_ dropped to 0, or the worker went idle for runSync
+  std::condition_variable idle_;  // concurrent_ dropped to 0, or the worker went idle (runSync)
   bool syncWaiting_ = false;      // under mu_: runSync waits for the worker to go idle
   std::deque<Pending*> queue_;
   bool stop_ = false;

@@ -40,14 +40,17 @@ describe.each([
     expect(new Set(ranks.map((rows) => phase(rows, 'record').entries![0]!.seq)).size).toBe(1);
   }, 120_000);
 
-  it('calls in flight run first; a call refused on one rank fails the same call on the others', async () => {
-    const ranks = await run(2, 'queued,refused', shm);
+  it('calls in flight run first, a recv in flight does not hold it; a call refused on one rank fails the same call on the others', async () => {
+    const ranks = await run(2, 'queued,p2p,refused', shm);
     for (const rows of ranks) {
       const q = phase(rows, 'queued');
       expect(q.failures).toEqual([]);
       expect(q.inFlightBefore).toBe(2);
       expect(q.settledAfter).toBe(2);
       expect(q.inFlight).toBe(0);
+      // A recv posted before a blocking call and matched by a send after it on the peer.
+      expect(phase(rows, 'p2p').failures).toEqual([]);
+      expect(phase(rows, 'p2p').heldMs).toBeLessThan(5000);
       const r = phase(rows, 'refused');
       expect(r.codes).toEqual(['ERR_SIZE_MISMATCH']);
       expect(r.after).toBe('');
