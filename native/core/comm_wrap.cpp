@@ -140,10 +140,7 @@ Napi::Value CommWrap::Submit(const Napi::CallbackInfo& info) {
     try {
       return submit(info, kind);
     } catch (const Error& e) {
-      // Every refusal names the call and the rank, as the JS layer's own do.
-      std::ostringstream s;
-      s << opKindName(kind) << " on rank " << rank_ << " of " << size_ << ": " << e.what();
-      throw Error(e.code(), s.str());
+      throw Error(e.code(), refusal(kind, e));
     }
   });
 }
@@ -163,6 +160,13 @@ Napi::Value CommWrap::Reject(const Napi::CallbackInfo& info) {
     queueRejected(env, kind, code, reason, root, std::chrono::milliseconds(intArg(info, 4, "timeoutMs", 1, INT32_MAX)));
     return env.Undefined();
   });
+}
+
+// Every refusal names the call and the rank, as the JS layer's own do.
+std::string CommWrap::refusal(OpKind kind, const Error& e) const {
+  std::ostringstream s;
+  s << opKindName(kind) << " on rank " << rank_ << " of " << size_ << ": " << e.what();
+  return s.str();
 }
 
 void CommWrap::queueRejected(Napi::Env env, OpKind kind, Code code, const std::string& reason, int root,
@@ -217,13 +221,12 @@ Napi::Value CommWrap::SubmitSync(const Napi::CallbackInfo& info) {
         throw Error(Code::InvalidArgument, "a blocking call takes host memory, received a device buffer");
       }
     } catch (const Error& e) {
-      std::ostringstream s;
-      s << opKindName(kind) << " on rank " << rank_ << " of " << size_ << ": " << e.what();
+      const std::string why = refusal(kind, e);
       if (e.code() != Code::CommDestroyed && e.code() != Code::CommAborted) {
-        queueRejected(env, kind, e.code(), s.str(), info[6].IsNumber() ? info[6].As<Napi::Number>().Int32Value() : -1,
+        queueRejected(env, kind, e.code(), why, info[6].IsNumber() ? info[6].As<Napi::Number>().Int32Value() : -1,
                       timeout);
       }
-      throw Error(e.code(), s.str());
+      throw Error(e.code(), why);
     }
     sequence(*p->op);
     // Nothing can detach or free the buffers while this thread is held: no references.

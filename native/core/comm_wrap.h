@@ -29,6 +29,7 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
   Napi::Value SubmitSync(const Napi::CallbackInfo& info);
   std::unique_ptr<Pending> build(const Napi::CallbackInfo& info, OpKind kind, bool* hasSend, bool* ownRecv);
   void sequence(Op& op);
+  std::string refusal(OpKind kind, const Error& e) const;
   void queueRejected(Napi::Env env, OpKind kind, Code code, const std::string& reason, int root,
                      std::chrono::milliseconds timeout);
   void pin(const Napi::CallbackInfo& info, Pending& p, bool hasSend, bool ownRecv);

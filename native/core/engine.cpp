@@ -84,18 +84,7 @@ void Engine::runSync(std::unique_ptr<Pending> p) {
   }
   // The prepost and the bounded poll first (a shared-memory round's fast path), then
   // the backend's own wait, on this thread, for as long as the op's timeout allows.
-  bool done = false;
-  if (!aborted_ && !destroyed_ && !backend_->broken() && backend_->prepost(op)) {
-    op.started = std::chrono::steady_clock::now();
-    done = backend_->finishOnCaller(op);
-    if (done) {
-      op.finished = std::chrono::steady_clock::now();
-      if (op.failed) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (firstFailure_.empty()) firstFailure_ = op.errorMessage;
-      }
-    }
-  }
+  const bool done = !aborted_ && !destroyed_ && !backend_->broken() && backend_->prepost(op) && finishHere(op);
   if (!done && execute(*p)) {
     // blocking() backends never keep an op in flight; one that did would own p now.
     p.release();
@@ -106,6 +95,18 @@ void Engine::runSync(std::unique_ptr<Pending> p) {
   s << opKindName(op.kind) << " failed on rank " << rank_ << " of " << size_ << " (collective #" << op.seq
     << "): " << op.errorMessage;
   throw Error(op.errorCode, s.str());
+}
+
+// After prepost(): the backend's bounded attempt to complete op on this thread.
+bool Engine::finishHere(Op& op) {
+  op.started = std::chrono::steady_clock::now();
+  if (!backend_->finishOnCaller(op)) return false;
+  op.finished = std::chrono::steady_clock::now();
+  if (op.failed && !op.rejected) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (firstFailure_.empty()) firstFailure_ = op.errorMessage;
+  }
+  return true;
 }
 
 void Engine::submitRejected(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>* pin) {
@@ -134,13 +135,7 @@ void Engine::submitRejected(Napi::Env env, std::unique_ptr<Pending> p, const std
     // The queue is still empty and the worker idle (only this thread queues), so
     // the op may finish here, outside the lock, and be settled in issue order.
     Op& op = *p->op;
-    op.started = std::chrono::steady_clock::now();
-    if (backend_->finishOnCaller(op)) {
-      op.finished = std::chrono::steady_clock::now();
-      if (op.failed && !op.rejected) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (firstFailure_.empty()) firstFailure_ = op.errorMessage;
-      }
+    if (finishHere(op)) {
       settleOnJs(env, p.release());
       return;
     }

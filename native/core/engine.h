@@ -81,6 +81,8 @@ class Engine {
   void loop();
   // Returns true when the backend completes the op later (completeLater).
   bool execute(Pending& p);
+  // JS thread, after the backend preposted op: whether it completed op here.
+  bool finishHere(Op& op);
   void completeLater(Op& op);
   void leaveConcurrent();
   void runConcurrently(Pending* p);
