@@ -66,11 +66,12 @@ Fingerprint fingerprintOf(const Op& op) {
   return f;
 }
 
-void checkAgreement(const Op& op, const std::vector<Fingerprint>& all, int myRank, bool strict,
+void checkAgreement(const Op& op, const Fingerprint* all, int size, int myRank, bool strict,
                     const std::function<std::string(int)>& reasonOf) {
+  const size_t n = static_cast<size_t>(size);
   if (op.rejected) throw Error(op.rejectCode, op.rejectReason);
   // The lowest rejecting rank, so that every rank names the same one.
-  for (size_t r = 0; r < all.size(); ++r) {
+  for (size_t r = 0; r < n; ++r) {
     if (all[r].rejected == 0) continue;
     const int code = all[r].rejected - 1;
     std::ostringstream s;
@@ -79,7 +80,7 @@ void checkAgreement(const Op& op, const std::vector<Fingerprint>& all, int myRan
     throw Error(codeFromNumber(code), s.str());
   }
   const Fingerprint mine = fingerprintOf(op);
-  for (size_t r = 0; r < all.size(); ++r) {
+  for (size_t r = 0; r < n; ++r) {
     const Fingerprint& f = all[r];
     const bool layout = f.seq == mine.seq && f.bytes == mine.bytes && f.kind == mine.kind && f.root == mine.root &&
                         perPeer(f) == perPeer(mine);

@@ -36,7 +36,8 @@ Fingerprint fingerprintOf(const Op& op);
 // only what decides how many bytes move where (sequence, call, byte count, root),
 // so that no rank ever receives more than it posted for, but a same-sized call
 // with another dtype or reduction op goes through.
-void checkAgreement(const Op& op, const std::vector<Fingerprint>& all, int myRank, bool strict,
+// `all` holds `size` fingerprints, rank order.
+void checkAgreement(const Op& op, const Fingerprint* all, int size, int myRank, bool strict,
                     const std::function<std::string(int)>& reasonOf);
 
 // allToAll with per-peer counts: `all` holds every rank's sendCounts then

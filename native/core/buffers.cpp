@@ -82,11 +82,23 @@ std::shared_ptr<v8::BackingStore> storeOf(v8::Local<v8::Value> buffer, const cha
   return store;
 }
 
+// The memory of an ArrayBuffer or SharedArrayBuffer (as a Value) without a reference
+// to it, for a call that ends before JavaScript runs again (see viewOf).
+void* dataOf(v8::Local<v8::Value> buffer, const char* what) {
+  if (buffer->IsSharedArrayBuffer()) return buffer.As<v8::SharedArrayBuffer>()->Data();
+  auto ab = buffer.As<v8::ArrayBuffer>();
+  if (ab->WasDetached()) {
+    throw Error(Code::InvalidArgument, std::string(what) + ": its ArrayBuffer is detached (it was transferred); "
+                                       "expected memory with its contents, received a detached buffer of 0 bytes");
+  }
+  return ab->Data();
+}
+
 }  // namespace
 
 void setDeviceMemoryRecognizer(DeviceMemoryRecognizer recognize) { deviceRecognizer.store(recognize); }
 
-BufferView viewOf(const Napi::Value& value, const char* what) {
+BufferView viewOf(const Napi::Value& value, const char* what, bool hold) {
   BufferView v;
   v8::Local<v8::Value> local = toV8(value);
   // Host arrays first: asking the device recognizer (type tags, unwrapping) about every
@@ -96,15 +108,24 @@ BufferView viewOf(const Napi::Value& value, const char* what) {
   if (local->IsArrayBufferView()) {
     auto view = local.As<v8::ArrayBufferView>();
     v8::Local<v8::Value> buffer = view->Buffer();
+    if (!hold) {
+      v.data = static_cast<uint8_t*>(dataOf(buffer, what)) + view->ByteOffset();
+      v.bytes = view->ByteLength();
+      return v;
+    }
     auto store = storeOf(buffer, what);
     v.data = static_cast<uint8_t*>(store->Data()) + view->ByteOffset();
     v.bytes = view->ByteLength();
     v.keep = std::move(store);
   } else if (local->IsArrayBuffer() || local->IsSharedArrayBuffer()) {
-    auto store = storeOf(local, what);
-    v.data = store->Data();
     v.bytes = local->IsSharedArrayBuffer() ? local.As<v8::SharedArrayBuffer>()->ByteLength()
                                            : local.As<v8::ArrayBuffer>()->ByteLength();
+    if (!hold) {
+      v.data = dataOf(local, what);
+      return v;
+    }
+    auto store = storeOf(local, what);
+    v.data = store->Data();
     v.keep = std::move(store);
   } else {
     throw Error(Code::InvalidArgument,

@@ -17,8 +17,11 @@ void setDeviceMemoryRecognizer(DeviceMemoryRecognizer recognize);
 
 // Throws Error(InvalidArgument) naming `what` for anything else, for a detached
 // ArrayBuffer and for a resizable one. A host view holds the memory's backing
-// store (BufferView::keep) so that it outlives a detach; see buffers.cpp.
-BufferView viewOf(const Napi::Value& value, const char* what);
+// store (BufferView::keep) so that it outlives a detach; see buffers.cpp. With hold
+// false it holds nothing (and takes a resizable buffer at its current length): for a
+// call that is over before JavaScript runs again, which then can neither detach nor
+// resize the memory.
+BufferView viewOf(const Napi::Value& value, const char* what, bool hold = true);
 
 // viewOf, for calls that only take host memory (copies, file I/O).
 BufferView hostViewOf(const Napi::Value& value, const char* what);

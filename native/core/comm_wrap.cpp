@@ -216,7 +216,7 @@ Napi::Value CommWrap::SubmitSync(const Napi::CallbackInfo& info) {
         }
       }
       bool hasSend = false, ownRecv = false;
-      p = build(info, kind, &hasSend, &ownRecv);
+      p = build(info, kind, &hasSend, &ownRecv, false);
       if (p->op->send.mem != MemKind::Host || p->op->recv.mem != MemKind::Host) {
         throw Error(Code::InvalidArgument, "a blocking call takes host memory, received a device buffer");
       }
@@ -238,7 +238,7 @@ Napi::Value CommWrap::SubmitSync(const Napi::CallbackInfo& info) {
 // The op submit() and submitSync() describe, every argument checked; not yet in the
 // communicator's sequence (sequence()).
 std::unique_ptr<Pending> CommWrap::build(const Napi::CallbackInfo& info, OpKind kind, bool* hasSendOut,
-                                         bool* ownRecvOut) {
+                                         bool* ownRecvOut, bool hold) {
   {
     const char* call = opKindName(kind);
     if (engine_->destroyed()) {
@@ -281,9 +281,9 @@ std::unique_ptr<Pending> CommWrap::build(const Napi::CallbackInfo& info, OpKind 
     const bool hasSend = !info[3].IsUndefined() && !info[3].IsNull();
     const bool hasRecv = !info[4].IsUndefined() && !info[4].IsNull();
     const bool ownRecv = hasRecv && !(hasSend && info[4].StrictEquals(info[3]));
-    if (hasSend) op.send = viewOf(info[3], kind == OpKind::Send || kind == OpKind::Recv ? "buffer" : "send buffer");
+    if (hasSend) op.send = viewOf(info[3], kind == OpKind::Send || kind == OpKind::Recv ? "buffer" : "send buffer", hold);
     if (ownRecv) {
-      op.recv = viewOf(info[4], kind == OpKind::Send || kind == OpKind::Recv ? "buffer" : "receive buffer");
+      op.recv = viewOf(info[4], kind == OpKind::Send || kind == OpKind::Recv ? "buffer" : "receive buffer", hold);
     } else if (hasRecv) {
       op.recv = op.send;
     }

@@ -27,7 +27,10 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
   Napi::Value Submit(const Napi::CallbackInfo& info);
   Napi::Value submit(const Napi::CallbackInfo& info, OpKind kind);
   Napi::Value SubmitSync(const Napi::CallbackInfo& info);
-  std::unique_ptr<Pending> build(const Napi::CallbackInfo& info, OpKind kind, bool* hasSend, bool* ownRecv);
+  // hold: the host views keep their memory (BufferView::keep); a blocking call, over
+  // before JavaScript runs again, needs no reference.
+  std::unique_ptr<Pending> build(const Napi::CallbackInfo& info, OpKind kind, bool* hasSend, bool* ownRecv,
+                                 bool hold = true);
   void sequence(Op& op);
   std::string refusal(OpKind kind, const Error& e) const;
   void queueRejected(Napi::Env env, OpKind kind, Code code, const std::string& reason, int root,

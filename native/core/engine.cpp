@@ -68,7 +68,6 @@ Napi::Promise Engine::runOnCaller(Napi::Env env, std::unique_ptr<Pending> p, con
 
 void Engine::runSync(std::unique_ptr<Pending> p) {
   Op& op = *p->op;
-  op.enqueued = std::chrono::steady_clock::now();
   op.owner = p.get();
   {
     // Earlier calls still queued or running on the worker go first, as on every rank;
@@ -99,9 +98,7 @@ void Engine::runSync(std::unique_ptr<Pending> p) {
 
 // After prepost(): the backend's bounded attempt to complete op on this thread.
 bool Engine::finishHere(Op& op) {
-  op.started = std::chrono::steady_clock::now();
   if (!backend_->finishOnCaller(op)) return false;
-  op.finished = std::chrono::steady_clock::now();
   if (op.failed && !op.rejected) {
     std::lock_guard<std::mutex> lock(mu_);
     if (firstFailure_.empty()) firstFailure_ = op.errorMessage;
@@ -243,7 +240,6 @@ void Engine::leaveConcurrent() {
 
 // Called by the backend's own thread for an op launch() kept in flight.
 void Engine::completeLater(Op& op) {
-  op.finished = std::chrono::steady_clock::now();
   if (op.failed && !op.rejected) {
     std::lock_guard<std::mutex> lock(mu_);
     if (firstFailure_.empty()) firstFailure_ = op.errorMessage;
@@ -254,7 +250,6 @@ void Engine::completeLater(Op& op) {
 
 bool Engine::execute(Pending& p) {
   Op& op = *p.op;
-  op.started = std::chrono::steady_clock::now();
   try {
     if (p.destroy) {
       // Everything queued before has run; wait for point-to-point stragglers.
@@ -312,7 +307,6 @@ bool Engine::execute(Pending& p) {
     std::lock_guard<std::mutex> lock(mu_);
     if (firstFailure_.empty()) firstFailure_ = op.errorMessage;
   }
-  op.finished = std::chrono::steady_clock::now();
   return false;
 }
 

@@ -95,7 +95,8 @@ struct Op {
   Code errorCode = Code::Backend;
   std::string errorMessage;
   std::unique_ptr<Backend> splitResult;  // Split: the new backend, or null for no color
-  std::chrono::steady_clock::time_point enqueued, started, finished;
+  // When it was submitted, for the NCCL flight recorder (a blocking call leaves it unset).
+  std::chrono::steady_clock::time_point enqueued;
 
   void fail(Code code, std::string message) {
     failed = true;

@@ -176,7 +176,7 @@ bool GlooBackend::agree(const Op& op) {
   mesh_->wait(op.timeout);
   std::vector<Fingerprint> all(cfg_.size);
   for (int r = 0; r < cfg_.size; ++r) std::memcpy(&all[r], mesh_->from(r), sizeof(Fingerprint));
-  checkAgreement(op, all, cfg_.rank, checking(), [this](int r) {
+  checkAgreement(op, all.data(), cfg_.size, cfg_.rank, checking(), [this](int r) {
     const char* text = reinterpret_cast<const char*>(mesh_->from(r)) + sizeof(Fingerprint);
     return std::string(text, strnlen(text, mesh_->cap() - sizeof(Fingerprint)));
   });

@@ -260,9 +260,16 @@ bool GlooBackend::shmRoundCompletes(const Op& op) const { return op.kind == OpKi
 // Every rank's message is in: the verdict, then a small all-reduce's result.
 void GlooBackend::shmRead(const Op& op, const shm::Reader& from) {
   const size_t cap = shmRoundCap();
-  std::vector<Fingerprint> all(cfg_.size);
+  // On the stack for the usual few ranks of a host: this runs once per call.
+  Fingerprint few[8];
+  std::vector<Fingerprint> many;
+  Fingerprint* all = few;
+  if (cfg_.size > 8) {
+    many.resize(static_cast<size_t>(cfg_.size));
+    all = many.data();
+  }
   for (int r = 0; r < cfg_.size; ++r) std::memcpy(&all[r], from(r), sizeof(Fingerprint));
-  checkAgreement(op, all, cfg_.rank, checking(), [&](int r) {
+  checkAgreement(op, all, cfg_.size, cfg_.rank, checking(), [&](int r) {
     const char* text = reinterpret_cast<const char*>(from(r)) + sizeof(Fingerprint);
     return std::string(text, strnlen(text, cap));
   });

@@ -115,12 +115,16 @@ uint64_t tryPost(HostGroup& g, const void* head, size_t headBytes, const void* b
 
 bool arrivedWithin(const HostGroup& g, uint64_t step, std::chrono::nanoseconds spin, const std::atomic<bool>* abort) {
   const Segment& seg = *g.seg;
-  const auto until = std::chrono::steady_clock::now() + spin;
+  // The clock is read from the 32nd poll on, every 32 polls (a poll is a few loads of
+  // shared lines, a clock read about as long as 20): peers that are already in, or in
+  // within those polls, cost no clock read at all. The bound counts from that first read.
+  std::chrono::steady_clock::time_point until{};
   for (unsigned i = 1;; ++i) {
     if (allReached(seg, g.localRank, &RankCtl::posted, step)) return true;
-    // The clock and the flags every 32 polls: a poll is a few loads of shared lines.
-    if ((i & 31) == 0 && (std::chrono::steady_clock::now() > until || seg.poisoned() || (abort && abort->load()))) {
-      return false;
+    if ((i & 31) == 0) {
+      const auto now = std::chrono::steady_clock::now();
+      if (i == 32) until = now + spin;
+      if (now >= until || seg.poisoned() || (abort && abort->load())) return false;
     }
     cpuRelax();
   }
@@ -131,8 +135,11 @@ void finish(HostGroup& g, uint64_t step, std::chrono::milliseconds timeout, cons
   Segment& seg = *g.seg;
   const int b = static_cast<int>(step & 1);
   RankCtl& mine = seg.ctl(g.localRank);
-  Waiter w(seg, g.localRank, std::chrono::steady_clock::now() + timeout, abort, timeout);
-  w.all(&RankCtl::posted, step);
+  // After arrivedWithin() every rank is in: no deadline (a clock read) to set up.
+  if (!allReached(seg, g.localRank, &RankCtl::posted, step)) {
+    Waiter w(seg, g.localRank, std::chrono::steady_clock::now() + timeout, abort, timeout);
+    w.all(&RankCtl::posted, step);
+  }
   try {
     use([&](int r) -> const uint8_t* { return seg.slot(r, b); });
   } catch (...) {

@@ -38,6 +38,7 @@ import {
 import { Work } from './work.js';
 import { registerBuffer, registerPinned, type Registration, type RegisterOptions } from './nccl/register.js';
 import type { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
+import { performance } from 'node:perf_hooks';
 import { collectiveBytes, collectiveEnded, collectiveStarted } from '../metrics/collectives.js';
 import { flightRecord, recordOp, type FlightRecord } from './flight-record.js';
 
@@ -106,6 +107,8 @@ export class Communicator {
   #pending = new Set<Work<unknown>>();
   /** " on rank R of N", made once: every call names itself with it. */
   readonly #onRank: string;
+  /** flightRecord(#native), looked up on first use (a split names its child's record first). */
+  #record: FlightRecord | undefined;
 
   constructor(init: CommunicatorInit) {
     this.#native = init.native;
@@ -129,7 +132,7 @@ export class Communicator {
 
   /** The last operations of this communicator (src/comm/flight-record.ts). */
   get flightRecord(): FlightRecord {
-    return flightRecord(this.#native);
+    return (this.#record ??= flightRecord(this.#native));
   }
 
   /** 'ok', or why the communicator can no longer be used. */
@@ -186,10 +189,10 @@ export class Communicator {
       }
       return { send: buf, recv: out ?? buf, count, dtype, op: o.op, timeoutMs: o.timeoutMs };
     });
-    const record = flightRecord(this.#native);
-    const entry = record.begin('allReduce', s.count, s.dtype, -1);
-    const bytes = collectiveBytes('allReduce', s.count, s.dtype, this.size);
+    const record = this.flightRecord;
     const started = collectiveStarted();
+    const entry = record.begin('allReduce', s.count, s.dtype, -1, started);
+    const bytes = collectiveBytes('allReduce', s.count, s.dtype, this.size);
     try {
       // A refusal from here on (the backend, the memory) is the native side's: it
       // leaves the stand-in that tells the other ranks itself.
@@ -198,12 +201,14 @@ export class Communicator {
         s.timeoutMs ?? this.timeoutMs,
       );
     } catch (err) {
-      record.failed(entry, err);
-      collectiveEnded(this, 'allReduce', bytes, started, false);
+      const ended = performance.now();
+      record.failed(entry, err, ended);
+      collectiveEnded(this, 'allReduce', bytes, started, false, ended);
       throw err;
     }
-    record.completed(entry);
-    collectiveEnded(this, 'allReduce', bytes, started, true);
+    const ended = performance.now();
+    record.completed(entry, ended);
+    collectiveEnded(this, 'allReduce', bytes, started, true, ended);
     return s.recv;
   }
 
@@ -535,7 +540,7 @@ export class Communicator {
       if (!this.#closed && code !== 'ERR_COMM_DESTROYED' && code !== 'ERR_COMM_ABORTED') {
         const message = err instanceof Error ? err.message : String(err);
         try {
-          if (this.#native.reject) flightRecord(this.#native).refused(call);
+          if (this.#native.reject) this.flightRecord.refused(call);
           this.#native.reject?.(OpKind[call], code, message, Number.isInteger(peer) ? peer : -1, this.timeoutMs);
         } catch {
           // The communicator went away under us: nobody left to tell.
@@ -659,21 +664,23 @@ export class Communicator {
     // The flight record, the metrics, the failure's explanation and the Work in one
     // callback on the native promise: each callback is a promise reaction and a
     // microtask per call.
-    const record = flightRecord(this.#native);
-    const entry = record.begin(call, s.count, s.dtype, s.root ?? -1);
-    const bytes = collectiveBytes(call, s.count, s.dtype, this.size);
+    const record = this.flightRecord;
     const submitted = collectiveStarted();
+    const entry = record.begin(call, s.count, s.dtype, s.root ?? -1, submitted);
+    const bytes = collectiveBytes(call, s.count, s.dtype, this.size);
     const explain = this.#explain;
     const work = new Work(undefined, call, this, callSite);
     native.then(
       () => {
-        record.completed(entry);
-        collectiveEnded(this, call, bytes, submitted, true);
+        const ended = performance.now();
+        record.completed(entry, ended);
+        collectiveEnded(this, call, bytes, submitted, true, ended);
         work._resolve();
       },
       (err: unknown) => {
-        record.failed(entry, err);
-        collectiveEnded(this, call, bytes, submitted, false);
+        const ended = performance.now();
+        record.failed(entry, err, ended);
+        collectiveEnded(this, call, bytes, submitted, false, ended);
         if (explain === undefined) work._reject(err);
         else explain(err).then((why) => work._reject(why), (why: unknown) => work._reject(why));
       },

@@ -59,8 +59,11 @@ export interface TraceFile {
   communicators: CommTrace[];
 }
 
+/** Wall-clock microseconds of a performance.now() reading. */
+export const wallUs = (perfMs: number): number => Math.round((performance.timeOrigin + perfMs) * 1000);
+
 /** Wall-clock microseconds. */
-export const nowUs = (): number => Math.round((performance.timeOrigin + performance.now()) * 1000);
+export const nowUs = (): number => wallUs(performance.now());
 
 function capacity(): number {
   const raw = process.env.NCCL_NODE_FLIGHT_RECORDER_SIZE;
@@ -87,37 +90,42 @@ export class FlightRecord {
     return e;
   }
 
-  /** Records a submitted operation whose end the caller reports: completed() or failed(). */
-  begin(op: string, count: number, dtype: string, peer: number): TraceEntry {
-    return this.#add(op, count, dtype, peer, op === 'send' || op === 'recv');
+  /**
+   * Records a submitted operation whose end the caller reports: completed() or failed().
+   * `atMs`: when, as performance.now() read it (a caller that reads the clock anyway
+   * hands its reading over: a clock read costs about as much as the rest of this).
+   */
+  begin(op: string, count: number, dtype: string, peer: number, atMs = performance.now()): TraceEntry {
+    return this.#add(op, count, dtype, peer, op === 'send' || op === 'recv', atMs);
   }
 
-  completed(e: TraceEntry): void {
-    this.#end(e, 'completed');
+  completed(e: TraceEntry, atMs = performance.now()): void {
+    this.#end(e, 'completed', atMs);
   }
 
-  failed(e: TraceEntry, err: unknown): void {
+  failed(e: TraceEntry, err: unknown, atMs = performance.now()): void {
     const code = (err as { code?: string } | null)?.code;
-    this.#end(e, code === 'ERR_TIMEOUT' ? 'timeout' : code === 'ERR_COMM_ABORTED' ? 'aborted' : 'failed');
+    this.#end(e, code === 'ERR_TIMEOUT' ? 'timeout' : code === 'ERR_COMM_ABORTED' ? 'aborted' : 'failed', atMs);
     if (code === 'ERR_TIMEOUT') timedOut(`${e.op} #${e.seq} on rank ${this.rank} of ${this.size} timed out`);
   }
 
   /** A call this rank refused: it still took its sequence number (and failed at once). */
   refused(op: string): void {
     if (op === 'send' || op === 'recv') return;
-    this.#end(this.#add(op, 0, '', -1, false), 'failed');
+    const now = performance.now();
+    this.#end(this.#add(op, 0, '', -1, false, now), 'failed', now);
   }
 
-  #add(op: string, count: number, dtype: string, peer: number, p2p: boolean): TraceEntry {
+  #add(op: string, count: number, dtype: string, peer: number, p2p: boolean, atMs: number): TraceEntry {
     const seq = p2p ? -1 : this.#seq++;
     if (!p2p) this.lastEnqueuedSeq = seq;
-    const e: TraceEntry = { id: this.#next++, seq, op, count, dtype, peer, state: 'scheduled', enqueuedUs: nowUs(), startedUs: 0, endedUs: 0 };
+    const e: TraceEntry = { id: this.#next++, seq, op, count, dtype, peer, state: 'scheduled', enqueuedUs: wallUs(atMs), startedUs: 0, endedUs: 0 };
     if (this.#capacity > 0) this.#ring[e.id % this.#capacity] = e;
     return e;
   }
 
-  #end(e: TraceEntry, state: OpState): void {
-    e.endedUs = nowUs();
+  #end(e: TraceEntry, state: OpState, atMs: number): void {
+    e.endedUs = wallUs(atMs);
     e.startedUs = Math.max(e.enqueuedUs, Math.min(this.#lastEnd, e.endedUs));
     e.state = state;
     this.#lastEnd = e.endedUs;

@@ -36,10 +36,11 @@ export function collectiveStarted(): number {
 
 /**
  * One operation of `comm` settled: `submitted` from collectiveStarted(), `bytes` from
- * collectiveBytes(); a failure counts no bytes and no time.
+ * collectiveBytes(), `end` a performance.now() reading of when; a failure counts no
+ * bytes and no time.
  */
-export function collectiveEnded(comm: object, kind: string, bytes: number, submitted: number, ok: boolean): void {
-  const end = performance.now();
+export function collectiveEnded(comm: object, kind: string, bytes: number, submitted: number, ok: boolean,
+  end = performance.now()): void {
   if (!ok) {
     lastEnd.set(comm, end);
     return;

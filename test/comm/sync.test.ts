@@ -8,7 +8,8 @@ import { describeRanks, runRanks } from '../helpers/ranks.js';
 // over shared memory and over TCP; a refusal on one rank fails the same call on the
 // others (no rank waits for a call that will not come) and later calls line up.
 type Row = { phase?: string; inFlightBefore?: number; settledAfter?: number; calls?: number; failures?: string[]; codes?: string[]; messages?: string[]; after?: string | number[];
-  inFlight?: number; entries?: { op: string; state: string; seq: number; count: number }[]; counted?: number; heldMs?: number };
+  inFlight?: number; entries?: { op: string; state: string; seq: number; count: number }[]; counted?: number; heldMs?: number;
+  resizable?: (string | boolean)[]; shared?: (string | boolean)[]; detached?: string; awaitedResizable?: string };
 
 async function run(size: number, phases: string, shm: boolean): Promise<Row[][]> {
   const results = await runRanks('test/fixtures/sync-allreduce.ts', size, { args: [phases], env: { NCCL_NODE_SHM: shm ? '1' : '0' }, timeoutMs: 90_000 });
@@ -57,6 +58,18 @@ describe.each([
     }
     // Rank 1's call was fine: it ran, and learnt rank 0's reason from the round.
     expect(phase(ranks[1]!, 'refused').messages![0]).toMatch(/rank 0 rejected its allReduce .*out/);
+  }, 60_000);
+
+  it('takes resizable (at their length) and shared memory, refuses a detached buffer; the awaited call refuses resizable memory', async () => {
+    const ranks = await run(2, 'memory', shm);
+    for (const rows of ranks) {
+      const m = phase(rows, 'memory') as Row;
+      expect(m.resizable).toEqual(['returned', ...Array(6).fill(true)]);
+      expect(m.shared).toEqual(['returned', ...Array(5).fill(true)]);
+      expect(m.detached).toMatch(/^ERR_INVALID_ARGUMENT: .*detached/);
+      expect(m.awaitedResizable).toMatch(/^ERR_INVALID_ARGUMENT: .*resizable/);
+      expect(m.after).toBe('');
+    }
   }, 60_000);
 
   it('a peer that never calls: ERR_TIMEOUT after the call\'s timeout, not a hang', async () => {
