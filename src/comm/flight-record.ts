@@ -59,8 +59,11 @@ export interface TraceFile {
   communicators: CommTrace[];
 }
 
+// Read once: it never changes within a process, and the getter is a call into Node.
+const TIME_ORIGIN_MS = performance.timeOrigin;
+
 /** Wall-clock microseconds of a performance.now() reading. */
-export const wallUs = (perfMs: number): number => Math.round((performance.timeOrigin + perfMs) * 1000);
+export const wallUs = (perfMs: number): number => Math.round((TIME_ORIGIN_MS + perfMs) * 1000);
 
 /** Wall-clock microseconds. */
 export const nowUs = (): number => wallUs(performance.now());
