@@ -256,6 +256,13 @@ void GlooBackend::run(Op& op) {
     }
     const size_t width = elementSize(op.dtype);
     const bool inPlace = op.send.data == op.recv.data;
+    if (cfg_.size == 1 && op.kind != OpKind::Send && op.kind != OpKind::Recv) {
+      // One rank: every collective's result is its input (an average divides by one), so
+      // a copy or nothing; Gloo's one-rank paths build options, buffers and a reduction
+      // per call to the same end. Counts were checked against both buffers (CommWrap).
+      if (!inPlace && op.kind != OpKind::Barrier) std::memmove(op.recv.data, op.send.data, op.count * width);
+      return;
+    }
     switch (op.kind) {
       case OpKind::AllReduce:
         if (usesShm(op)) {
