@@ -288,10 +288,15 @@ void GlooBackend::shmRead(const Op& op, const shm::Reader& from) {
 // completes it. A verdict (a mismatched or refused call) leaves the group usable; a
 // lost or silent peer does not.
 void GlooBackend::shmFinish(const Op& op, uint64_t step) {
-  bool verdict = false;
-  auto use = [&](const shm::Reader& from) {
-    verdict = true;  // every message arrived: what follows is the same on every rank
-    shmRead(op, from);
+  // One pointer captured: std::function keeps it without allocating (this runs per call).
+  struct Round {
+    GlooBackend* self;
+    const Op& op;
+    bool verdict;
+  } round{this, op, false};
+  auto use = [r = &round](const shm::Reader& from) {
+    r->verdict = true;  // every message arrived: what follows is the same on every rank
+    r->self->shmRead(r->op, from);
   };
   try {
     if (step != 0) {
@@ -301,7 +306,7 @@ void GlooBackend::shmFinish(const Op& op, uint64_t step) {
       shm::exchange(*shm_, &m.head, sizeof m.head, m.body(), m.bodyBytes, op.timeout, &aborted_, use);
     }
   } catch (...) {
-    if (!verdict) shmFailed();
+    if (!round.verdict) shmFailed();
     throw;
   }
 }
