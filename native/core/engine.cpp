@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "buffers.h"
+#include "held_beats.h"
 #include "js_errors.h"
 
 namespace ncclnode {
@@ -76,18 +77,25 @@ void Engine::runSync(std::unique_ptr<Pending> p) {
     // the backend alone. Point-to-point calls on threads of their own keep running, as
     // they do beside the worker's next collective: one may wait for a peer's send that
     // comes only after that peer's part of this call.
+    // While this thread waits, the rank's heartbeat comes from held_beats.h.
     std::unique_lock<std::mutex> lock(mu_);
     syncWaiting_ = true;
-    idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
+    if (!queue_.empty() || busy_) {
+      heldbeats::Hold held;
+      idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
+    }
     syncWaiting_ = false;
   }
   // The prepost and the bounded poll first (a shared-memory round's fast path), then
   // the backend's own wait, on this thread, for as long as the op's timeout allows.
   const bool done = !aborted_ && !destroyed_ && !backend_->broken() && backend_->prepost(op) && finishHere(op);
-  if (!done && execute(*p)) {
-    // blocking() backends never keep an op in flight; one that did would own p now.
-    p.release();
-    throw Error(Code::Backend, "the backend kept a blocking call in flight");
+  if (!done) {
+    heldbeats::Hold held;
+    if (execute(*p)) {
+      // blocking() backends never keep an op in flight; one that did would own p now.
+      p.release();
+      throw Error(Code::Backend, "the backend kept a blocking call in flight");
+    }
   }
   if (!op.failed) return;
   std::ostringstream s;

@@ -7,7 +7,10 @@
  *   goes on without them is not taken for hung. A native collective blocks only its
  *   own thread, so the timer keeps beating while the rank waits in one: the heartbeat
  *   says the process is alive (a SIGSTOPped or frozen process stops beating). A
- *   blocking call (allReduceSync) holds the JS thread and the timer with it.
+ *   blocking call (allReduceSync) holds the JS thread and the timer with it: while it
+ *   waits for its peers a native thread writes the key instead, {pid, seq, held: true}
+ *   (native/core/held_beats.h). JavaScript that holds the thread itself gets no such
+ *   cover: a rank stuck in its own code is still taken for hung.
  * - `nccl-node/fatal/<rank>`: JSON {pid, message}, written before the rank dies of an
  *   uncaught exception; the launcher names it in the failure.
  * - `nccl-node/failed` (src/launch/join.ts): the launchers' failure record. The rank
@@ -18,6 +21,7 @@
  */
 import { NcclNodeError } from '../errors.js';
 import { FAILED_KEY, parseFailure, type FailureRecord } from '../launch/join.js';
+import { binding } from '../native.js';
 import type { StoreClient } from '../rendezvous/client.js';
 import type { Communicator } from './communicator.js';
 
@@ -35,6 +39,8 @@ export interface Heartbeat {
   pid: number;
   seq: number;
   closed?: boolean;
+  /** Written by the native thread while a blocking call held the JS thread (its own seq). */
+  held?: boolean;
 }
 
 export interface FatalReport {
@@ -114,6 +120,7 @@ class Detection {
     this.beat();
     // Unref'd: heartbeats never keep a finished rank alive.
     this.timer = setInterval(() => this.beat(), intervalMs).unref();
+    binding().heldBeatsStart({ host: client.host, port: client.port, token: client.token, key: heartbeatKey(rank), pid: process.pid, intervalMs });
     process.on('uncaughtException', this.onUncaught);
     void this.watch();
   }
@@ -191,6 +198,7 @@ class Detection {
     if (this.stopped) return;
     this.stopped = true;
     clearInterval(this.timer);
+    binding().heldBeatsStop();
     process.off('uncaughtException', this.onUncaught);
     await this.ack;
     if (this.failure === undefined) await this.beat(true);

@@ -331,6 +331,15 @@ export interface Binding extends GpuBinding, IoBinding {
   verifiableCompareHost(actual: ArrayBufferView, expected: ArrayBufferView, dtype: number, op: number): number;
   napiVersion: number;
   /**
+   * Heartbeats from a native thread while a blocking call holds the JS thread
+   * (native/core/held_beats.h): `key` gets {pid, seq, held: true} every intervalMs.
+   * Starting again retargets; stop never waits.
+   */
+  heldBeatsStart(options: { host: string; port: number; token: string; key: string; pid: number; intervalMs: number }): void;
+  heldBeatsStop(): void;
+  /** Beats the native thread has written in this process. */
+  heldBeatsWritten(): number;
+  /**
    * Gives the addon the class it throws and rejects with: native code then builds
    * every error as `new ctor(code, message)`. src/native.ts calls it once per load.
    */

@@ -87,6 +87,11 @@ export class StoreClient {
     return this.target.port;
   }
 
+  /** The job token, for native code that opens its own connection (src/comm/heartbeat.ts). */
+  get token(): string {
+    return this.target.token;
+  }
+
   /**
    * This host's address on the connection to the store: an address the store's
    * host, and so most likely every peer, can reach (used for Gloo's listeners).
