@@ -39,3 +39,12 @@ if(MPI_CXX_FOUND)
   add_executable(mpi_collectives ${CMAKE_CURRENT_SOURCE_DIR}/bench/mpi_collectives.cpp)
   target_link_libraries(mpi_collectives PRIVATE MPI::MPI_CXX)
 endif()
+
+# bench/shm_round: the shared-memory round of a small blocking all-reduce from C++, with
+# no addon: the floor under allReduceSync() in bench/shm/allreduce.ts.
+add_executable(shm_round ${CMAKE_CURRENT_SOURCE_DIR}/bench/shm_round.cpp
+                         ${CMAKE_CURRENT_SOURCE_DIR}/native/shm/shm_collectives.cpp
+                         ${CMAKE_CURRENT_SOURCE_DIR}/native/shm/shm_segment.cpp
+                         ${CMAKE_CURRENT_SOURCE_DIR}/native/core/dtype.cpp
+                         ${CMAKE_CURRENT_SOURCE_DIR}/native/core/errors.cpp)
+target_link_libraries(shm_round PRIVATE Threads::Threads rt)

@@ -3,7 +3,8 @@
  * the default) against the same calls over Gloo's TCP on loopback (NCCL_NODE_SHM=0),
  * both through the addon from TypeScript, and against raw Gloo from C++ without
  * the addon (bench/gloo_algos.cpp: the fastest of its all-reduce algorithms per
- * size), and, where Open MPI is installed (build/mpi_collectives, cmake/bench.cmake),
+ * size), the blocking call's shared-memory round from C++ alone (build/shm_round: the floor
+ * under allReduceSync), and, where Open MPI is installed (build/mpi_collectives, cmake/bench.cmake),
  * Open MPI's MPI_Allreduce over its shared-memory transport (vader) and its TCP
  * transport on loopback, all measured by this script on the same machine. float32 sum, in place,
  * each call awaited before the next (shmSync: the blocking allReduceSync() instead);
@@ -128,11 +129,29 @@ async function mpi(btl: 'vader' | 'tcp'): Promise<Map<number, number>> {
   return out;
 }
 
+/**
+ * The shared-memory round of a small blocking call from C++ (bench/shm_round.cpp: the
+ * segment code alone, no addon, no JavaScript), up to the 32 KiB that round carries. Per
+ * size its median, or an empty map when the binary is missing.
+ */
+async function shmRound(): Promise<Map<number, number>> {
+  const out = new Map<number, number>();
+  const bin = join(ROOT, 'build/shm_round');
+  if (!existsSync(bin)) return out;
+  // Sub-microsecond rounds: many more calls than the addon's runs for a steady median.
+  const { stdout } = await promisify(execFile)(bin, [String(RANKS), String(ITERS * 50), String(bytesOf(MIN)), String(bytesOf(MAX))], { timeout: 600_000 });
+  for (const line of stdout.split('\n').filter((l) => l.startsWith('{'))) {
+    const r = JSON.parse(line) as { size: number; us: number };
+    out.set(r.size, r.us);
+  }
+  return out;
+}
+
 const range = (xs: number[]): string => (xs.length > 1 ? `${Math.min(...xs)}-${Math.max(...xs)}` : '-');
 
 async function main(): Promise<void> {
   const perSize = (): Map<number, number[]> => new Map();
-  const runs = { shm: perSize(), shmSync: perSize(), shmWorker: perSize(), tcp: perSize(), gloo: perSize(), mpiShm: perSize(), mpiTcp: perSize() };
+  const runs = { shm: perSize(), shmSync: perSize(), shmWorker: perSize(), tcp: perSize(), gloo: perSize(), mpiShm: perSize(), mpiTcp: perSize(), roundCpp: perSize() };
   const glooAlgo = new Map<number, Map<string, number>>();
   const add = (m: Map<number, number[]>, size: number, us: number): void => void (m.get(size) ?? m.set(size, []).get(size)!).push(us);
   for (let round = 0; round < ROUNDS; round++) {
@@ -149,6 +168,7 @@ async function main(): Promise<void> {
     }
     for (const [size, us] of await mpi('vader')) add(runs.mpiShm, size, us);
     for (const [size, us] of await mpi('tcp')) add(runs.mpiTcp, size, us);
+    for (const [size, us] of await shmRound()) add(runs.roundCpp, size, us);
   }
   const bus = (bytes: number, us: number): number => (bytes * (2 * (RANKS - 1)) / RANKS) / (us * 1e-6) / 1e9;
   const med = (m: Map<number, number[]>, size: number): number | null => (m.has(size) ? median(m.get(size)!) : null);
@@ -169,6 +189,8 @@ async function main(): Promise<void> {
       mpiShmUs: m, mpiShmRange: runs.mpiShm.has(size) ? range(runs.mpiShm.get(size)!) : null, mpiTcpUs: med(runs.mpiTcp, size),
       shmOverMpiShm: m ? Number((s / m).toFixed(2)) : null,
       shmSyncOverMpiShm: m ? Number((med(runs.shmSync, size)! / m).toFixed(2)) : null,
+      roundCppUs: med(runs.roundCpp, size), roundCppRange: runs.roundCpp.has(size) ? range(runs.roundCpp.get(size)!) : null,
+      roundCppOverMpiShm: m && runs.roundCpp.has(size) ? Number((med(runs.roundCpp, size)! / m).toFixed(2)) : null,
     };
   });
   const cols = Object.keys(rows[0]!) as (keyof (typeof rows)[number])[];
@@ -178,6 +200,7 @@ async function main(): Promise<void> {
   console.log('# shmSync: the same calls through the blocking allReduceSync() (no promise, no await)');
   console.log('# shmWorker: the same with NCCL_NODE_SHM_CALLER_SPIN_US=0 (every call finished by the worker thread)');
   console.log('# mpiShm / mpiTcp: Open MPI MPI_Allreduce from C++ over vader (shared memory) / tcp (loopback); ranges: min-max over rounds');
+  console.log('# roundCpp: the shared-memory round a small blocking call makes, from C++ without the addon (bench/shm_round.cpp), up to 32 KiB');
   console.log(`# ${cols.map(pad).join(' ')}`);
   for (const r of rows) console.log(`  ${cols.map((k) => pad(r[k])).join(' ')}`);
   const rounds = Object.fromEntries(Object.entries(runs).map(([k, m]) => [k, Object.fromEntries(m)]));

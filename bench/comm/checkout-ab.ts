@@ -1,0 +1,96 @@
+/**
+ * This checkout against another, whole (TypeScript layer and addon each), on 1 or more
+ * ranks of this host: every rank process loads both checkouts and holds a world
+ * communicator of each (two stores, two shared-memory segments), and the two take turns
+ * in blocks of calls, in the same order on every rank, so the host's fast and slow phases
+ * (bench/README.md) fall on both alike. Per block the time per call of a back-to-back
+ * loop of 8-byte float32 sums: blocking `allReduceSync` (sync) or awaited `allReduce`
+ * (awaited), on rank 0; per case the median over blocks, and this checkout's blocks as
+ * ratios to the other's block of the same round. A benchmark, not a test; table and JSON.
+ * The other checkout needs its own build (`git worktree add ../base <commit>`, node_modules
+ * linked from this one, `npx cmake-js compile --out build` there).
+ *
+ *   node --import tsx bench/comm/checkout-ab.ts --against ../base [--ranks 1,2]
+ *        [--modes sync,awaited] [--blocks 40] [--calls 20000] [--json out.json]
+ */
+import { writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { freePort } from '../../test/helpers/ranks.js';
+import { gang } from '../gang.js';
+import { median } from '../stats.js';
+
+interface Side {
+  rank: number;
+  allReduce(buf: Float32Array): PromiseLike<unknown>;
+  allReduceSync(buf: Float32Array): Float32Array;
+  destroy(): Promise<void>;
+}
+interface Row { ranks: number; mode: string; thisUs: number; againstUs: number; ratio: number; ratioRange: string; bestThisUs: number; bestAgainstUs: number }
+
+const THIS = fileURLToPath(new URL('../..', import.meta.url));
+
+if (process.env.CHECKOUT_AB_ROLE === 'rank') {
+  const calls = Number(process.env.CHECKOUT_AB_CALLS);
+  const blocks = Number(process.env.CHECKOUT_AB_BLOCKS);
+  const mode = process.env.CHECKOUT_AB_MODE!;
+  const open = async (root: string, port: string): Promise<Side> => {
+    process.env.MASTER_PORT = port;
+    const m = (await import(pathToFileURL(resolve(root, 'src/index.ts')).href)) as { init(o: object): Promise<Side> };
+    return m.init({ backend: 'gloo' });
+  };
+  // The other checkout first: each resolves its own addon from its own root.
+  const against = await open(process.env.CHECKOUT_AB_AGAINST!, process.env.CHECKOUT_AB_PORT_AGAINST!);
+  const mine = await open(THIS, process.env.CHECKOUT_AB_PORT_THIS!);
+  const buf = new Float32Array(2).fill(1);
+  const n = mode === 'sync' ? calls : Math.max(1, Math.floor(calls / 4));
+  const block = async (c: Side): Promise<number> => {
+    const t0 = performance.now();
+    if (mode === 'sync') for (let i = 0; i < n; i++) c.allReduceSync(buf);
+    else for (let i = 0; i < n; i++) await c.allReduce(buf);
+    return ((performance.now() - t0) * 1000) / n;
+  };
+  for (let i = 0; i < 3; i++) { await block(against); await block(mine); } // the JIT
+  const t = { this: [] as number[], against: [] as number[] };
+  for (let b = 0; b < blocks; b++) {
+    // Alternating which goes first, the same on every rank.
+    if (b % 2 === 0) { t.against.push(await block(against)); t.this.push(await block(mine)); }
+    else { t.this.push(await block(mine)); t.against.push(await block(against)); }
+  }
+  if (mine.rank === 0) process.stdout.write(`${JSON.stringify(t)}\n`);
+  await mine.destroy();
+  await against.destroy();
+} else {
+  const { values: a } = parseArgs({
+    options: {
+      against: { type: 'string' },
+      ranks: { type: 'string', default: '1,2' },
+      modes: { type: 'string', default: 'sync,awaited' },
+      blocks: { type: 'string', default: '40' },
+      calls: { type: 'string', default: '20000' },
+      json: { type: 'string' },
+    },
+  });
+  if (!a.against) throw new Error('--against <path of another checkout, built> is required');
+  const rows: Row[] = [];
+  for (const ranks of a.ranks!.split(',').map(Number)) {
+    for (const mode of a.modes!.split(',')) {
+      const [pThis, pAgainst] = [await freePort(), await freePort()];
+      const [t] = await gang<{ this: number[]; against: number[] }>(ranks, (rank) => [process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
+        ...process.env, CHECKOUT_AB_ROLE: 'rank', CHECKOUT_AB_MODE: mode, CHECKOUT_AB_CALLS: a.calls!, CHECKOUT_AB_BLOCKS: a.blocks!,
+        CHECKOUT_AB_AGAINST: resolve(a.against!), CHECKOUT_AB_PORT_THIS: String(pThis), CHECKOUT_AB_PORT_AGAINST: String(pAgainst),
+        RANK: String(rank), LOCAL_RANK: String(rank), WORLD_SIZE: String(ranks), MASTER_ADDR: '127.0.0.1', NCCL_NODE_TOKEN: 'checkout-ab',
+      }]);
+      const ratios = t!.this.map((x, i) => x / t!.against[i]!);
+      const r3 = (x: number): number => Number(x.toFixed(3));
+      rows.push({
+        ranks, mode, thisUs: r3(median(t!.this)), againstUs: r3(median(t!.against)), ratio: r3(median(ratios)),
+        ratioRange: `${r3(Math.min(...ratios))}-${r3(Math.max(...ratios))}`, bestThisUs: r3(Math.min(...t!.this)), bestAgainstUs: r3(Math.min(...t!.against)),
+      });
+    }
+  }
+  console.log(`# 8-byte float32 sum, this checkout (${THIS}) against ${resolve(a.against!)}: µs per call on rank 0, median over ${a.blocks} blocks`);
+  console.table(rows);
+  if (a.json) writeFileSync(a.json, `${JSON.stringify({ bench: 'checkout-ab', against: a.against, blocks: Number(a.blocks), calls: Number(a.calls), node: process.version, rows }, null, 1)}\n`);
+}
