@@ -21,7 +21,12 @@ struct State {
   HeldBeatsTarget target;
   uint64_t generation = 0;  // bumped by start() and stop(): a thread of an older one ends
   bool running = false;
+  bool writing = false;  // a beat is on its way to the store
 };
+
+// How long stop() waits for a beat on its way: the rank's last beat (closed) must not be
+// overtaken by it, and a store that stopped answering must not hold the JS thread long.
+constexpr std::chrono::seconds kStopWait{2};
 
 std::shared_ptr<State>& state() {
   static auto s = std::make_shared<State>();
@@ -52,6 +57,7 @@ void loop(std::shared_ptr<State> s, uint64_t generation) {
     const bool due = holds.load() > 0 && nowNs() - since >= std::chrono::nanoseconds(t.interval / 4).count() &&
                      Clock::now() - last >= t.interval / 2;
     if (!due) continue;
+    s->writing = true;
     lock.unlock();
     try {
       if (!client) client = std::make_unique<StoreClient>(t.host, t.port, t.token, "held-beats", t.interval);
@@ -63,6 +69,8 @@ void loop(std::shared_ptr<State> s, uint64_t generation) {
       client.reset();  // a lost store shows up in the collectives; try again next time
     }
     lock.lock();
+    s->writing = false;
+    s->cv.notify_all();
   }
 }
 
@@ -80,10 +88,11 @@ void start(const HeldBeatsTarget& target) {
 
 void stop() {
   auto s = state();
-  std::lock_guard<std::mutex> lock(s->mu);
+  std::unique_lock<std::mutex> lock(s->mu);
   s->running = false;
   ++s->generation;
   s->cv.notify_all();
+  s->cv.wait_for(lock, kStopWait, [&] { return !s->writing; });
 }
 
 uint64_t written() { return beats.load(); }

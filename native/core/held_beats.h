@@ -29,7 +29,8 @@ namespace heldbeats {
 // Starts (or retargets) the thread; JS thread. The store connection is made on the
 // thread when it first writes.
 void start(const HeldBeatsTarget& target);
-// Stops writing; never waits for a write in progress (the thread ends after it).
+// Stops writing: waits (at most 2 s) for a beat already on its way, so that nothing
+// this thread writes lands after the rank's last beat; the thread ends after it.
 void stop();
 // Beats written since the process started (tests, introspection).
 uint64_t written();

@@ -4,6 +4,7 @@
  * queues one native operation and returns a Work. Calls run in issue order on the
  * communicator's own native thread; the JS thread keeps running.
  */
+import { performance } from 'node:perf_hooks';
 import {
   DTYPE_CODE,
   REDUCE_OP_CODE,
@@ -38,7 +39,6 @@ import {
 import { Work } from './work.js';
 import { registerBuffer, registerPinned, type Registration, type RegisterOptions } from './nccl/register.js';
 import type { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
-import { performance } from 'node:perf_hooks';
 import { collectiveBytes, collectiveEnded, collectiveStarted } from '../metrics/collectives.js';
 import { flightRecord, recordOp, type FlightRecord } from './flight-record.js';
 

@@ -333,7 +333,7 @@ export interface Binding extends GpuBinding, IoBinding {
   /**
    * Heartbeats from a native thread while a blocking call holds the JS thread
    * (native/core/held_beats.h): `key` gets {pid, seq, held: true} every intervalMs.
-   * Starting again retargets; stop never waits.
+   * Starting again retargets; stop waits (at most 2 s) for a beat on its way.
    */
   heldBeatsStart(options: { host: string; port: number; token: string; key: string; pid: number; intervalMs: number }): void;
   heldBeatsStop(): void;
