@@ -120,7 +120,16 @@ class Detection {
     this.beat();
     // Unref'd: heartbeats never keep a finished rank alive.
     this.timer = setInterval(() => this.beat(), intervalMs).unref();
-    binding().heldBeatsStart({ host: client.host, port: client.port, token: client.token, key: heartbeatKey(rank), pid: process.pid, intervalMs });
+    try {
+      // Whole milliseconds: the launcher takes fractional seconds (--heartbeat-interval 0.0333).
+      binding().heldBeatsStart({
+        host: client.host, port: client.port, token: client.token, key: heartbeatKey(rank), pid: process.pid,
+        intervalMs: Math.max(1, Math.round(intervalMs)),
+      });
+    } catch (err) {
+      // The timer still beats; only a blocking call's long wait goes uncovered.
+      process.emitWarning(`heartbeats during blocking calls are off: ${err instanceof Error ? err.message : String(err)}`);
+    }
     process.on('uncaughtException', this.onUncaught);
     void this.watch();
   }
