@@ -47,6 +47,26 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/**
+ * `n` consecutive free ports (for ranks that serve on port + LOCAL_RANK), below the
+ * kernel's ephemeral range (32768 and up by default): a port there is free now and no
+ * ephemeral bind (a rank's own connections, a store client) can take it before the
+ * rank listens on it, as it can take the neighbour of a port freePort() returned.
+ */
+export async function freePortRun(n: number): Promise<number> {
+  const canListen = (port: number): Promise<boolean> => new Promise((resolve) => {
+    const s = createServer().once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+  });
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const base = 20_000 + Math.floor(Math.random() * (12_000 - n));
+    let all = true;
+    for (let i = 0; i < n && all; i++) all = await canListen(base + i);
+    if (all) return base;
+  }
+  throw new Error(`no ${n} consecutive free ports found in 20000-31999`);
+}
+
 export interface RunOptions {
   env?: Record<string, string>;
   /** Per-rank extra environment. */

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isNcclNodeError } from '../../src/errors.js';
 import { serveMetrics, trainRegistry, type StepSample } from '../../src/metrics/index.js';
-import { freePort, repoRoot, runRanks } from '../helpers/ranks.js';
+import { freePortRun, repoRoot, runRanks } from '../helpers/ranks.js';
 import { venvWith } from '../helpers/python.js';
 import { startPrometheus, type Prometheus } from '../helpers/prometheus.js';
 
@@ -26,18 +26,7 @@ interface WorkerResult {
 const STEPS = 40;
 
 /** Two consecutive free ports: each rank serves on port + LOCAL_RANK. */
-async function portPair(): Promise<number> {
-  for (;;) {
-    const p = await freePort();
-    if (p < 65535 && (await canListen(p + 1))) return p;
-  }
-}
-async function canListen(port: number): Promise<boolean> {
-  const { createServer } = await import('node:net');
-  return new Promise((resolve) => {
-    const s = createServer().once('error', () => resolve(false)).listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
-  });
-}
+const portPair = (): Promise<number> => freePortRun(2);
 
 /** docs/metrics.md's rows `| name | unit | definition |` under a heading. */
 function documented(section: string): string[][] {

@@ -12,14 +12,15 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { renderTop, type JobView } from '../../src/metrics/top.js';
 import type { StepSample } from '../../src/metrics/index.js';
-import { freePort, runRanks } from '../helpers/ranks.js';
+import { freePortRun, runRanks } from '../helpers/ranks.js';
 
 const STEPS = 8;
 const top = (...args: string[]) => spawnSync(process.execPath, ['bin/nccl-node.js', 'top', '--once', ...args], { encoding: 'utf8', timeout: 30_000 });
 
 describe('nccl-node top', () => {
   it('shows each rank of a running job as the rank recorded it, then every rank down', async () => {
-    const port = await freePort();
+    // Rank r serves on port + r: both ports must stay free until the ranks listen.
+    const port = await freePortRun(2);
     const dir = mkdtempSync(join(tmpdir(), 'nccl-node-top-'));
     try {
       // Rank 1's data source sleeps: its step time is the longer one; the job waits for a scrape after its last step.
