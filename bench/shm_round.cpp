@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "../native/core/agreement.h"
 #include "../native/core/dtype.h"
 #include "../native/shm/shm_collectives.h"
 
@@ -27,7 +28,7 @@ using namespace ncclnode;
 
 namespace {
 
-constexpr size_t kHead = 48;  // sizeof(Fingerprint)
+constexpr size_t kHead = sizeof(Fingerprint);  // the round's head, as the addon sends it
 constexpr size_t kMaxBody = 32 * 1024;
 
 double roundUs(shm::HostGroup& g, const std::vector<float>& in, std::vector<float>& out, int iters) {

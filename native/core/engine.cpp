@@ -107,10 +107,7 @@ void Engine::runSync(std::unique_ptr<Pending> p) {
 // After prepost(): the backend's bounded attempt to complete op on this thread.
 bool Engine::finishHere(Op& op) {
   if (!backend_->finishOnCaller(op)) return false;
-  if (op.failed && !op.rejected) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (firstFailure_.empty()) firstFailure_ = op.errorMessage;
-  }
+  noteFailure(op);
   return true;
 }
 
@@ -246,12 +243,17 @@ void Engine::leaveConcurrent() {
   if (--concurrent_ == 0) idle_.notify_all();  // under the lock: the engine may be destroyed right after
 }
 
+// The first failure of a communicator names why later calls fail (execute()); a
+// rejected call's failure is the caller's, not the communicator's.
+void Engine::noteFailure(const Op& op) {
+  if (!op.failed || op.rejected) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (firstFailure_.empty()) firstFailure_ = op.errorMessage;
+}
+
 // Called by the backend's own thread for an op launch() kept in flight.
 void Engine::completeLater(Op& op) {
-  if (op.failed && !op.rejected) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (firstFailure_.empty()) firstFailure_ = op.errorMessage;
-  }
+  noteFailure(op);
   tsfn_.BlockingCall(static_cast<Pending*>(op.owner));
   leaveConcurrent();
 }
@@ -311,10 +313,7 @@ bool Engine::execute(Pending& p) {
   } catch (...) {
     op.fail(Code::Backend, "unknown native exception");
   }
-  if (op.failed && !op.rejected) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (firstFailure_.empty()) firstFailure_ = op.errorMessage;
-  }
+  noteFailure(op);
   return false;
 }
 

@@ -83,6 +83,7 @@ class Engine {
   bool execute(Pending& p);
   // JS thread, after the backend preposted op: whether it completed op here.
   bool finishHere(Op& op);
+  void noteFailure(const Op& op);
   void completeLater(Op& op);
   void leaveConcurrent();
   void runConcurrently(Pending* p);
