@@ -7,6 +7,7 @@
 export { init, DEFAULT_TIMEOUT_MS } from './comm/init.js';
 export { Communicator, type Buffer } from './comm/communicator.js';
 export { Work } from './comm/work.js';
+export { PreparedAllReduce } from './comm/prepared.js';
 export { onPeerFailure, type PeerFailure } from './comm/heartbeat.js';
 export type {
   InitOptions,

@@ -7,7 +7,8 @@
  * under allReduceSync), and, where Open MPI is installed (build/mpi_collectives, cmake/bench.cmake),
  * Open MPI's MPI_Allreduce over its shared-memory transport (vader) and its TCP
  * transport on loopback, all measured by this script on the same machine. float32 sum, in place,
- * each call awaited before the next (shmSync: the blocking allReduceSync() instead);
+ * each call awaited before the next (shmSync: the blocking allReduceSync() instead;
+ * shmPrepared: that call prepared once with prepareAllReduce() and made with run());
  * per run the median per-call time on rank 0. The
  * runs alternate --rounds times; a figure is the median of the rounds' medians, with
  * their spread (min-max) for the shared-memory path and Open MPI's. Bus bandwidth as
@@ -50,10 +51,14 @@ async function rankMain(): Promise<void> {
   // Once, before the first size: enough calls for the JIT to compile the call path
   // (50 were not: the first size measured came out 2-3x the next ones).
   const sync = process.env.BENCH_SYNC === '1';
+  const prepared = process.env.BENCH_SYNC === 'prepared';
+  const first = prepared ? comm.prepareAllReduce(host.subarray(0, 1)) : undefined;
   for (let i = 0; i < 2000; i++) {
-    if (sync) comm.allReduceSync(host.subarray(0, 1));
+    if (first) first.run();
+    else if (sync) comm.allReduceSync(host.subarray(0, 1));
     else await comm.allReduce(host.subarray(0, 1));
   }
+  first?.free();
   for (let bytes = Math.max(4, bytesOf(MIN)); bytes <= max; bytes *= 2) {
     const view = host.subarray(0, bytes / 4);
     // Small sizes: enough calls to leave JIT compilation and the first-call costs behind.
@@ -61,7 +66,14 @@ async function rankMain(): Promise<void> {
     await comm.barrier();
     const n = itersFor(bytes);
     const times = new Float64Array(n);
-    if (sync) {
+    if (prepared) {
+      using call = comm.prepareAllReduce(view);
+      for (let i = 0; i < n; i++) {
+        const t0 = performance.now();
+        call.run();
+        times[i] = (performance.now() - t0) * 1000;
+      }
+    } else if (sync) {
       for (let i = 0; i < n; i++) {
         const t0 = performance.now();
         comm.allReduceSync(view);
@@ -151,12 +163,13 @@ const range = (xs: number[]): string => (xs.length > 1 ? `${Math.min(...xs)}-${M
 
 async function main(): Promise<void> {
   const perSize = (): Map<number, number[]> => new Map();
-  const runs = { shm: perSize(), shmSync: perSize(), shmWorker: perSize(), tcp: perSize(), gloo: perSize(), mpiShm: perSize(), mpiTcp: perSize(), roundCpp: perSize() };
+  const runs = { shm: perSize(), shmSync: perSize(), shmPrepared: perSize(), shmWorker: perSize(), tcp: perSize(), gloo: perSize(), mpiShm: perSize(), mpiTcp: perSize(), roundCpp: perSize() };
   const glooAlgo = new Map<number, Map<string, number>>();
   const add = (m: Map<number, number[]>, size: number, us: number): void => void (m.get(size) ?? m.set(size, []).get(size)!).push(us);
   for (let round = 0; round < ROUNDS; round++) {
     for (const p of await addonSweep(true)) add(runs.shm, p.size, p.us);
     for (const p of await addonSweep(true, { BENCH_SYNC: '1' })) add(runs.shmSync, p.size, p.us);
+    for (const p of await addonSweep(true, { BENCH_SYNC: 'prepared' })) add(runs.shmPrepared, p.size, p.us);
     // The same path with small calls always finished by the worker thread (docs/gloo.md,
     // "Small calls on the calling thread"), as before that existed.
     for (const p of await addonSweep(true, { NCCL_NODE_SHM_CALLER_SPIN_US: '0' })) add(runs.shmWorker, p.size, p.us);
@@ -181,7 +194,8 @@ async function main(): Promise<void> {
     const algo = [...(glooAlgo.get(size) ?? new Map<string, number>())].sort((a, b) => b[1] - a[1])[0]?.[0] ?? null;
     return {
       size, shmUs: s, shmRange: range(runs.shm.get(size)!), shmSyncUs: med(runs.shmSync, size),
-      shmSyncRange: range(runs.shmSync.get(size)!), shmWorkerUs: med(runs.shmWorker, size), tcpUs: t,
+      shmSyncRange: range(runs.shmSync.get(size)!), shmPreparedUs: med(runs.shmPrepared, size),
+      shmPreparedRange: range(runs.shmPrepared.get(size)!), shmWorkerUs: med(runs.shmWorker, size), tcpUs: t,
       glooBestUs: g, glooBestAlgo: algo,
       shmBusGBs: Number(bus(size, s).toFixed(3)), tcpBusGBs: Number(bus(size, t).toFixed(3)),
       glooBusGBs: g ? Number(bus(size, g).toFixed(3)) : null,
@@ -189,6 +203,7 @@ async function main(): Promise<void> {
       mpiShmUs: m, mpiShmRange: runs.mpiShm.has(size) ? range(runs.mpiShm.get(size)!) : null, mpiTcpUs: med(runs.mpiTcp, size),
       shmOverMpiShm: m ? Number((s / m).toFixed(2)) : null,
       shmSyncOverMpiShm: m ? Number((med(runs.shmSync, size)! / m).toFixed(2)) : null,
+      shmPreparedOverMpiShm: m ? Number((med(runs.shmPrepared, size)! / m).toFixed(2)) : null,
       roundCppUs: med(runs.roundCpp, size), roundCppRange: runs.roundCpp.has(size) ? range(runs.roundCpp.get(size)!) : null,
       roundCppOverMpiShm: m && runs.roundCpp.has(size) ? Number((med(runs.roundCpp, size)! / m).toFixed(2)) : null,
     };
@@ -198,6 +213,7 @@ async function main(): Promise<void> {
   console.log(`# all-reduce float32 sum, ${RANKS} ranks on one host, in place; median microseconds per awaited call, median of ${ROUNDS} round(s)`);
   console.log('# shm: NCCL_NODE_SHM=1 (shared memory), tcp: NCCL_NODE_SHM=0 (Gloo TCP loopback), glooBest: raw Gloo from C++, fastest algorithm');
   console.log('# shmSync: the same calls through the blocking allReduceSync() (no promise, no await)');
+  console.log('# shmPrepared: the same blocking call prepared once (prepareAllReduce) and run() each time');
   console.log('# shmWorker: the same with NCCL_NODE_SHM_CALLER_SPIN_US=0 (every call finished by the worker thread)');
   console.log('# mpiShm / mpiTcp: Open MPI MPI_Allreduce from C++ over vader (shared memory) / tcp (loopback); ranges: min-max over rounds');
   console.log('# roundCpp: the shared-memory round a small blocking call makes, from C++ without the addon (bench/shm_round.cpp), up to 32 KiB');

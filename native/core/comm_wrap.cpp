@@ -6,6 +6,7 @@
 #include "addon_data.h"
 #include "buffers.h"
 #include "js_errors.h"
+#include "prepared_call.h"
 
 namespace ncclnode {
 
@@ -73,6 +74,7 @@ Napi::Function CommWrap::Init(Napi::Env env) {
                      {
                          InstanceMethod<&CommWrap::Submit>("submit"),
                          InstanceMethod<&CommWrap::SubmitSync>("submitSync"),
+                         InstanceMethod<&CommWrap::PrepareSync>("prepareSync"),
                          InstanceMethod<&CommWrap::Reject>("reject"),
                          InstanceMethod<&CommWrap::Shrink>("shrink"),
                          InstanceMethod<&CommWrap::Abort>("abort"),
@@ -205,16 +207,7 @@ Napi::Value CommWrap::SubmitSync(const Napi::CallbackInfo& info) {
     const auto timeout = std::chrono::milliseconds(intArg(info, 7, "timeoutMs", 1, INT32_MAX));
     std::unique_ptr<Pending> p;
     try {
-      if (kind == OpKind::Send || kind == OpKind::Recv || kind == OpKind::Split) {
-        throw Error(Code::InvalidArgument, "a blocking call is a collective, not send, recv or split");
-      }
-      if (!engine_->destroyed() && !engine_->aborted()) {
-        if (!engine_->blocking()) {
-          throw Error(Code::Unavailable, "the " + engine_->backendName() +
-                                             " backend does not run blocking calls (its operations complete "
-                                             "on the device); await the non-blocking call instead");
-        }
-      }
+      checkBlocking(kind);
       bool hasSend = false, ownRecv = false;
       p = build(info, kind, &hasSend, &ownRecv, false);
       if (p->op->send.mem != MemKind::Host || p->op->recv.mem != MemKind::Host) {
@@ -232,6 +225,47 @@ Napi::Value CommWrap::SubmitSync(const Napi::CallbackInfo& info) {
     // Nothing can detach or free the buffers while this thread is held: no references.
     engine_->runSync(std::move(p));
     return env.Undefined();
+  });
+}
+
+void CommWrap::checkBlocking(OpKind kind) const {
+  if (kind == OpKind::Send || kind == OpKind::Recv || kind == OpKind::Split) {
+    throw Error(Code::InvalidArgument, "a blocking call is a collective, not send, recv or split");
+  }
+  if (!engine_->destroyed() && !engine_->aborted() && !engine_->blocking()) {
+    throw Error(Code::Unavailable, "the " + engine_->backendName() +
+                                       " backend does not run blocking calls (its operations complete "
+                                       "on the device); await the non-blocking call instead");
+  }
+}
+
+// prepareSync(kind, dtype, redop, send, recv, count, root, timeoutMs, stamps): submitSync()'s
+// call checked and built once, returned as a NativePreparedCall whose run() makes it
+// and writes its entry and exit times into stamps (a Float64Array of 2).
+// The views hold their memory (a resizable ArrayBuffer is refused: it could shrink
+// between runs) and are referenced for a detach check at each run. Preparing takes
+// no place in the sequence: a refusal here concerns this rank alone.
+Napi::Value CommWrap::PrepareSync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const auto kind = static_cast<OpKind>(intArg(info, 0, "kind", 0, kNumOpKinds - 1));
+    try {
+      checkBlocking(kind);
+      bool hasSend = false, ownRecv = false;
+      std::unique_ptr<Pending> p = build(info, kind, &hasSend, &ownRecv, true);
+      if (p->op->send.mem != MemKind::Host || p->op->recv.mem != MemKind::Host) {
+        throw Error(Code::InvalidArgument, "a blocking call takes host memory, received a device buffer");
+      }
+      if (!info[8].IsTypedArray() || info[8].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
+          info[8].As<Napi::TypedArray>().ElementLength() != 2) {
+        throw Error(Code::InvalidArgument, "stamps: expected a Float64Array of 2 elements");
+      }
+      BufferView stamps = viewOf(info[8], "stamps", true);
+      return newPreparedCall(env, this, Value(), std::move(p), hasSend ? info[3] : env.Undefined(),
+                             ownRecv ? info[4] : env.Undefined(), std::move(stamps));
+    } catch (const Error& e) {
+      throw Error(e.code(), refusal(kind, e));
+    }
   });
 }
 

@@ -27,6 +27,9 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
   Napi::Value Submit(const Napi::CallbackInfo& info);
   Napi::Value submit(const Napi::CallbackInfo& info, OpKind kind);
   Napi::Value SubmitSync(const Napi::CallbackInfo& info);
+  Napi::Value PrepareSync(const Napi::CallbackInfo& info);
+  // The checks a blocking call makes before its op is built (blocking(), a collective).
+  void checkBlocking(OpKind kind) const;
   // hold: the host views keep their memory (BufferView::keep); a blocking call, over
   // before JavaScript runs again, needs no reference.
   std::unique_ptr<Pending> build(const Napi::CallbackInfo& info, OpKind kind, bool* hasSend, bool* ownRecv,
@@ -47,6 +50,8 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
   Napi::Value GetInFlight(const Napi::CallbackInfo& info);
   Napi::Value GetState(const Napi::CallbackInfo& info);
   Napi::Value GetSupportsShrink(const Napi::CallbackInfo& info);
+
+  friend class PreparedCall;  // runs its op on engine_, in this communicator's sequence
 
   std::unique_ptr<Engine> engine_;
   int rank_ = 0;

@@ -68,8 +68,16 @@ Napi::Promise Engine::runOnCaller(Napi::Env env, std::unique_ptr<Pending> p, con
 }
 
 void Engine::runSync(std::unique_ptr<Pending> p) {
-  Op& op = *p->op;
-  op.owner = p.get();
+  if (!runBlocking(*p)) {
+    // blocking() backends never keep an op in flight; one that did would own p now.
+    p.release();
+    throw Error(Code::Backend, "the backend kept a blocking call in flight");
+  }
+}
+
+bool Engine::runBlocking(Pending& p) {
+  Op& op = *p.op;
+  op.owner = &p;
   {
     // Earlier calls still queued or running on the worker go first, as on every rank;
     // their promises settle after this returns (their results are in place by then).
@@ -91,13 +99,9 @@ void Engine::runSync(std::unique_ptr<Pending> p) {
   const bool done = !aborted_ && !destroyed_ && !backend_->broken() && backend_->prepost(op) && finishHere(op);
   if (!done) {
     heldbeats::Hold held;
-    if (execute(*p)) {
-      // blocking() backends never keep an op in flight; one that did would own p now.
-      p.release();
-      throw Error(Code::Backend, "the backend kept a blocking call in flight");
-    }
+    if (execute(p)) return false;
   }
-  if (!op.failed) return;
+  if (!op.failed) return true;
   std::ostringstream s;
   s << opKindName(op.kind) << " failed on rank " << rank_ << " of " << size_ << " (collective #" << op.seq
     << "): " << op.errorMessage;

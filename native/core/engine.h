@@ -56,6 +56,10 @@ class Engine {
   // queued or running, and returns when it completed, throwing its failure. The caller
   // has checked blocking(); the op is in the sequence.
   void runSync(std::unique_ptr<Pending> p);
+  // runSync's call on a Pending its caller keeps (a prepared call, run again and
+  // again): true when it completed; false when the backend kept it in flight after
+  // all, which then owns p (the caller must release it).
+  bool runBlocking(Pending& p);
   bool blocking() const { return backend_ && backend_->blocking(); }
   // Queues the stand-in of a call this rank rejected (Op::rejected); nothing to await.
   void submitRejected(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>* pin = nullptr);

@@ -36,6 +36,7 @@ std::shared_ptr<State>& state() {
 std::atomic<int> holds{0};
 std::atomic<int64_t> heldSinceNs{0};  // steady clock, when the outermost hold began
 std::atomic<uint64_t> beats{0};
+std::atomic<bool> active{false};  // a beat thread runs (start() until stop())
 
 int64_t nowNs() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
 
@@ -81,6 +82,7 @@ void start(const HeldBeatsTarget& target) {
   std::lock_guard<std::mutex> lock(s->mu);
   s->target = target;
   s->running = true;
+  active.store(true);
   const uint64_t generation = ++s->generation;
   s->cv.notify_all();
   std::thread(loop, s, generation).detach();
@@ -90,6 +92,7 @@ void stop() {
   auto s = state();
   std::unique_lock<std::mutex> lock(s->mu);
   s->running = false;
+  active.store(false);
   ++s->generation;
   s->cv.notify_all();
   s->cv.wait_for(lock, kStopWait, [&] { return !s->writing; });
@@ -97,8 +100,11 @@ void stop() {
 
 uint64_t written() { return beats.load(); }
 
+// Without a beat thread (no launcher) nobody reads the time: a blocking call that misses
+// its fast path makes no clock read for it. start() comes from the JS thread, never
+// while a hold is on.
 Hold::Hold() {
-  if (holds.fetch_add(1) == 0) heldSinceNs.store(nowNs());
+  if (holds.fetch_add(1) == 0 && active.load(std::memory_order_relaxed)) heldSinceNs.store(nowNs());
 }
 
 Hold::~Hold() { holds.fetch_sub(1); }

@@ -37,6 +37,7 @@ import {
   type SplitOptions,
 } from './call-options.js';
 import { Work } from './work.js';
+import { PreparedAllReduce } from './prepared.js';
 import { registerBuffer, registerPinned, type Registration, type RegisterOptions } from './nccl/register.js';
 import type { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
 import { collectiveBytes, collectiveEnded, collectiveStarted } from '../metrics/collectives.js';
@@ -173,39 +174,17 @@ export class Communicator {
    * the rendezvous store, which would need the event loop.
    */
   allReduceSync<B extends HostArray>(buf: B, options?: AllReduceOptions<B>): B {
-    // The checks inline, not in #guard's closure: this call is made for its microsecond,
-    // and the closure and the object it returns took about 5 % of it at one rank.
-    let dtype: DType, count: number, recv: B, op: ReduceOp | undefined, timeoutMs: number | undefined;
-    try {
-      const o = options ? parse(allReduceSchema, options, this.#where('allReduce')) : undefined;
-      if (!ArrayBuffer.isView(buf)) {
-        throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${this.#where('allReduce')}: allReduceSync takes a host array, received a device buffer`);
-      }
-      dtype = dtypeOf(buf, o?.dtype, this.#where('allReduce'));
-      count = lengthOf(buf, dtype);
-      const out = o?.out as B | undefined;
-      if (out !== undefined) this.#expectLength('allReduce', 'out', out, dtype, count, 'the input length');
-      this.#checkOpen('allReduce');
-      if (!this.#native.submitSync) {
-        throw new NcclNodeError('ERR_UNAVAILABLE', `${this.#where('allReduce')}: the ${this.#native.backend} backend does not run ` +
-          'blocking calls (its operations complete on the device); await allReduce() instead');
-      }
-      recv = out ?? buf;
-      op = o?.op;
-      timeoutMs = o?.timeoutMs;
-    } catch (err) {
-      this.#refuse('allReduce', -1, err);
-    }
+    const c = this.#blockingCall('allReduceSync', buf, options);
     const record = this.flightRecord;
     const started = collectiveStarted();
-    const entry = record.begin('allReduce', count, dtype, -1, started);
-    const bytes = collectiveBytes('allReduce', count, dtype, this.size);
+    const entry = record.begin('allReduce', c.count, c.dtype, -1, started);
+    const bytes = collectiveBytes('allReduce', c.count, c.dtype, this.size);
     try {
       // A refusal from here on (the backend, the memory) is the native side's: it
       // leaves the stand-in that tells the other ranks itself.
       this.#native.submitSync!(
-        OpKind.allReduce, DTYPE_CODE[dtype], REDUCE_OP_CODE[op ?? 'sum'], buf, recv, count, -1,
-        timeoutMs ?? this.timeoutMs,
+        OpKind.allReduce, DTYPE_CODE[c.dtype], REDUCE_OP_CODE[c.op ?? 'sum'], buf, c.recv, c.count, -1,
+        c.timeoutMs ?? this.timeoutMs,
       );
     } catch (err) {
       const ended = performance.now();
@@ -216,7 +195,54 @@ export class Communicator {
     const ended = performance.now();
     record.completed(entry, ended);
     collectiveEnded(this, 'allReduce', bytes, started, true, ended);
-    return recv;
+    return c.recv;
+  }
+
+  /**
+   * allReduceSync() checked once, for a call made again and again on the same arrays
+   * (a loss or a norm every step): each run() of the returned PreparedAllReduce is
+   * that call, with no argument to check or convert (within a host about a third of
+   * allReduceSync's time: bench/shm/allreduce.ts). It holds the arrays' memory until
+   * free(); a resizable ArrayBuffer is refused (it could shrink between runs).
+   * Preparing is local: it takes no place in the communicator's sequence, and a
+   * refusal here (ERR_INVALID_ARGUMENT, ERR_UNAVAILABLE on NCCL) concerns this rank alone.
+   */
+  prepareAllReduce<B extends HostArray>(buf: B, options?: AllReduceOptions<B>): PreparedAllReduce<B> {
+    const c = this.#blockingCall('prepareAllReduce', buf, options, false);
+    const stamps = new Float64Array(2);
+    const native = this.#native.prepareSync!(
+      OpKind.allReduce, DTYPE_CODE[c.dtype], REDUCE_OP_CODE[c.op ?? 'sum'], buf, c.recv, c.count, -1,
+      c.timeoutMs ?? this.timeoutMs, stamps,
+    );
+    return new PreparedAllReduce(native, stamps, this, this.flightRecord, c.recv, c.count, c.dtype,
+      collectiveBytes('allReduce', c.count, c.dtype, this.size));
+  }
+
+  // allReduceSync's and prepareAllReduce's checks, inline rather than in #guard's closure:
+  // this call is made for its microsecond, and the closure and the object it returned
+  // took about 5 % of it at one rank. A refused blocking call tells the other ranks
+  // (tell); a refused preparation has nobody to tell.
+  #blockingCall<B extends HostArray>(call: string, buf: B, options: AllReduceOptions<B> | undefined, tell = true):
+    { dtype: DType; count: number; recv: B; op: ReduceOp | undefined; timeoutMs: number | undefined } {
+    try {
+      const o = options ? parse(allReduceSchema, options, this.#where('allReduce')) : undefined;
+      if (!ArrayBuffer.isView(buf)) {
+        throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${this.#where('allReduce')}: ${call} takes a host array, received a device buffer`);
+      }
+      const dtype = dtypeOf(buf, o?.dtype, this.#where('allReduce'));
+      const count = lengthOf(buf, dtype);
+      const out = o?.out as B | undefined;
+      if (out !== undefined) this.#expectLength('allReduce', 'out', out, dtype, count, 'the input length');
+      this.#checkOpen('allReduce');
+      if (!this.#native.submitSync || !this.#native.prepareSync) {
+        throw new NcclNodeError('ERR_UNAVAILABLE', `${this.#where('allReduce')}: the ${this.#native.backend} backend does not run ` +
+          'blocking calls (its operations complete on the device); await allReduce() instead');
+      }
+      return { dtype, count, recv: out ?? buf, op: o?.op, timeoutMs: o?.timeoutMs };
+    } catch (err) {
+      if (!tell) throw err;
+      this.#refuse('allReduce', -1, err);
+    }
   }
 
   /**

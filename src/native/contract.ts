@@ -30,6 +30,17 @@ export type OpName = keyof typeof OpKind;
 /** Host memory a collective reads or writes; device buffers join this union. */
 export type NativeBuffer = ArrayBufferView | ArrayBuffer;
 
+/** A blocking call prepared by NativeComm.prepareSync (native/core/prepared_call.h). */
+export interface NativePreparedCall {
+  /**
+   * The call, blocking, in the communicator's sequence: undefined or its failure
+   * thrown. A refusal (freed, memory detached since) tells the other ranks.
+   */
+  run(): void;
+  /** Lets the memory go; run() is refused after it. */
+  free(): void;
+}
+
 export interface NativeComm {
   readonly rank: number;
   readonly size: number;
@@ -83,6 +94,23 @@ export interface NativeComm {
     rootOrPeer: number,
     timeoutMs: number,
   ): void;
+  /**
+   * submitSync()'s call checked and built once (the views hold their memory; a
+   * resizable ArrayBuffer is refused), made by each run() of the returned handle.
+   * Preparing is local: it takes no place in the sequence. Absent with submitSync.
+   */
+  prepareSync?(
+    kind: number,
+    dtype: number,
+    redop: number,
+    send: NativeBuffer | undefined,
+    recv: NativeBuffer | undefined,
+    count: number,
+    rootOrPeer: number,
+    timeoutMs: number,
+    /** Each run() writes its entry and exit times here: CLOCK_MONOTONIC, milliseconds. */
+    stamps: Float64Array,
+  ): NativePreparedCall;
   /**
    * This rank refused a call locally (bad arguments): queues a stand-in that tells
    * the other ranks, so they fail the same operation and later calls line up.

@@ -1,0 +1,109 @@
+/**
+ * A blocking all-reduce checked once and made again and again: the persistent form
+ * of Communicator.allReduceSync (as MPI 4's MPI_Allreduce_init with MPI_Start). For the
+ * small exchange every step makes (a loss, a gradient norm, a stop flag), where checking
+ * arguments, reading the array's memory and building the native call cost more than
+ * the shared-memory round itself (bench/shm/allreduce.ts: shmPrepared against shmSync).
+ *
+ * The prepared call holds its arrays' memory until free(): write the input into the
+ * same array before each run(), read the result from it (or from `out`) after.
+ */
+import { performance } from 'node:perf_hooks';
+import type { DType, HostArray } from '../dtypes.js';
+import type { NativePreparedCall } from '../native.js';
+import { collectiveEnded } from '../metrics/collectives.js';
+import type { FlightRecord } from './flight-record.js';
+
+/**
+ * performance.now()'s zero on the monotonic clock the native side stamps calls with
+ * (CLOCK_MONOTONIC, which process.hrtime() reads too), in milliseconds: a stamp minus
+ * this is a performance.now() reading, to well under a microsecond.
+ */
+const MONOTONIC_ORIGIN_MS = ((): number => {
+  // The reading taken between the two closest performance.now() readings: a first
+  // call of each can take microseconds.
+  let best = { span: Infinity, origin: 0 };
+  for (let i = 0; i < 16; i++) {
+    const before = performance.now();
+    const hr = process.hrtime.bigint();
+    const after = performance.now();
+    if (after - before < best.span) best = { span: after - before, origin: Number(hr) / 1e6 - (before + after) / 2 };
+  }
+  return best.origin;
+})();
+
+export class PreparedAllReduce<B extends HostArray> {
+  readonly #native: NativePreparedCall;
+  readonly #owner: object;  // the communicator, as the collective metrics key it
+  readonly #record: FlightRecord;
+  readonly #result: B;
+  readonly #count: number;
+  readonly #dtype: DType;
+  readonly #bytes: number;
+  readonly #stamps: Float64Array;
+  #freed = false;
+
+  /**
+   * @internal Made by Communicator.prepareAllReduce: `stamps` is the Float64Array of 2
+   * the native call was prepared with, where each run() leaves its entry and exit times.
+   */
+  constructor(native: NativePreparedCall, stamps: Float64Array, owner: object, record: FlightRecord, result: B,
+    count: number, dtype: DType, bytes: number) {
+    this.#native = native;
+    this.#stamps = stamps;
+    this.#owner = owner;
+    this.#record = record;
+    this.#result = result;
+    this.#count = count;
+    this.#dtype = dtype;
+    this.#bytes = bytes;
+  }
+
+  /** The array the result lands in: the input, or `out` when it was given. */
+  get result(): B {
+    return this.#result;
+  }
+
+  /** Whether free() was called. */
+  get freed(): boolean {
+    return this.#freed;
+  }
+
+  /**
+   * The all-reduce, blocking, as allReduceSync() makes it (in the communicator's
+   * sequence, after calls still in flight): returns the result array when every rank
+   * has contributed, or throws. A run after free(), or on memory that was transferred
+   * since, is refused (ERR_INVALID_ARGUMENT) and the other ranks fail the same call.
+   */
+  run(): B {
+    let error: unknown;
+    try {
+      this.#native.run();
+    } catch (err) {
+      error = err;
+    }
+    // The flight record's entry is written afterwards, from the native side's times: the
+    // JS thread is held for the whole call, so nothing could have read it in between.
+    const started = this.#stamps[0]! - MONOTONIC_ORIGIN_MS;
+    const ended = this.#stamps[1]! - MONOTONIC_ORIGIN_MS;
+    const entry = this.#record.begin('allReduce', this.#count, this.#dtype, -1, started);
+    if (error === undefined) {
+      this.#record.completed(entry, ended);
+      collectiveEnded(this.#owner, 'allReduce', this.#bytes, started, true, ended);
+      return this.#result;
+    }
+    this.#record.failed(entry, error, ended);
+    collectiveEnded(this.#owner, 'allReduce', this.#bytes, started, false, ended);
+    throw error;
+  }
+
+  /** Lets the arrays' memory go; run() is refused after it. Idempotent. */
+  free(): void {
+    this.#freed = true;
+    this.#native.free();
+  }
+
+  [Symbol.dispose](): void {
+    this.free();
+  }
+}
