@@ -72,7 +72,7 @@ void newAllreduce(const Ctx& ctx, float* buf, size_t count, gloo::AllreduceOptio
 }
 
 void report(int rank, const char* coll, const char* algo, size_t bytes, double us, int n) {
-  if (rank == 0) std::printf("{\"coll\":\"%s\",\"algo\":\"%s\",\"size\":%zu,\"us\":%.1f,\"iters\":%d}\n", coll, algo, bytes, us, n);
+  if (rank == 0) std::printf("{\"coll\":\"%s\",\"algo\":\"%s\",\"size\":%zu,\"us\":%.3f,\"iters\":%d}\n", coll, algo, bytes, us, n);
   std::fflush(stdout);
 }
 

@@ -22,7 +22,7 @@
 namespace {
 
 void report(int rank, const char* coll, size_t bytes, double us, int n) {
-  if (rank == 0) std::printf("{\"coll\":\"%s\",\"algo\":\"mpi\",\"size\":%zu,\"us\":%.1f,\"iters\":%d}\n", coll, bytes, us, n);
+  if (rank == 0) std::printf("{\"coll\":\"%s\",\"algo\":\"mpi\",\"size\":%zu,\"us\":%.3f,\"iters\":%d}\n", coll, bytes, us, n);
   std::fflush(stdout);
 }
 

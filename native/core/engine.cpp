@@ -78,7 +78,10 @@ void Engine::runSync(std::unique_ptr<Pending> p) {
 bool Engine::runBlocking(Pending& p) {
   Op& op = *p.op;
   op.owner = &p;
-  {
+  // Nothing unsettled (inFlight_, this thread's own count) means nothing queued and the
+  // worker idle: no lock to take. Every op on the worker is unsettled until its
+  // settlement runs on this thread.
+  if (inFlight_ > 0) {
     // Earlier calls still queued or running on the worker go first, as on every rank;
     // their promises settle after this returns (their results are in place by then).
     // Each has its own deadline, so this wait ends. The worker is then idle and leaves
