@@ -1,7 +1,7 @@
 /**
  * Heartbeats while a blocking call holds a rank's event loop (docs/launcher.md, "Failure
  * detection"). Under `nccl-node run` a rank's heartbeat is a JavaScript timer, so a rank
- * waiting in allReduceSync() for a late peer writes none; the native side writes them
+ * waiting in allReduceSync() (or a prepared call's run()) for a late peer writes none; the native side writes them
  * for as long as the call waits, and only then: a rank whose own JavaScript holds the
  * loop is still taken for hung.
  */
@@ -22,10 +22,11 @@ const reportsOf = (out: string): Report[] =>
 describe('heartbeats of a rank held in a blocking call', { timeout: 60_000 }, () => {
   // Over TCP with an interval of a fractional millisecond count (250.5 ms), which the
   // native thread takes rounded.
-  it.each([['shared memory', '1', '0.25'], ['TCP', '0', '0.2505']])(
-    'over %s: a rank waiting 3 s in allReduceSync for a late peer is not taken for hung, and the sum is right',
-    async (_name, shm, interval) => {
-      const r = await runCli(['run', ...flags(interval), JOB, 'held', '1', String(LATE_MS)], { NCCL_NODE_SHM: shm });
+  // And a prepared call's run(), over shared memory.
+  it.each([['shared memory', 'held', '1', '0.25'], ['TCP', 'held', '0', '0.2505'], ['shared memory', 'prepared', '1', '0.25']])(
+    'over %s: a rank waiting 3 s in a blocking call (%s) for a late peer is not taken for hung, and the sum is right',
+    async (_name, mode, shm, interval) => {
+      const r = await runCli(['run', ...flags(interval), JOB, mode, '1', String(LATE_MS)], { NCCL_NODE_SHM: shm });
       expect(r.err).not.toMatch(/missed heartbeats|heartbeats during blocking calls are off/);
       expect(r.code, r.err).toBe(0);
       const reports = reportsOf(r.out);
