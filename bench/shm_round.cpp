@@ -82,7 +82,8 @@ int main(int argc, char** argv) {
   shm::HostGroup g;
   g.localRank = me;
   g.locals = ranks;
-  g.chunkBytes = kHead + kMaxBody;
+  // As the addon's slots: whole cache lines, the round's flag word in front.
+  g.chunkBytes = (shm::kRoundFlagBytes + kHead + kMaxBody + 63) / 64 * 64;
   if (me == 0) {
     g.seg = std::move(created);
   } else {

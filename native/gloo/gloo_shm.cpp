@@ -253,7 +253,7 @@ bool GlooBackend::shmCarries(const Op& op) const {
 }
 
 // What a slot holds beside the fingerprint.
-size_t GlooBackend::shmRoundCap() const { return shm_->chunkBytes - sizeof(Fingerprint); }
+size_t GlooBackend::shmRoundCap() const { return shm_->chunkBytes - shm::kRoundFlagBytes - sizeof(Fingerprint); }
 
 bool GlooBackend::shmRoundCompletes(const Op& op) const { return op.kind == OpKind::Barrier || shmCarries(op); }
 

@@ -76,17 +76,41 @@ void allReduce(HostGroup& g, const void* in, void* out, size_t count, DType dtyp
 }
 
 namespace {
+// A round's message goes into its slot behind a flag word, written last: the step,
+// mixed with the segment's nonce. A peer polls that word, in the same cache line as the
+// message's first 56 bytes, so one transfer of that line both tells it the message is
+// in and brings a small all-reduce's whole message (flag, fingerprint, 8 bytes of data);
+// polling the rank's posted counter instead took one transfer for the counter and another
+// for the message after it, and the counter's line bounces with every done as well. The
+// nonce keeps what other collectives leave in a slot (they use its first word as data)
+// from reading as a flag: a value equal to step ^ nonce would have to be guessed. The
+// posted counter is still written, after the flag, for the waits that watch it.
+uint64_t roundFlag(const Segment& seg, uint64_t s) { return s ^ seg.nonce(); }
+uint64_t* flagOf(uint8_t* slot) { return reinterpret_cast<uint64_t*>(slot); }
+
 void post(HostGroup& g, uint64_t s, const void* head, size_t headBytes, const void* body, size_t bodyBytes) {
   Segment& seg = *g.seg;
   uint8_t* slot = seg.slot(g.localRank, static_cast<int>(s & 1));
-  if (headBytes) std::memcpy(slot, head, headBytes);
-  if (bodyBytes) std::memcpy(slot + headBytes, body, bodyBytes);
+  uint8_t* msg = slot + kRoundFlagBytes;
+  if (headBytes) std::memcpy(msg, head, headBytes);
+  if (bodyBytes) std::memcpy(msg + headBytes, body, bodyBytes);
+  __atomic_store_n(flagOf(slot), roundFlag(seg, s), __ATOMIC_RELEASE);
   seg.ctl(g.localRank).posted.store(s, std::memory_order_release);
 }
 
 bool allReached(const Segment& seg, int me, std::atomic<uint64_t> RankCtl::*field, uint64_t value) {
   for (int r = 0; r < seg.locals(); ++r) {
     if (r != me && (seg.ctl(r).*field).load(std::memory_order_acquire) < value) return false;
+  }
+  return true;
+}
+
+// Every other rank's message of round s is in (its flag is there).
+bool allPosted(const Segment& seg, int me, uint64_t s) {
+  const uint64_t want = roundFlag(seg, s);
+  const int b = static_cast<int>(s & 1);
+  for (int r = 0; r < seg.locals(); ++r) {
+    if (r != me && __atomic_load_n(flagOf(seg.slot(r, b)), __ATOMIC_ACQUIRE) != want) return false;
   }
   return true;
 }
@@ -120,7 +144,7 @@ bool arrivedWithin(const HostGroup& g, uint64_t step, std::chrono::nanoseconds s
   // within those polls, cost no clock read at all. The bound counts from that first read.
   std::chrono::steady_clock::time_point until{};
   for (unsigned i = 1;; ++i) {
-    if (allReached(seg, g.localRank, &RankCtl::posted, step)) return true;
+    if (allPosted(seg, g.localRank, step)) return true;
     if ((i & 31) == 0) {
       const auto now = std::chrono::steady_clock::now();
       if (i == 32) until = now + spin;
@@ -135,13 +159,14 @@ void finish(HostGroup& g, uint64_t step, std::chrono::milliseconds timeout, cons
   Segment& seg = *g.seg;
   const int b = static_cast<int>(step & 1);
   RankCtl& mine = seg.ctl(g.localRank);
-  // After arrivedWithin() every rank is in: no deadline (a clock read) to set up.
-  if (!allReached(seg, g.localRank, &RankCtl::posted, step)) {
+  // After arrivedWithin() every rank is in: no deadline (a clock read) to set up. The
+  // posted counters the Waiter watches are written after the flags.
+  if (!allPosted(seg, g.localRank, step)) {
     Waiter w(seg, g.localRank, std::chrono::steady_clock::now() + timeout, abort, timeout);
     w.all(&RankCtl::posted, step);
   }
   try {
-    use([&](int r) -> const uint8_t* { return seg.slot(r, b); });
+    use([&](int r) -> const uint8_t* { return seg.slot(r, b) + kRoundFlagBytes; });
   } catch (...) {
     mine.done.store(step, std::memory_order_release);
     throw;

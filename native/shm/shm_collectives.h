@@ -39,9 +39,13 @@ using InterHost = std::function<void(void* data, size_t count, std::chrono::mill
 void allReduce(HostGroup& g, const void* in, void* out, size_t count, DType dtype, RedOp op,
                std::chrono::milliseconds timeout, const std::atomic<bool>* abort, const InterHost& interHost);
 
+// A round's message sits in its slot behind a flag word (shm_collectives.cpp, post()):
+// head + body take at most chunkBytes - kRoundFlagBytes.
+constexpr size_t kRoundFlagBytes = 8;
+
 // One host only (hosts == 1): one round in which every rank posts head + body
-// (at most chunkBytes together) and, once every rank's message is in, use(from)
-// reads rank r's message at from(r). The round completes (the slot is released)
+// (at most chunkBytes - kRoundFlagBytes together) and, once every rank's message is in,
+// use(from) reads rank r's message at from(r). The round completes (the slot is released)
 // even when use throws, so a verdict every rank reaches alike keeps them in step.
 using Reader = std::function<const uint8_t*(int)>;
 void exchange(HostGroup& g, const void* head, size_t headBytes, const void* body, size_t bodyBytes,

@@ -69,6 +69,7 @@ class Segment {
   int poisoned() const { return hdr_->poison.load(std::memory_order_acquire); }
 
   size_t chunk() const { return hdr_->chunkBytes; }
+  uint64_t nonce() const { return hdr_->nonce; }
   int locals() const { return static_cast<int>(hdr_->locals); }
   RankCtl& ctl(int r) const { return ctl_[r]; }
   uint8_t* slot(int r, int buf) const { return data_ + (static_cast<size_t>(r) * 2 + buf) * hdr_->chunkBytes; }
