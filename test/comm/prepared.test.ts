@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { root, standinEnv } from '../gpu/helpers.js';
-import { describeRanks, runRanks } from '../helpers/ranks.js';
+import { phaseOf as phase, runPhases } from '../helpers/phases.js';
 
 // prepareAllReduce(): a blocking all-reduce checked once and run again and again. Its
 // results against the reference every rank computes, over shared memory and over TCP,
@@ -13,12 +13,8 @@ type Row = { phase?: string; calls?: number; failures?: string[]; codes?: string
   entries?: { op: string; state: string; seq: number; count: number }[]; counted?: number; inside?: boolean[];
   resizable?: string; shared?: (string | boolean)[] };
 
-async function run(size: number, phases: string, shm: boolean): Promise<Row[][]> {
-  const results = await runRanks('test/fixtures/prepared-allreduce.ts', size, { args: [phases], env: { NCCL_NODE_SHM: shm ? '1' : '0' }, timeoutMs: 90_000 });
-  expect(results.map((r) => r.code), describeRanks(results)).toEqual(results.map(() => 0));
-  return results.map((r) => r.reports as Row[]);
-}
-const phase = (rows: Row[], name: string): Row => rows.find((r) => r.phase === name)!;
+const run = (size: number, phases: string, shm: boolean): Promise<Row[][]> =>
+  runPhases('test/fixtures/prepared-allreduce.ts', size, phases, { NCCL_NODE_SHM: shm ? '1' : '0' }, 90_000);
 
 describe.each([
   ['shared memory', true],

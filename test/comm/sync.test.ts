@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { root, standinEnv } from '../gpu/helpers.js';
-import { describeRanks, runRanks } from '../helpers/ranks.js';
+import { phaseOf as phase, runPhases } from '../helpers/phases.js';
 
 // The blocking allReduceSync(): the results of the reference every rank computes,
 // over shared memory and over TCP; a refusal on one rank fails the same call on the
@@ -11,12 +11,8 @@ type Row = { phase?: string; inFlightBefore?: number; settledAfter?: number; cal
   inFlight?: number; entries?: { op: string; state: string; seq: number; count: number }[]; counted?: number; heldMs?: number;
   resizable?: (string | boolean)[]; shared?: (string | boolean)[]; detached?: string; awaitedResizable?: string };
 
-async function run(size: number, phases: string, shm: boolean): Promise<Row[][]> {
-  const results = await runRanks('test/fixtures/sync-allreduce.ts', size, { args: [phases], env: { NCCL_NODE_SHM: shm ? '1' : '0' }, timeoutMs: 90_000 });
-  expect(results.map((r) => r.code), describeRanks(results)).toEqual(results.map(() => 0));
-  return results.map((r) => r.reports as Row[]);
-}
-const phase = (rows: Row[], name: string): Row => rows.find((r) => r.phase === name)!;
+const run = (size: number, phases: string, shm: boolean): Promise<Row[][]> =>
+  runPhases('test/fixtures/sync-allreduce.ts', size, phases, { NCCL_NODE_SHM: shm ? '1' : '0' }, 90_000);
 
 describe.each([
   ['shared memory', true],

@@ -144,6 +144,14 @@ export function digest(a: ArrayBufferView): string {
   return createHash('sha256').update(new Uint8Array(a.buffer, a.byteOffset, a.byteLength)).digest('hex').slice(0, 16);
 }
 
+/** The all-reduce of every rank's makeInput(dtype, rank, seed, n) over `ranks` ranks, reduced in rank order. */
+export function allReduceReference(dtype: DType, op: ReduceOp, ranks: number, seed: number, n: number): HostArray {
+  const want = allocOf(dtype, n);
+  const inputs = Array.from({ length: ranks }, (_, r) => makeInput(dtype, r, seed, n));
+  for (let i = 0; i < n; i++) setValue(want, dtype, i, reduceValues(dtype, op, inputs.map((x) => get(x, dtype, i))));
+  return want;
+}
+
 /**
  * An all-gather case: `want` holds every rank's input in rank order, `out` the output
  * buffer and `input` this rank's input (in place: its block of `out`, already filled).

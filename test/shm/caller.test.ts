@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { describeRanks, runRanks } from '../helpers/ranks.js';
+import { phaseOf as phase, runPhases } from '../helpers/phases.js';
 
 // Small all-reduces and barriers between ranks of one host complete on the calling
 // thread when the peers' parts arrive within a short poll (gloo_shm.cpp,
@@ -8,12 +8,8 @@ import { describeRanks, runRanks } from '../helpers/ranks.js';
 type Row = { phase?: string; calls?: number; wrong?: number; failures?: string[]; heldMs?: number; onCaller?: number; codes?: string[]; after?: number[]; done?: boolean;
   lateHeldMs?: number[]; restoredHeldMs?: number };
 
-async function run(size: number, phases: string, env: Record<string, string> = {}): Promise<Row[][]> {
-  const results = await runRanks('test/fixtures/shm-caller.ts', size, { args: [phases], env: { NCCL_NODE_SHM: '1', ...env }, timeoutMs: 60_000 });
-  expect(results.map((r) => r.code), describeRanks(results)).toEqual(results.map(() => 0));
-  return results.map((r) => r.reports as Row[]);
-}
-const phase = (rows: Row[], name: string): Row => rows.find((r) => r.phase === name)!;
+const run = (size: number, phases: string, env: Record<string, string> = {}): Promise<Row[][]> =>
+  runPhases('test/fixtures/shm-caller.ts', size, phases, { NCCL_NODE_SHM: '1', ...env }, 60_000);
 
 describe('small calls completed on the calling thread (shared memory)', () => {
   it('2 ranks back to back: every dtype and op equals the reference, and calls complete on the calling thread', async () => {
