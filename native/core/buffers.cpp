@@ -16,27 +16,16 @@
 // the operation settles (engine.cpp), since its results went to the new owner.
 #include "buffers.h"
 
-#include <v8.h>
-
 #include <atomic>
-#include <cstring>
 #include <string>
+
+#include "v8_value.h"
 
 namespace ncclnode {
 
 namespace {
 
 std::atomic<DeviceMemoryRecognizer> deviceRecognizer{nullptr};
-
-// napi_value is a v8::Local<v8::Value> in disguise (Node's own
-// v8impl::V8LocalValueFromJsValue does exactly this copy).
-v8::Local<v8::Value> toV8(const Napi::Value& value) {
-  napi_value raw = value;
-  v8::Local<v8::Value> local;
-  static_assert(sizeof local == sizeof raw, "napi_value and v8::Local differ in size");
-  std::memcpy(static_cast<void*>(&local), &raw, sizeof raw);
-  return local;
-}
 
 std::string describe(const Napi::Value& value) {
   if (value.IsUndefined()) return "undefined";

@@ -207,12 +207,8 @@ Napi::Value CommWrap::SubmitSync(const Napi::CallbackInfo& info) {
     const auto timeout = std::chrono::milliseconds(intArg(info, 7, "timeoutMs", 1, INT32_MAX));
     std::unique_ptr<Pending> p;
     try {
-      checkBlocking(kind);
       bool hasSend = false, ownRecv = false;
-      p = build(info, kind, &hasSend, &ownRecv, false);
-      if (p->op->send.mem != MemKind::Host || p->op->recv.mem != MemKind::Host) {
-        throw Error(Code::InvalidArgument, "a blocking call takes host memory, received a device buffer");
-      }
+      p = buildBlocking(info, kind, &hasSend, &ownRecv, false);
     } catch (const Error& e) {
       const std::string why = refusal(kind, e);
       if (e.code() != Code::CommDestroyed && e.code() != Code::CommAborted) {
@@ -228,7 +224,8 @@ Napi::Value CommWrap::SubmitSync(const Napi::CallbackInfo& info) {
   });
 }
 
-void CommWrap::checkBlocking(OpKind kind) const {
+std::unique_ptr<Pending> CommWrap::buildBlocking(const Napi::CallbackInfo& info, OpKind kind, bool* hasSend,
+                                                 bool* ownRecv, bool hold) {
   if (kind == OpKind::Send || kind == OpKind::Recv || kind == OpKind::Split) {
     throw Error(Code::InvalidArgument, "a blocking call is a collective, not send, recv or split");
   }
@@ -237,6 +234,11 @@ void CommWrap::checkBlocking(OpKind kind) const {
                                        " backend does not run blocking calls (its operations complete "
                                        "on the device); await the non-blocking call instead");
   }
+  std::unique_ptr<Pending> p = build(info, kind, hasSend, ownRecv, hold);
+  if (p->op->send.mem != MemKind::Host || p->op->recv.mem != MemKind::Host) {
+    throw Error(Code::InvalidArgument, "a blocking call takes host memory, received a device buffer");
+  }
+  return p;
 }
 
 // prepareSync(kind, dtype, redop, send, recv, count, root, timeoutMs, stamps): submitSync()'s
@@ -250,12 +252,8 @@ Napi::Value CommWrap::PrepareSync(const Napi::CallbackInfo& info) {
   return guard(env, [&]() -> Napi::Value {
     const auto kind = static_cast<OpKind>(intArg(info, 0, "kind", 0, kNumOpKinds - 1));
     try {
-      checkBlocking(kind);
       bool hasSend = false, ownRecv = false;
-      std::unique_ptr<Pending> p = build(info, kind, &hasSend, &ownRecv, true);
-      if (p->op->send.mem != MemKind::Host || p->op->recv.mem != MemKind::Host) {
-        throw Error(Code::InvalidArgument, "a blocking call takes host memory, received a device buffer");
-      }
+      std::unique_ptr<Pending> p = buildBlocking(info, kind, &hasSend, &ownRecv, true);
       if (!info[8].IsTypedArray() || info[8].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
           info[8].As<Napi::TypedArray>().ElementLength() != 2) {
         throw Error(Code::InvalidArgument, "stamps: expected a Float64Array of 2 elements");

@@ -28,8 +28,10 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
   Napi::Value submit(const Napi::CallbackInfo& info, OpKind kind);
   Napi::Value SubmitSync(const Napi::CallbackInfo& info);
   Napi::Value PrepareSync(const Napi::CallbackInfo& info);
-  // The checks a blocking call makes before its op is built (blocking(), a collective).
-  void checkBlocking(OpKind kind) const;
+  // build() for a blocking call (submitSync, prepareSync): a collective, on a blocking()
+  // backend, on host memory.
+  std::unique_ptr<Pending> buildBlocking(const Napi::CallbackInfo& info, OpKind kind, bool* hasSend, bool* ownRecv,
+                                         bool hold);
   // hold: the host views keep their memory (BufferView::keep); a blocking call, over
   // before JavaScript runs again, needs no reference.
   std::unique_ptr<Pending> build(const Napi::CallbackInfo& info, OpKind kind, bool* hasSend, bool* ownRecv,

@@ -1,12 +1,10 @@
 #include "prepared_call.h"
 
-#include <v8.h>
-
 #include <chrono>
-#include <cstring>
 
 #include "comm_wrap.h"
 #include "js_errors.h"
+#include "v8_value.h"
 
 namespace ncclnode {
 
@@ -21,14 +19,6 @@ struct ExitStamp {
   double* at;
   ~ExitStamp() { *at = monotonicMs(); }
 };
-
-// napi_value is a v8::Local<v8::Value> (as in buffers.cpp).
-v8::Local<v8::Value> toV8(const Napi::Value& value) {
-  napi_value raw = value;
-  v8::Local<v8::Value> local;
-  std::memcpy(static_cast<void*>(&local), &raw, sizeof raw);
-  return local;
-}
 
 // An array's ArrayBuffer, watched for a detach with one handle and one bit read: the
 // views hold the memory itself (BufferView::keep), so a transfer cannot free it, but
