@@ -30,6 +30,18 @@ export type OpName = keyof typeof OpKind;
 /** Host memory a collective reads or writes; device buffers join this union. */
 export type NativeBuffer = ArrayBufferView | ArrayBuffer;
 
+/** The arguments every collective call into NativeComm starts with (submit, submitSync, prepareSync). */
+export type CallArgs = [
+  kind: number,
+  dtype: number,
+  redop: number,
+  send: NativeBuffer | undefined,
+  recv: NativeBuffer | undefined,
+  count: number,
+  rootOrPeer: number,
+  timeoutMs: number,
+];
+
 /** A blocking call prepared by NativeComm.prepareSync (native/core/prepared_call.h). */
 export interface NativePreparedCall {
   /**
@@ -60,23 +72,18 @@ export interface NativeComm {
    */
   shrink?(excludeRanks: readonly number[], abort: boolean, timeoutMs: number): Promise<NativeComm>;
   submit(
-    kind: number,
-    dtype: number,
-    redop: number,
-    send: NativeBuffer | undefined,
-    recv: NativeBuffer | undefined,
-    count: number,
-    rootOrPeer: number,
-    timeoutMs: number,
-    color?: number,
-    key?: number,
-    /** allToAll with per-peer element counts (one per rank); count is then ignored. */
-    sendCounts?: readonly number[],
-    recvCounts?: readonly number[],
-    /** NCCL: the sum is of preMulScalar * each rank's input (allReduce, reduceScatter). */
-    preMulScalar?: number,
-    /** NCCL group boundaries: 0 none, 1 member of the open group, 2 ends it. */
-    group?: number,
+    ...args: [
+      ...CallArgs,
+      color?: number,
+      key?: number,
+      /** allToAll with per-peer element counts (one per rank); count is then ignored. */
+      sendCounts?: readonly number[],
+      recvCounts?: readonly number[],
+      /** NCCL: the sum is of preMulScalar * each rank's input (allReduce, reduceScatter). */
+      preMulScalar?: number,
+      /** NCCL group boundaries: 0 none, 1 member of the open group, 2 ends it. */
+      group?: number,
+    ]
   ): Promise<NativeComm | null | undefined>;
   /**
    * submit()'s collective run to completion on the calling thread (blocking), after
@@ -84,32 +91,18 @@ export interface NativeComm {
    * operations complete where launched (Gloo); a refusal queues the stand-in
    * reject() would. Absent: no blocking calls.
    */
-  submitSync?(
-    kind: number,
-    dtype: number,
-    redop: number,
-    send: NativeBuffer | undefined,
-    recv: NativeBuffer | undefined,
-    count: number,
-    rootOrPeer: number,
-    timeoutMs: number,
-  ): void;
+  submitSync?(...args: CallArgs): void;
   /**
    * submitSync()'s call checked and built once (the views hold their memory; a
    * resizable ArrayBuffer is refused), made by each run() of the returned handle.
    * Preparing is local: it takes no place in the sequence. Absent with submitSync.
    */
   prepareSync?(
-    kind: number,
-    dtype: number,
-    redop: number,
-    send: NativeBuffer | undefined,
-    recv: NativeBuffer | undefined,
-    count: number,
-    rootOrPeer: number,
-    timeoutMs: number,
-    /** Each run() writes its entry and exit times here: CLOCK_MONOTONIC, milliseconds. */
-    stamps: Float64Array,
+    ...args: [
+      ...CallArgs,
+      /** Each run() writes its entry and exit times here: CLOCK_MONOTONIC, milliseconds. */
+      stamps: Float64Array,
+    ]
   ): NativePreparedCall;
   /**
    * This rank refused a call locally (bad arguments): queues a stand-in that tells
