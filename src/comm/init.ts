@@ -12,6 +12,7 @@ import { resolveJobEnv, type JobEnv } from '../launch/env.js';
 import { binding } from '../native.js';
 import { StoreClient } from '../rendezvous/client.js';
 import { StoreServer } from '../rendezvous/server.js';
+import { StoreThread, type HostedStore } from '../rendezvous/store-thread.js';
 import { Communicator } from './communicator.js';
 import { chooseBackend, createNcclComm } from './nccl/nccl-init.js';
 import { createGlooComm } from './gloo/gloo-init.js';
@@ -39,7 +40,7 @@ function envTimeout(): number | undefined {
 
 /** The job's store: hosted here (rank 0 without a launcher, or a single process), or joined. */
 export async function openStore(job: JobEnv, token: string, timeoutMs: number) {
-  let server: StoreServer | undefined;
+  let server: HostedStore | undefined;
   let port = job.masterPort;
   if (job.agentStore) {
     // Under torchrun: found through the agent's TCPStore (src/launch/agent-store.ts).
@@ -49,11 +50,14 @@ export async function openStore(job: JobEnv, token: string, timeoutMs: number) {
     return { server: found.server, client, host: found.host, port: found.port, token: found.token };
   }
   if (job.worldSize === 1 && !job.storeHosted) {
+    // No peer to answer while this thread is busy: served from this thread.
     server = await StoreServer.start({ host: '127.0.0.1', port: 0, token });
     port = server.port;
   } else if (job.rank === 0 && !job.storeHosted) {
+    // On a thread of its own: the peers' requests are answered while this rank's JS
+    // thread is held (a blocking call, a long step); see store-thread.ts.
     const host = isLoopback(job.masterAddr) ? job.masterAddr : '0.0.0.0';
-    server = await StoreServer.start({ host, port: job.masterPort, token });
+    server = await StoreThread.start({ host, port: job.masterPort, token });
   }
   const host = server && job.worldSize === 1 ? '127.0.0.1' : job.masterAddr;
   const client = await StoreClient.connect({

@@ -46,7 +46,7 @@ import { startFailureDetection, stopFailureDetection } from '../comm/heartbeat.j
 import { binding } from '../native.js';
 import { createNcclComm } from '../comm/nccl/nccl-init.js';
 import type { StoreClient } from '../rendezvous/client.js';
-import type { StoreServer } from '../rendezvous/server.js';
+import type { HostedStore } from '../rendezvous/store-thread.js';
 import { FT_PREFIX, genKey, membershipRound, type Member, type MemberInfo, type RoundResult } from './membership.js';
 import { goneByCause, goneNow, HOST_KEY } from './gone.js';
 import { EXIT_FULL_RESTART } from './ladder.js';
@@ -77,7 +77,7 @@ export interface Formation {
 
 interface StoreHandle {
   client: StoreClient;
-  server?: StoreServer | undefined;
+  server?: HostedStore | undefined;
   host: string;
   port: number;
   token: string;

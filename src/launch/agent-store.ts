@@ -11,7 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
 
 import { NcclNodeError } from '../errors.js';
-import { StoreServer } from '../rendezvous/server.js';
+import { StoreThread, type HostedStore } from '../rendezvous/store-thread.js';
 import { TcpStoreClient } from '../rendezvous/tcpstore.js';
 import type { JobEnv } from './env.js';
 
@@ -26,8 +26,8 @@ export interface JobStoreAddress {
   host: string;
   port: number;
   token: string;
-  /** Set on rank 0, which hosts the store. */
-  server?: StoreServer;
+  /** Set on rank 0, which hosts the store (on a thread of its own: store-thread.ts). */
+  server?: HostedStore;
 }
 
 /** The token is left out when the ranks share NCCL_NODE_TOKEN: torch's store has no authentication. */
@@ -56,7 +56,7 @@ export async function jobStoreViaAgent(job: JobEnv, agent: AgentStoreJob, token:
       const host = local;
       const listen = isLoopback(local) ? local : local.includes(':') ? '::' : '0.0.0.0';
       const mine = token ?? randomBytes(32).toString('hex');
-      const server = await StoreServer.start({ host: listen, port: 0, token: mine });
+      const server = await StoreThread.start({ host: listen, port: 0, token: mine });
       try {
         await client.set(key, JSON.stringify({ host, port: server.port, ...(token === undefined ? { token: mine } : {}) }));
         // A reply proves the SET (which has none) arrived before we let go of the connection.
