@@ -7,7 +7,9 @@
  * under allReduceSync), and, where Open MPI is installed (build/mpi_collectives, cmake/bench.cmake),
  * Open MPI's MPI_Allreduce over its shared-memory transport (vader) and its TCP
  * transport on loopback, all measured by this script on the same machine. float32 sum, in place,
- * each call awaited before the next (shmSync: the blocking allReduceSync() instead;
+ * each call awaited before the next (shmSync: the blocking allReduceSync() instead, on
+ * the same array each time, so prepared from its second call (src/comm/repeated-calls.ts);
+ * shmSyncFull: the same with NCCL_NODE_SYNC_PREPARE=0, every call checked and built anew;
  * shmPrepared: that call prepared once with prepareAllReduce() and made with run());
  * per run the median per-call time on rank 0 (each call timed from the end of the one
  * before, here and in the C++ baselines). The
@@ -178,12 +180,13 @@ const range = (xs: number[]): string => (xs.length > 1 ? `${Math.min(...xs)}-${M
 
 async function main(): Promise<void> {
   const perSize = (): Map<number, number[]> => new Map();
-  const runs = { shm: perSize(), shmSync: perSize(), shmPrepared: perSize(), shmWorker: perSize(), tcp: perSize(), gloo: perSize(), mpiShm: perSize(), mpiTcp: perSize(), roundCpp: perSize() };
+  const runs = { shm: perSize(), shmSync: perSize(), shmSyncFull: perSize(), shmPrepared: perSize(), shmWorker: perSize(), tcp: perSize(), gloo: perSize(), mpiShm: perSize(), mpiTcp: perSize(), roundCpp: perSize() };
   const glooAlgo = new Map<number, Map<string, number>>();
   const add = (m: Map<number, number[]>, size: number, us: number): void => void (m.get(size) ?? m.set(size, []).get(size)!).push(us);
   for (let round = 0; round < ROUNDS; round++) {
     for (const p of await addonSweep(true)) add(runs.shm, p.size, p.us);
     for (const p of await addonSweep(true, { BENCH_SYNC: '1' })) add(runs.shmSync, p.size, p.us);
+    for (const p of await addonSweep(true, { BENCH_SYNC: '1', NCCL_NODE_SYNC_PREPARE: '0' })) add(runs.shmSyncFull, p.size, p.us);
     for (const p of await addonSweep(true, { BENCH_SYNC: 'prepared' })) add(runs.shmPrepared, p.size, p.us);
     // The same path with small calls always finished by the worker thread (docs/gloo.md,
     // "Small calls on the calling thread"), as before that existed.
@@ -200,6 +203,14 @@ async function main(): Promise<void> {
   }
   const bus = (bytes: number, us: number): number => (bytes * (2 * (RANKS - 1)) / RANKS) / (us * 1e-6) / 1e9;
   const med = (m: Map<number, number[]>, size: number): number | null => (m.has(size) ? median(m.get(size)!) : null);
+  // The median of the rounds' ratios (each round's two runs ran minutes apart at most,
+  // so a ratio within a round is less exposed to the host's slow and fast phases).
+  const roundRatio = (a: Map<number, number[]>, b: Map<number, number[]>, size: number): number | null => {
+    const xs = a.get(size);
+    const ys = b.get(size);
+    if (!xs || !ys || xs.length !== ys.length) return null;
+    return Number(median(xs.map((x, i) => x / ys[i]!)).toFixed(2));
+  };
   const rows = [...runs.shm.keys()].map((size) => {
     const s = med(runs.shm, size)!;
     const t = med(runs.tcp, size)!;
@@ -209,7 +220,8 @@ async function main(): Promise<void> {
     const algo = [...(glooAlgo.get(size) ?? new Map<string, number>())].sort((a, b) => b[1] - a[1])[0]?.[0] ?? null;
     return {
       size, shmUs: s, shmRange: range(runs.shm.get(size)!), shmSyncUs: med(runs.shmSync, size),
-      shmSyncRange: range(runs.shmSync.get(size)!), shmPreparedUs: med(runs.shmPrepared, size),
+      shmSyncRange: range(runs.shmSync.get(size)!), shmSyncFullUs: med(runs.shmSyncFull, size),
+      shmSyncOverFull: roundRatio(runs.shmSync, runs.shmSyncFull, size), shmPreparedUs: med(runs.shmPrepared, size),
       shmPreparedRange: range(runs.shmPrepared.get(size)!), shmWorkerUs: med(runs.shmWorker, size), tcpUs: t,
       glooBestUs: g, glooBestAlgo: algo,
       shmBusGBs: Number(bus(size, s).toFixed(3)), tcpBusGBs: Number(bus(size, t).toFixed(3)),
@@ -217,8 +229,9 @@ async function main(): Promise<void> {
       tcpOverShm: Number((t / s).toFixed(2)), glooOverShm: g ? Number((g / s).toFixed(2)) : null,
       mpiShmUs: m, mpiShmRange: runs.mpiShm.has(size) ? range(runs.mpiShm.get(size)!) : null, mpiTcpUs: med(runs.mpiTcp, size),
       shmOverMpiShm: m ? Number((s / m).toFixed(2)) : null,
-      shmSyncOverMpiShm: m ? Number((med(runs.shmSync, size)! / m).toFixed(2)) : null,
-      shmPreparedOverMpiShm: m ? Number((med(runs.shmPrepared, size)! / m).toFixed(2)) : null,
+      shmSyncOverMpiShm: roundRatio(runs.shmSync, runs.mpiShm, size),
+      shmSyncFullOverMpiShm: roundRatio(runs.shmSyncFull, runs.mpiShm, size),
+      shmPreparedOverMpiShm: roundRatio(runs.shmPrepared, runs.mpiShm, size),
       roundCppUs: med(runs.roundCpp, size), roundCppRange: runs.roundCpp.has(size) ? range(runs.roundCpp.get(size)!) : null,
       roundCppOverMpiShm: m && runs.roundCpp.has(size) ? Number((med(runs.roundCpp, size)! / m).toFixed(2)) : null,
     };
@@ -227,7 +240,8 @@ async function main(): Promise<void> {
   const pad = (v: unknown): string => String(v ?? '-').padStart(13);
   console.log(`# all-reduce float32 sum, ${RANKS} ranks on one host, in place; median microseconds per awaited call, median of ${ROUNDS} round(s)`);
   console.log('# shm: NCCL_NODE_SHM=1 (shared memory), tcp: NCCL_NODE_SHM=0 (Gloo TCP loopback), glooBest: raw Gloo from C++, fastest algorithm');
-  console.log('# shmSync: the same calls through the blocking allReduceSync() (no promise, no await)');
+  console.log('# shmSync: the same calls through the blocking allReduceSync() on one array (prepared from its second call)');
+  console.log('# shmSyncFull: the same with NCCL_NODE_SYNC_PREPARE=0 (every call checked and built anew); shmSyncOverFull and *OverMpiShm: median of the per-round ratios');
   console.log('# shmPrepared: the same blocking call prepared once (prepareAllReduce) and run() each time');
   console.log('# shmWorker: the same with NCCL_NODE_SHM_CALLER_SPIN_US=0 (every call finished by the worker thread)');
   console.log('# mpiShm / mpiTcp: Open MPI MPI_Allreduce from C++ over vader (shared memory) / tcp (loopback); ranges: min-max over rounds');

@@ -38,6 +38,7 @@ import {
 } from './call-options.js';
 import { Work } from './work.js';
 import { PreparedAllReduce } from './prepared.js';
+import { RepeatedCalls } from './repeated-calls.js';
 import { registerBuffer, registerPinned, type Registration, type RegisterOptions } from './nccl/register.js';
 import type { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
 import { collectiveBytes, collectiveEnded, collectiveStarted } from '../metrics/collectives.js';
@@ -71,6 +72,15 @@ interface Submission {
   recvCounts?: number[];
   /** NCCL's pre-multiplied sum: the sum of preMulScalar * each rank's input. */
   preMulScalar?: number;
+}
+
+/** A blocking all-reduce's checked arguments. */
+interface BlockingCall<B extends HostArray> {
+  dtype: DType;
+  count: number;
+  recv: B;
+  op: ReduceOp | undefined;
+  timeoutMs: number | undefined;
 }
 
 export interface CommunicatorInit {
@@ -110,6 +120,8 @@ export class Communicator {
   readonly #onRank: string;
   /** flightRecord(#native), looked up on first use (a split names its child's record first). */
   #record: FlightRecord | undefined;
+  /** allReduceSync's recent calls, prepared when repeated (repeated-calls.ts); undefined when off. */
+  readonly #repeated: RepeatedCalls | undefined;
 
   constructor(init: CommunicatorInit) {
     this.#native = init.native;
@@ -124,6 +136,7 @@ export class Communicator {
     this.#onClose = init.onClose;
     this.#callerStacks = init.callerStacks ?? process.env.NCCL_NODE_CALLER_STACKS === '1';
     this.#explain = init.explainFailure;
+    this.#repeated = process.env.NCCL_NODE_SYNC_PREPARE === '0' ? undefined : new RepeatedCalls();
   }
 
   /** Operations queued or running. */
@@ -172,9 +185,32 @@ export class Communicator {
    * is late (plus what runs before it): timers, heartbeats and signal handlers too.
    * Failures throw as allReduce()'s reject, without the failure's explanation from
    * the rendezvous store, which would need the event loop.
+   *
+   * A call made again on the same memory with the same options (up to 64 KiB an array,
+   * not resizable) is prepared the second time, as prepareAllReduce() would, and made
+   * as that prepared call from then on (repeated-calls.ts); the communicator then holds
+   * that memory until 8 other calls have displaced it, or until destroy() or abort().
+   * NCCL_NODE_SYNC_PREPARE=0 turns this off.
    */
   allReduceSync<B extends HostArray>(buf: B, options?: AllReduceOptions<B>): B {
+    // The same call as one made before on this memory: its prepared form (repeated-calls.ts).
+    const repeated = this.#closed === undefined ? this.#repeated : undefined;
+    const slot = repeated?.find(buf, options);
+    if (slot?.call) return repeated!.run(slot, (options?.out ?? buf) as B);
     const c = this.#blockingCall('allReduceSync', buf, options);
+    if (slot && slot.call === undefined) {
+      // Seen a second time: prepared now, made as the prepared call from here on.
+      let call: PreparedAllReduce<HostArray> | null = null;
+      try {
+        call = this.#prepare(buf, c);
+      } catch {
+        // Left to the full path below, now and later (the slot remembers it failed).
+      }
+      repeated!.keep(slot, call);
+      if (call) return repeated!.run(slot, c.recv);
+    } else if (!slot) {
+      repeated?.remember(buf, options);
+    }
     const record = this.flightRecord;
     const started = collectiveStarted();
     const entry = record.begin('allReduce', c.count, c.dtype, -1, started);
@@ -198,6 +234,11 @@ export class Communicator {
     return c.recv;
   }
 
+  /** @internal What allReduceSync's repeated-call memory did (tests); undefined when it is off. */
+  get _repeatedSyncCalls(): RepeatedCalls['stats'] | undefined {
+    return this.#repeated?.stats;
+  }
+
   /**
    * allReduceSync() checked once, for a call made again and again on the same arrays
    * (a loss or a norm every step): each run() of the returned PreparedAllReduce is
@@ -208,7 +249,10 @@ export class Communicator {
    * refusal here (ERR_INVALID_ARGUMENT, ERR_UNAVAILABLE on NCCL) concerns this rank alone.
    */
   prepareAllReduce<B extends HostArray>(buf: B, options?: AllReduceOptions<B>): PreparedAllReduce<B> {
-    const c = this.#blockingCall('prepareAllReduce', buf, options, false);
+    return this.#prepare(buf, this.#blockingCall('prepareAllReduce', buf, options, false));
+  }
+
+  #prepare<B extends HostArray>(buf: B, c: BlockingCall<B>): PreparedAllReduce<B> {
     const stamps = new Float64Array(2);
     const native = this.#native.prepareSync!(
       OpKind.allReduce, DTYPE_CODE[c.dtype], REDUCE_OP_CODE[c.op ?? 'sum'], buf, c.recv, c.count, -1,
@@ -222,8 +266,7 @@ export class Communicator {
   // this call is made for its microsecond, and the closure and the object it returned
   // took about 5 % of it at one rank. A refused blocking call tells the other ranks
   // (tell); a refused preparation has nobody to tell.
-  #blockingCall<B extends HostArray>(call: string, buf: B, options: AllReduceOptions<B> | undefined, tell = true):
-    { dtype: DType; count: number; recv: B; op: ReduceOp | undefined; timeoutMs: number | undefined } {
+  #blockingCall<B extends HostArray>(call: string, buf: B, options: AllReduceOptions<B> | undefined, tell = true): BlockingCall<B> {
     try {
       const o = options ? parse(allReduceSchema, options, this.#where('allReduce')) : undefined;
       if (!ArrayBuffer.isView(buf)) {
@@ -519,6 +562,7 @@ export class Communicator {
   async destroy(): Promise<void> {
     if (this.#closed) return;
     this.#closed = 'destroyed';
+    this.#repeated?.clear();
     await Promise.all([...this.#children].map((c) => c.destroy()));
     await this.#native.destroy();
     await this.#onClose?.();
@@ -531,6 +575,7 @@ export class Communicator {
   abort(reason?: NcclNodeError): void {
     if (this.#closed) return;
     this.#closed = 'aborted';
+    this.#repeated?.clear();
     this.#abortReason = reason;
     for (const c of this.#children) c.abort(reason);
     this.#native.abort();

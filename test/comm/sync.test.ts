@@ -3,16 +3,18 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { root, standinEnv } from '../gpu/helpers.js';
 import { phaseOf as phase, runPhases } from '../helpers/phases.js';
+import { DTYPES } from '../../src/dtypes.js';
 
 // The blocking allReduceSync(): the results of the reference every rank computes,
 // over shared memory and over TCP; a refusal on one rank fails the same call on the
 // others (no rank waits for a call that will not come) and later calls line up.
 type Row = { phase?: string; inFlightBefore?: number; settledAfter?: number; calls?: number; failures?: string[]; codes?: string[]; messages?: string[]; after?: string | number[];
   inFlight?: number; entries?: { op: string; state: string; seq: number; count: number }[]; counted?: number; heldMs?: number;
-  resizable?: (string | boolean)[]; shared?: (string | boolean)[]; detached?: string; awaitedResizable?: string };
+  resizable?: (string | boolean)[]; shared?: (string | boolean)[]; detached?: string; awaitedResizable?: string;
+  stats?: { prepared: number; runs: number; slots: number } | null; consecutive?: boolean; states?: string[] };
 
-const run = (size: number, phases: string, shm: boolean): Promise<Row[][]> =>
-  runPhases('test/fixtures/sync-allreduce.ts', size, phases, { NCCL_NODE_SHM: shm ? '1' : '0' }, 90_000);
+const run = (size: number, phases: string, shm: boolean, env: Record<string, string> = {}): Promise<Row[][]> =>
+  runPhases('test/fixtures/sync-allreduce.ts', size, phases, { NCCL_NODE_SHM: shm ? '1' : '0', ...env }, 90_000);
 
 describe.each([
   ['shared memory', true],
@@ -35,6 +37,31 @@ describe.each([
     }
     // Every rank numbered the calls alike (refused and failed ones included).
     expect(new Set(ranks.map((rows) => phase(rows, 'record').entries![0]!.seq)).size).toBe(1);
+  }, 120_000);
+
+  it('calls made again on the same memory run prepared from their second time: same results, errors and records as without', async () => {
+    const on = await run(3, 'repeat', shm);
+    const off = await run(3, 'repeat', shm, { NCCL_NODE_SYNC_PREPARE: '0' });
+    for (const [r, rows] of on.entries()) {
+      const got = phase(rows, 'repeat');
+      expect(got.failures).toEqual([]);
+      expect(got.codes).toEqual(['ERR_SIZE_MISMATCH', 'ERR_INVALID_ARGUMENT']);
+      expect(got.detached).toMatch(/^ERR_INVALID_ARGUMENT: .*detached/);
+      expect(got.consecutive).toBe(true);
+      // The reference: the same calls with the memory of repeated calls off.
+      const ref = phase(off[r]!, 'repeat');
+      expect(ref.stats).toBeNull();
+      expect(ref.failures).toEqual([]);
+      const { stats, ...rest } = got;
+      const { stats: _none, ...refRest } = ref;
+      expect(rest).toEqual(refRest);
+      expect(got.entries).toBe(got.calls);
+      // Repeated calls did run prepared: every dtype's array, the reused ones; more
+      // arrays in turn than slots were not (each is evicted before it comes back).
+      expect(stats!.prepared).toBeGreaterThanOrEqual(DTYPES.length + 4);
+      expect(stats!.runs).toBeGreaterThanOrEqual(DTYPES.length + 3 * 10);
+      expect(stats!.slots).toBe(8);
+    }
   }, 120_000);
 
   it('calls in flight run first, a recv in flight does not hold it; a call refused on one rank fails the same call on the others', async () => {
@@ -102,13 +129,20 @@ describe('allReduceSync where it cannot run', () => {
       const gloo = await nn.init({ backend: 'gloo', rank: 0, worldSize: 1, token: 't' });
       const onDevice = attempt(() => gloo.allReduceSync(d));
       const one = Array.from(gloo.allReduceSync(new Int32Array([5, -6]), { op: 'max' }));
+      const kept = new Int32Array([7]);
+      for (let i = 0; i < 3; i++) gloo.allReduceSync(kept);
+      const prepared = gloo._repeatedSyncCalls.prepared;
       await gloo.destroy();
       const destroyed = attempt(() => gloo.allReduceSync(new Int32Array(1)));
-      return { onNccl, after, onDevice, one, destroyed };`, standinEnv());
+      const keptDestroyed = attempt(() => gloo.allReduceSync(kept));
+      return { onNccl, after, onDevice, one, destroyed, prepared, keptDestroyed };`, standinEnv());
     expect(out.onNccl).toMatch(/^ERR_UNAVAILABLE: allReduce on rank 0 of 1: the nccl backend does not run blocking calls/);
     expect(out.after).toEqual([1, 2]);
     expect(out.onDevice).toMatch(/^ERR_INVALID_ARGUMENT: .*allReduceSync takes a host array, received a device buffer/);
     expect(out.one).toEqual([5, -6]);
     expect(out.destroyed).toMatch(/^ERR_COMM_DESTROYED/);
+    // A call prepared because it was repeated is refused after destroy() as any other.
+    expect(out.prepared).toBe(1);
+    expect(out.keptDestroyed).toMatch(/^ERR_COMM_DESTROYED: allReduce on rank 0 of 1: the communicator was destroyed/);
   }, 60_000);
 });
