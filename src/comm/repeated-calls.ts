@@ -32,6 +32,8 @@ interface Region {
 
 export interface Slot {
   buf: Region;
+  /** The array object that matched last (buf's region), checked by identity first. */
+  view: HostArray;
   out: Region | undefined;
   op: unknown;
   dtype: unknown;
@@ -76,7 +78,12 @@ export class RepeatedCalls {
     if (this.#slots.length === 0 || !ArrayBuffer.isView(buf)) return undefined;
     const out = options?.out as HostArray | undefined;
     for (const s of this.#slots) {
-      if (sameRegion(s.buf, buf) && sameOptions(s, options, out)) {
+      // The array object that matched last time still covers the same bytes of the same
+      // buffer (neither can change for a view of a buffer that cannot resize), unless it
+      // was transferred since, which leaves it none.
+      const same = s.view === buf ? buf.byteLength === s.buf.bytes : sameRegion(s.buf, buf);
+      if (same && sameOptions(s, options, out)) {
+        s.view = buf;
         s.lastUsed = ++this.#clock;
         return s;
       }
@@ -103,7 +110,7 @@ export class RepeatedCalls {
     const out = outArr === undefined ? undefined : regionOf(outArr);
     if (outArr !== undefined && !out) return;
     const fresh: Slot = {
-      buf: region, out, op: options?.op, dtype: options?.dtype, timeoutMs: options?.timeoutMs, call: undefined,
+      buf: region, view: buf, out, op: options?.op, dtype: options?.dtype, timeoutMs: options?.timeoutMs, call: undefined,
       lastUsed: ++this.#clock,
     };
     if (this.#slots.length < SLOTS) {

@@ -15,7 +15,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { NcclNodeError, type ErrorCode } from '../errors.js';
-import type { StoreServerOptions } from './server.js';
+import { StoreServer, type StoreServerOptions } from './server.js';
 import type { StoreThreadMessage } from './store-thread-main.js';
 
 /** What the ranks' code needs of a store it hosts (also a StoreServer's). */
@@ -28,6 +28,7 @@ export interface HostedStore {
 const CLOSE_WAIT_MS = 5_000;
 
 let bundled: string | undefined;
+let warnedNoThread = false;
 
 function workerSource(): { code: string; eval: true } | { url: URL; eval: false } {
   const here = import.meta.url;
@@ -55,9 +56,23 @@ export class StoreThread implements HostedStore {
     this.#host = host;
   }
 
-  /** Starts a StoreServer on a new thread; rejects as StoreServer.start() would. */
-  static start(options: Omit<StoreServerOptions, 'log'>): Promise<StoreThread> {
-    const src = workerSource();
+  /**
+   * Starts a StoreServer on a new thread; rejects as StoreServer.start() would. Where
+   * the thread's code cannot be made (a source checkout run by a tsx without esbuild
+   * beside it), the server starts on this thread, with a warning.
+   */
+  static async start(options: Omit<StoreServerOptions, 'log'>): Promise<HostedStore> {
+    let src: ReturnType<typeof workerSource>;
+    try {
+      src = workerSource();
+    } catch (err) {
+      if (!warnedNoThread) {
+        warnedNoThread = true;
+        process.emitWarning(`the job's store runs on the rank's own thread (its thread's code could not be built: ${String((err as Error).message).split('\n')[0]}); ` +
+          "a blocking call on this rank then holds up the other ranks' store requests", { code: 'NCCL_NODE_STORE_THREAD' });
+      }
+      return StoreServer.start(options);
+    }
     const worker = new Worker(src.eval ? src.code : src.url, { eval: src.eval, workerData: options, execArgv: [] });
     return new Promise<StoreThread>((resolve, reject) => {
       const fail = (err: Error): void => {
