@@ -10,27 +10,32 @@
  *   node --import tsx bench/comm/sync-repeat.ts [--blocks 7] [--calls 200000] [--elems 2] [--json out.json]
  */
 import { writeFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
 import { init } from '../../src/index.js';
 import { median } from '../stats.js';
 
-const arg = (name: string, def: string): string => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1]! : def;
-};
-const BLOCKS = Number(arg('--blocks', '7'));
-const CALLS = Number(arg('--calls', '200000'));
-const ELEMS = Number(arg('--elems', '2'));
+const { values: a } = parseArgs({
+  options: {
+    blocks: { type: 'string', default: '7' },
+    calls: { type: 'string', default: '200000' },
+    elems: { type: 'string', default: '2' },
+    json: { type: 'string' },
+  },
+});
+const BLOCKS = Number(a.blocks);
+const CALLS = Number(a.calls);
+const ELEMS = Number(a.elems);
 
 const repeatedComm = await init({ backend: 'gloo', rank: 0, worldSize: 1, token: 'sync-repeat' });
 process.env.NCCL_NODE_SYNC_PREPARE = '0';
 const fullComm = await init({ backend: 'gloo', rank: 0, worldSize: 1, token: 'sync-repeat' });
 delete process.env.NCCL_NODE_SYNC_PREPARE;
 
-const a = new Float32Array(ELEMS).fill(1);
-const prepared = repeatedComm.prepareAllReduce(a);
+const buf = new Float32Array(ELEMS).fill(1);
+const prepared = repeatedComm.prepareAllReduce(buf);
 const ways: Record<string, () => void> = {
-  repeated: () => repeatedComm.allReduceSync(a),
-  full: () => fullComm.allReduceSync(a),
+  repeated: () => repeatedComm.allReduceSync(buf),
+  full: () => fullComm.allReduceSync(buf),
   prepared: () => prepared.run(),
 };
 // One clock read a block: a call costs a few hundred nanoseconds here.
@@ -58,5 +63,4 @@ console.log('|---|---|---|---|---|');
 for (const r of rows) console.log(`| ${r.way} | ${r.medianUs} | ${r.minUs}-${r.maxUs} | ${r.overFull} | ${r.overPrepared} |`);
 const doc = { bench: 'sync-repeat', node: process.version, elems: ELEMS, blocks: BLOCKS, calls: CALLS, rows, perBlock: us };
 console.log(JSON.stringify(doc));
-const out = arg('--json', '');
-if (out) writeFileSync(out, `${JSON.stringify(doc, null, 1)}\n`);
+if (a.json) writeFileSync(a.json, `${JSON.stringify(doc, null, 1)}\n`);
