@@ -1,7 +1,8 @@
 /**
  * The package as users get it: `npm pack` the checkout, install the tarball into a
  * scratch project outside it (npm runs the addon build), then use it from there —
- * a 2-rank all-reduce and a checkpoint through the installed launcher, ESM,
+ * a 2-rank all-reduce and a checkpoint through the installed launcher, 2 ranks without it
+ * (rank 0's store on its own thread, from the compiled worker file), ESM,
  * CommonJS (await import) and strict TypeScript (nodenext), every `exports`
  * subpath, and every name the docs and examples import from the package.
  */
@@ -12,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort } from '../helpers/ranks.js';
 
 const repo = fileURLToPath(new URL('../..', import.meta.url));
 const scratch = mkdtempSync(join(tmpdir(), 'nn-pkg-'));
@@ -108,6 +110,45 @@ await comm.destroy();
       loaded: Array.from({ length: 4 }, (_, i) => ((1 - rank) * 4 + i) * 1.5 - 2),
       step: 7,
     })));
+  });
+
+  it('without a launcher, rank 0 serves the store from its thread (the compiled worker file) while its JS thread is held', async () => {
+    // Rank 0 holds its JS thread 2 s right after init, as a blocking call waiting for its
+    // peers does; rank 1 uses the store meanwhile, then both make a blocking all-reduce.
+    writeFileSync(join(app, 'held.mjs'), `
+import { init, StoreClient } from 'nccl-node';
+const comm = await init({ backend: 'gloo' });
+let storeMs = null;
+if (comm.rank === 0) {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 2000);
+} else {
+  await new Promise((r) => setTimeout(r, 200));
+  const t0 = performance.now();
+  const c = await StoreClient.connect({ host: '127.0.0.1', port: Number(process.env.MASTER_PORT), token: process.env.NCCL_NODE_TOKEN, clientName: 'held', connectTimeoutMs: 10000 });
+  await c.set('held/k', 'v');
+  await c.get('held/k');
+  storeMs = performance.now() - t0;
+  await c.close();
+}
+const sum = comm.allReduceSync(new Float32Array([comm.rank + 1]))[0];
+console.log('RESULT ' + JSON.stringify({ rank: comm.rank, sum, storeMs }));
+await comm.destroy();
+`);
+    const port = await freePort();
+    const tsx = join(app, 'node_modules', 'tsx');
+    renameSync(tsx, `${tsx}.hidden`);
+    let r;
+    try {
+      const env = `WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=${port} NCCL_NODE_TOKEN=held-token`;
+      r = run('sh', ['-c', `export ${env}; RANK=0 node held.mjs & p=$!; RANK=1 node held.mjs; b=$?; wait $p; a=$?; exit $((a | b))`], app, 60_000);
+    } finally {
+      renameSync(`${tsx}.hidden`, tsx);
+    }
+    expect(r.code, r.all).toBe(0);
+    const results = [...r.out.matchAll(/RESULT (.*)/g)].map((m) => JSON.parse(m[1]!)).sort((a, b) => a.rank - b.rank);
+    expect(results.map((x) => x.sum)).toEqual([3, 3]);
+    // Answered within rank 0's 2 s hold (it began 200 ms in), not after it.
+    expect(results[1].storeMs).toBeLessThan(1000);
   });
 
   it('npx nccl-node bench runs from the installed package', () => {
