@@ -35,7 +35,7 @@ const BLOCKS = Number(a.blocks);
 const CALLS = Number(a.calls);
 const QUEUE = 64;
 
-interface Side { allReduce(buf: Float32Array): PromiseLike<unknown> }
+interface Side { allReduce(buf: Float32Array): PromiseLike<unknown> | undefined }
 
 const store = await oneRankStore('callpath-ab');
 // As init() builds the world communicator: with a failure explanation (a promise step on failure only).
@@ -61,7 +61,7 @@ async function awaited(side: Side): Promise<number> {
   return median(us);
 }
 async function queued(side: Side): Promise<number> {
-  const works = new Array<PromiseLike<unknown>>(QUEUE);
+  const works = new Array<PromiseLike<unknown> | undefined>(QUEUE);
   const t0 = performance.now();
   for (let i = 0; i < QUEUE; i++) works[i] = side.allReduce(buf);
   await Promise.all(works);

@@ -24,7 +24,10 @@ export async function oneRankStore(token: string): Promise<OneRankStore> {
   };
 }
 
-/** A float32 sum in place through the native communicator alone. */
-export function nativeAllReduce(comm: NativeComm, buf: Float32Array): Promise<unknown> {
+/**
+ * A float32 sum in place through the native communicator alone: its promise, or
+ * undefined when it completed before submit() returned (await takes either).
+ */
+export function nativeAllReduce(comm: NativeComm, buf: Float32Array): Promise<unknown> | undefined {
   return comm.submit(OpKind.allReduce, DTYPE_CODE.float32, REDUCE_OP_CODE.sum, buf, buf, buf.length, -1, 30_000);
 }

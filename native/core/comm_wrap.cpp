@@ -135,6 +135,8 @@ Napi::Promise CommWrap::Connect(Napi::Env env, int64_t timeoutMs) {
 // submit(kind, dtype, redop, send, recv, count, rootOrPeer, timeoutMs, color, key, sendCounts, recvCounts,
 // preMulScalar, group); the count arrays make allToAll the variable-size form, and count is then ignored;
 // preMulScalar (a number) makes a sum a pre-multiplied sum; group is Op::Group (NCCL's group boundaries).
+// Returns undefined for a call that completed, successfully, before submit() returned, else a promise
+// (Engine::submitCall).
 Napi::Value CommWrap::Submit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
@@ -376,7 +378,6 @@ Napi::Value CommWrap::submit(const Napi::CallbackInfo& info, OpKind kind) {
     auto p = build(info, kind, &hasSend, &ownRecv);
     Op& op = *p->op;
     sequence(op);
-    p->deferred.emplace(Napi::Promise::Deferred::New(env));
     // An op completed before this returns needs no references: the caller's arguments
     // keep the buffers and this communicator alive, and nothing can detach them
     // meanwhile. One that is queued (or that the backend keeps in flight after all)
@@ -384,8 +385,7 @@ Napi::Value CommWrap::submit(const Napi::CallbackInfo& info, OpKind kind) {
     // One pointer captured: std::function keeps it without allocating.
     struct Args { CommWrap* self; const Napi::CallbackInfo* info; bool send, recv; } args{this, &info, hasSend, ownRecv};
     const std::function<void(Pending&)> pinning = [a = &args](Pending& kept) { a->self->pin(*a->info, kept, a->send, a->recv); };
-    if (engine_->runsOnCaller(op)) return engine_->runOnCaller(env, std::move(p), pinning);
-    return engine_->submit(env, std::move(p), &pinning);
+    return engine_->submitCall(env, std::move(p), pinning);
   }
 }
 

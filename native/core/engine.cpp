@@ -34,9 +34,27 @@ Engine::~Engine() {
 }
 
 Napi::Promise Engine::submit(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>* pin) {
-  auto promise = p->deferred->Promise();
-  submitRejected(env, std::move(p), pin);
+  p->awaited = true;
+  auto promise = promiseOf(env, *p).As<Napi::Promise>();
+  enqueue(env, std::move(p), pin);
   return promise;
+}
+
+Napi::Value Engine::submitCall(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>& pin) {
+  p->awaited = true;
+  if (runsOnCaller(*p->op)) return runOnCaller(env, std::move(p), pin);
+  return enqueue(env, std::move(p), &pin);
+}
+
+Napi::Value Engine::promiseOf(Napi::Env env, Pending& p) {
+  if (!p.deferred) p.deferred.emplace(Napi::Promise::Deferred::New(env));
+  return p.deferred->Promise();
+}
+
+Napi::Value Engine::settleHere(Napi::Env env, Pending* p) {
+  Napi::Value result = p->awaited && p->op->failed ? promiseOf(env, *p) : env.Undefined();
+  settleOnJs(env, p);
+  return result;
 }
 
 // Above this many bytes an op goes to the worker even when it could run here: the
@@ -49,8 +67,7 @@ bool Engine::runsOnCaller(const Op& op) const {
          backend_->completesOnCaller(op);
 }
 
-Napi::Promise Engine::runOnCaller(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>& pin) {
-  auto promise = p->deferred->Promise();
+Napi::Value Engine::runOnCaller(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>& pin) {
   Op& op = *p->op;
   op.enqueued = std::chrono::steady_clock::now();
   op.owner = p.get();
@@ -58,13 +75,13 @@ Napi::Promise Engine::runOnCaller(Napi::Env env, std::unique_ptr<Pending> p, con
   if (execute(*p)) {
     // A backend that kept the op in flight after all: it settles through the
     // thread-safe function like any other (p is the backend's until then).
+    Napi::Value promise = promiseOf(env, *p);
     pin(*p);
     p.release();
     if (inFlight_ == 1 && !aborted_) tsfn_.Ref(env);
     return promise;
   }
-  settleOnJs(env, p.release());
-  return promise;
+  return settleHere(env, p.release());
 }
 
 void Engine::runSync(std::unique_ptr<Pending> p) {
@@ -119,11 +136,16 @@ bool Engine::finishHere(Op& op) {
 }
 
 void Engine::submitRejected(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>* pin) {
+  enqueue(env, std::move(p), pin);
+}
+
+Napi::Value Engine::enqueue(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>* pin) {
   p->op->enqueued = std::chrono::steady_clock::now();
   p->op->owner = p.get();
   const bool first = inFlight_++ == 0;  // nothing earlier unsettled
   if (first && !aborted_) tsfn_.Ref(env);
   bool posted = false;
+  Napi::Value result = env.Undefined();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (p->destroy) destroyed_ = true;
@@ -134,7 +156,9 @@ void Engine::submitRejected(Napi::Env env, std::unique_ptr<Pending> p, const std
         (!p->op->rejected || backend_->sharesRejections())) {
       posted = backend_->prepost(*p->op);
     }
-    if (!(posted && first && onCaller_ && p->deferred)) {
+    if (!(posted && first && onCaller_ && p->awaited)) {
+      // Made before the worker can see p; it settles on this thread in any case.
+      if (p->awaited) result = promiseOf(env, *p);
       if (pin) (*pin)(*p);
       queue_.push_back(p.release());
       posted = false;
@@ -144,15 +168,14 @@ void Engine::submitRejected(Napi::Env env, std::unique_ptr<Pending> p, const std
     // The queue is still empty and the worker idle (only this thread queues), so
     // the op may finish here, outside the lock, and be settled in issue order.
     Op& op = *p->op;
-    if (finishHere(op)) {
-      settleOnJs(env, p.release());
-      return;
-    }
+    if (finishHere(op)) return settleHere(env, p.release());
+    result = promiseOf(env, *p);
     if (pin) (*pin)(*p);
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(p.release());
   }
   cv_.notify_one();
+  return result;
 }
 
 uint64_t Engine::nextP2P(bool send, int peer) {
@@ -333,7 +356,7 @@ void Engine::settleOnJs(Napi::Env env, Pending* raw) {
   std::unique_ptr<Pending> p(raw);
   Napi::HandleScope scope(env);
   Op& op = *p->op;
-  const std::string call = p->connect ? "init" : op.shrink ? "shrink" : opKindName(op.kind);
+  auto call = [&] { return std::string(p->connect ? "init" : op.shrink ? "shrink" : opKindName(op.kind)); };
   if (!p->deferred) {
     // A rejected call's stand-in: the caller already has its error.
   } else if (!op.failed && ((!p->sendRef.IsEmpty() && detachedNow(p->sendRef.Value())) ||
@@ -341,13 +364,13 @@ void Engine::settleOnJs(Napi::Env env, Pending* raw) {
     // The memory stayed alive (buffers.cpp) and the operation completed on every
     // rank, but this rank's results went to the memory's new owner.
     std::ostringstream s;
-    s << call << " failed on rank " << rank_ << " of " << size_
+    s << call() << " failed on rank " << rank_ << " of " << size_
       << ": the buffer's ArrayBuffer was detached (transferred) while the operation ran; the operation completed "
          "on every rank, but its result went with the transferred memory. Keep buffers attached until the Work settles";
     p->deferred->Reject(makeError(env, Code::InvalidArgument, s.str()).Value());
   } else if (op.failed) {
     std::ostringstream s;
-    s << call << " failed on rank " << rank_ << " of " << size_;
+    s << call() << " failed on rank " << rank_ << " of " << size_;
     if (!p->connect && op.kind != OpKind::Send && op.kind != OpKind::Recv && op.kind != OpKind::Split) {
       s << " (collective #" << op.seq << ")";
     }

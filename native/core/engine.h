@@ -26,11 +26,14 @@ class Engine;
 // What the JS thread keeps for one submitted operation until it settles.
 struct Pending {
   std::unique_ptr<Op> op;
-  std::optional<Napi::Promise::Deferred> deferred;  // empty for a rejected op's stand-in
+  // Made when the caller gets a promise: at submit(), or for a call (submitCall) only
+  // once it is queued or has failed; empty for a rejected op's stand-in.
+  std::optional<Napi::Promise::Deferred> deferred;
   Napi::ObjectReference owner;  // the communicator object: alive while work is in flight
   Napi::Reference<Napi::Value> sendRef, recvRef;  // the caller's buffers: checked for a detach at settle
   bool connect = false;         // the first operation: join the group
   bool destroy = false;         // the last one: stop the thread
+  bool awaited = false;         // the caller awaits its outcome (not a stand-in)
 };
 
 class Engine {
@@ -44,6 +47,11 @@ class Engine {
   // pin, when given, takes the references that keep p's communicator and buffers alive
   // (see runOnCaller) if p is queued, not when the backend completes it on this thread.
   Napi::Promise submit(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>* pin = nullptr);
+  // submit() for a collective or point-to-point call: undefined when it completed, successfully,
+  // before this returned (on this thread: its promise is never made, the one allocation and
+  // two global handles a call would otherwise cost), else its promise (queued, in flight or
+  // failed).
+  Napi::Value submitCall(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>& pin);
   // Whether submit() may run `op` on this thread and settle it at once: nothing of
   // this communicator queued or unsettled (so settlement stays in issue order and
   // the worker is idle), and an op the backend completes there (Backend::completesOnCaller).
@@ -51,7 +59,7 @@ class Engine {
   // Runs p on this thread; its promise is settled when this returns, unless the backend
   // keeps it in flight after all: then pin(p) takes the references that keep its
   // communicator and buffers alive until it settles on the worker.
-  Napi::Promise runOnCaller(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>& pin);
+  Napi::Value runOnCaller(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>& pin);
   // A blocking call: runs p on this thread, after whatever of this communicator is
   // queued or running, and returns when it completed, throwing its failure. The caller
   // has checked blocking(); the op is in the sequence.
@@ -93,6 +101,13 @@ class Engine {
   void runConcurrently(Pending* p);
   static void settle(Napi::Env env, Napi::Function, Engine* self, Pending* p);
   void settleOnJs(Napi::Env env, Pending* p);
+  // Queues p, or completes it on this thread where the backend can (prepost, finishHere);
+  // returns what submitCall() does.
+  Napi::Value enqueue(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>* pin);
+  // p completed on this thread: undefined when it succeeded, else its rejected promise.
+  Napi::Value settleHere(Napi::Env env, Pending* p);
+  // p's promise, made now if it has none.
+  static Napi::Value promiseOf(Napi::Env env, Pending& p);
 
   std::unique_ptr<Backend> backend_;
   std::string name_, version_;

@@ -123,7 +123,7 @@ void exchange(HostGroup& g, const void* head, size_t headBytes, const void* body
   Waiter w(seg, g.localRank, std::chrono::steady_clock::now() + timeout, abort, timeout);
   w.enter();
   const uint64_t s = ++g.step;
-  if (s > 2) w.all(&RankCtl::done, s - 2);
+  if (s > 2 && g.peersDone < s - 2) w.all(&RankCtl::done, s - 2);
   post(g, s, head, headBytes, body, bodyBytes);
   finish(g, s, timeout, abort, use);
 }
@@ -131,7 +131,9 @@ void exchange(HostGroup& g, const void* head, size_t headBytes, const void* body
 uint64_t tryPost(HostGroup& g, const void* head, size_t headBytes, const void* body, size_t bodyBytes) {
   Segment& seg = *g.seg;
   const uint64_t s = g.step + 1;
-  if (seg.poisoned() || (s > 2 && !allReached(seg, g.localRank, &RankCtl::done, s - 2))) return 0;
+  if (seg.poisoned() || (s > 2 && g.peersDone < s - 2 && !allReached(seg, g.localRank, &RankCtl::done, s - 2))) {
+    return 0;
+  }
   g.step = s;
   post(g, s, head, headBytes, body, bodyBytes);
   return s;
@@ -165,6 +167,7 @@ void finish(HostGroup& g, uint64_t step, std::chrono::milliseconds timeout, cons
     Waiter w(seg, g.localRank, std::chrono::steady_clock::now() + timeout, abort, timeout);
     w.all(&RankCtl::posted, step);
   }
+  g.peersDone = std::max(g.peersDone, step - 1);
   try {
     use([&](int r) -> const uint8_t* { return seg.slot(r, b) + kRoundFlagBytes; });
   } catch (...) {

@@ -24,6 +24,10 @@ struct HostGroup {
   int hosts = 1;                 // hosts the communicator spans
   std::unique_ptr<Segment> seg;  // null when this host has one rank
   uint64_t step = 0;             // chunks processed so far; the same on every local rank
+  // Every other local rank has finished at least this step: a rank posts step s only after
+  // finishing s - 1, so seeing every rank's s (finish()) tells it without reading their
+  // control lines, which the next tryPost() would otherwise pull from their caches.
+  uint64_t peersDone = 0;
   size_t chunkBytes = 0;         // the same on every rank of the communicator
 };
 

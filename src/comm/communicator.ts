@@ -506,6 +506,7 @@ export class Communicator {
         color: o.color,
         key: o.key ?? this.rank,
       });
+      if (native === undefined) throw new NcclNodeError('ERR_BACKEND', `${this.#where('split')}: the native split returned no promise`);
       recordOp(this.#native, 'split', 0, 'uint8', -1, native, o.color);
       const child = native.then((n) => {
         if (!n) return null;
@@ -719,7 +720,7 @@ export class Communicator {
     }
   }
 
-  #start(call: OpName, s: Submission): Promise<NativeComm | null | undefined> {
+  #start(call: OpName, s: Submission): Promise<NativeComm | null | undefined> | undefined {
     this.#checkOpen(call);
     const done = this.#native.submit(
       OpKind[call],
@@ -743,14 +744,23 @@ export class Communicator {
     // Captured before the work leaves the JS thread, so failures point at the
     // caller; opt-in, since a stack capture costs more than the rest of the call.
     const callSite = this.#callerStacks ? new Error(call) : undefined;
+    // Read before the call: one that completes on this thread has run by the time it returns.
+    const submitted = collectiveStarted();
     const native = this.#start(call, s);
+    const record = this.flightRecord;
+    const entry = record.begin(call, s.count, s.dtype, s.root ?? -1, submitted);
+    const bytes = collectiveBytes(call, s.count, s.dtype, this.size);
+    if (native === undefined) {
+      // Completed, successfully, before submit() returned: nothing to await
+      // (native/core/engine.h, submitCall), so no promise reaction either.
+      const ended = performance.now();
+      record.completed(entry, ended);
+      collectiveEnded(this, call, bytes, submitted, true, ended);
+      return Work.completed(call, this);
+    }
     // The flight record, the metrics, the failure's explanation and the Work in one
     // callback on the native promise: each callback is a promise reaction and a
     // microtask per call.
-    const record = this.flightRecord;
-    const submitted = collectiveStarted();
-    const entry = record.begin(call, s.count, s.dtype, s.root ?? -1, submitted);
-    const bytes = collectiveBytes(call, s.count, s.dtype, this.size);
     const explain = this.#explain;
     const work = new Work(undefined, call, this, callSite);
     native.then(

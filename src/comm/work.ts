@@ -14,6 +14,12 @@ export interface WorkOwner {
 
 const ignore = (): void => {};
 
+// The promise of every Work that completed before its call returned (Work.completed):
+// shared, since a settled promise cannot change.
+const COMPLETED: Promise<void> = Promise.resolve();
+// The constructor's mark for such a Work; not exported, so only Work.completed() makes one.
+const ALREADY_DONE: unique symbol = Symbol('completed');
+
 export class Work<T = void> implements PromiseLike<T> {
   readonly #promise: Promise<T>;
   readonly #call: string;
@@ -30,10 +36,16 @@ export class Work<T = void> implements PromiseLike<T> {
    * @param call the operation, e.g. "allReduce"; errors name it with the owner's rank.
    * @param callSite an Error made at the call, whose stack failures then carry.
    */
-  constructor(native: Promise<T> | undefined, call: string, owner?: WorkOwner, callSite?: Error) {
+  constructor(native: Promise<T> | undefined | typeof ALREADY_DONE, call: string, owner?: WorkOwner, callSite?: Error) {
     this.#call = call;
     this.#owner = owner;
     this.#callSite = callSite;
+    if (native === ALREADY_DONE) {
+      // Nothing to settle: no promise of its own, no resolvers, no failure to observe.
+      this.#promise = COMPLETED as Promise<T>;
+      this.#done = true;
+      return;
+    }
     // One promise per Work on the hot path; the flags are set where it settles.
     this.#promise = new Promise<T>((resolve, reject) => {
       this.#resolve = resolve;
@@ -49,12 +61,15 @@ export class Work<T = void> implements PromiseLike<T> {
 
   /** @internal The operation completed with `value`. */
   _resolve(value: T): void {
+    // A settled promise ignores a second settlement; a completed Work has no resolvers.
+    if (this.#done) return;
     this.#settle(false);
     this.#resolve(value);
   }
 
   /** @internal The operation failed with `err` (a native error, converted here). */
   _reject(err: unknown): void {
+    if (this.#done) return;
     this.#settle(true);
     this.#reject(fromNative(err, this.#callSite));
   }
@@ -68,8 +83,18 @@ export class Work<T = void> implements PromiseLike<T> {
 
   /** @internal Fails the work now (abort), whatever the native operation still does. */
   _fail(err: unknown): void {
+    if (this.#done) return;
     this.#settle(true);
     this.#reject(err);
+  }
+
+  /**
+   * A Work whose operation completed, successfully, before the call returned (a small
+   * host operation the backend finished on the calling thread): the communicator's hot
+   * path, with no promise, closure or resolver made for it.
+   */
+  static completed(call: string, owner?: WorkOwner): Work<void> {
+    return new Work<void>(ALREADY_DONE, call, owner);
   }
 
   /** A Work that has already failed (argument errors found before submission). */

@@ -71,6 +71,11 @@ export interface NativeComm {
    * (NCCL_SHRINK_ABORT), for one a fault left broken.
    */
   shrink?(excludeRanks: readonly number[], abort: boolean, timeoutMs: number): Promise<NativeComm>;
+  /**
+   * A call: its promise, or undefined when it completed, successfully, before submit()
+   * returned (on the calling thread; native/core/engine.h, submitCall). A split always
+   * returns a promise.
+   */
   submit(
     ...args: [
       ...CallArgs,
@@ -84,7 +89,7 @@ export interface NativeComm {
       /** NCCL group boundaries: 0 none, 1 member of the open group, 2 ends it. */
       group?: number,
     ]
-  ): Promise<NativeComm | null | undefined>;
+  ): Promise<NativeComm | null | undefined> | undefined;
   /**
    * submit()'s collective run to completion on the calling thread (blocking), after
    * the calls queued before it; throws its failure. Host memory, a backend whose

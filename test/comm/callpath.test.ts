@@ -35,9 +35,12 @@ describe('one rank', () => {
     const input = ramp(8);
     const out = new Float32Array(8);
     const w = comm.allReduce(input, { out, op: 'avg' });
-    // Nothing left in flight and the output already written, before any await.
+    // Nothing left in flight, the output already written and the Work and its flight
+    // record entry settled, before any await: nothing of it is left for a later turn.
     expect(comm.inFlight).toBe(0);
     expect(Array.from(out)).toEqual(Array.from(input));
+    expect(w.isCompleted()).toBe(true);
+    expect(comm.flightRecord.since(comm.flightRecord.nextId - 1)[0]).toMatchObject({ op: 'allReduce', state: 'completed' });
     await w;
     expect(w.isCompleted()).toBe(true);
     expect(w.isFailed()).toBe(false);
@@ -115,6 +118,7 @@ describe('one rank', () => {
   it('records every op in the flight record and the collective totals', async () => {
     const comm = await oneRank();
     const before = collectiveTotals().allReduce?.calls ?? 0;
+    const secondsBefore = collectiveTotals().allReduce?.seconds ?? 0;
     const first = comm.flightRecord.nextId;
     const buf = ramp(1);
     for (let i = 0; i < 50; i++) await comm.allReduce(buf);
@@ -125,6 +129,8 @@ describe('one rank', () => {
     expect(entries.every((e, i) => e.op === 'allReduce' && e.state === 'completed' && e.seq === entries[0]!.seq + i)).toBe(true);
     expect(entries.every((e) => e.endedUs >= e.enqueuedUs)).toBe(true);
     expect(collectiveTotals().allReduce!.calls - before).toBe(100);
+    // Calls completed on the calling thread count their time too (read around the call).
+    expect(collectiveTotals().allReduce!.seconds).toBeGreaterThan(secondsBefore);
   });
 
   it('fails an op on a destroyed communicator with ERR_COMM_DESTROYED', async () => {

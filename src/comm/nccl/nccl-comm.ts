@@ -44,13 +44,13 @@ export class NcclComm implements NativeComm {
     kind: number, dtype: number, redop: number, send: NativeBuffer | undefined, recv: NativeBuffer | undefined,
     count: number, rootOrPeer: number, timeoutMs: number, color?: number, key?: number,
     sendCounts?: readonly number[], recvCounts?: readonly number[], preMulScalar?: number, group?: number,
-  ): Promise<NativeComm | null | undefined> {
+  ): Promise<NativeComm | null | undefined> | undefined {
     const members = kind === OpKind.split ? undefined : pending.group;
     const flag = group ?? (members ? GroupFlag.member : GroupFlag.none);
     const p = this.#native.submit(kind, dtype, redop, send, recv, count, rootOrPeer, timeoutMs, color, key,
       sendCounts, recvCounts, preMulScalar, flag);
     if (flag === GroupFlag.member) members?.add(this);
-    if (kind !== OpKind.split) return p;
+    if (kind !== OpKind.split || p === undefined) return p;
     // A split child gets its own control block, queued natively in split order.
     return p.then((child) => {
       if (!child) return child;
@@ -62,7 +62,7 @@ export class NcclComm implements NativeComm {
   /** Closes this communicator's part of a group: an op that runs ncclGroupEnd and completes with the group. */
   endGroup(timeoutMs: number): Promise<unknown> {
     const p = this.#native.submit(OpKind.barrier, 1, 0, undefined, undefined, 0, -1, timeoutMs, undefined, undefined,
-      undefined, undefined, undefined, GroupFlag.end);
+      undefined, undefined, undefined, GroupFlag.end) ?? Promise.resolve();
     // It takes a collective sequence number natively: the flight record counts it too.
     recordOp(this, 'groupEnd', 0, 'uint8', -1, p);
     return p;
