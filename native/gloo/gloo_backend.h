@@ -123,8 +123,11 @@ class GlooBackend : public Backend {
   bool shmCarries(const Op& op) const;
   size_t shmRoundCap() const;
   bool shmRoundCompletes(const Op& op) const;
-  void shmRead(const Op& op, const shm::Reader& from);
-  void shmFinish(const Op& op, uint64_t step);
+  // mineInMemory: this rank's parts are read from op's own memory rather than from its
+  // slot (the calling thread, with no JavaScript run since the post: the memory still
+  // holds what was posted).
+  void shmRead(const Op& op, const shm::Reader& from, bool mineInMemory);
+  void shmFinish(const Op& op, uint64_t step, bool mineInMemory = false);
   bool shmPrepost(Op& op);
 
   GlooConfig cfg_;

@@ -258,7 +258,7 @@ size_t GlooBackend::shmRoundCap() const { return shm_->chunkBytes - shm::kRoundF
 bool GlooBackend::shmRoundCompletes(const Op& op) const { return op.kind == OpKind::Barrier || shmCarries(op); }
 
 // Every rank's message is in: the verdict, then a small all-reduce's result.
-void GlooBackend::shmRead(const Op& op, const shm::Reader& from) {
+void GlooBackend::shmRead(const Op& op, const shm::Reader& from, bool mineInMemory) {
   const size_t cap = shmRoundCap();
   // On the stack for the usual few ranks of a host: this runs once per call.
   Fingerprint few[8];
@@ -268,7 +268,16 @@ void GlooBackend::shmRead(const Op& op, const shm::Reader& from) {
     many.resize(static_cast<size_t>(cfg_.size));
     all = many.data();
   }
-  for (int r = 0; r < cfg_.size; ++r) std::memcpy(&all[r], from(r), sizeof(Fingerprint));
+  // On the calling thread this rank's own parts come from its own memory, not from its
+  // slot: the slot's line was just written, and a read of it waits for that write to
+  // take the line back from the peer that read it two rounds ago (perf: most of this
+  // function's time). Elsewhere JavaScript may have run since the post (and changed an
+  // input it should not have): every rank then reduces the posted copies, so that all
+  // still get the same bits.
+  for (int r = 0; r < cfg_.size; ++r) {
+    if (r == cfg_.rank && mineInMemory) all[r] = fingerprintOf(op);
+    else std::memcpy(&all[r], from(r), sizeof(Fingerprint));
+  }
   checkAgreement(op, all, cfg_.size, cfg_.rank, checking(), [&](int r) {
     const char* text = reinterpret_cast<const char*>(from(r)) + sizeof(Fingerprint);
     return std::string(text, strnlen(text, cap));
@@ -277,8 +286,22 @@ void GlooBackend::shmRead(const Op& op, const shm::Reader& from) {
   const size_t bytes = op.count * elementSize(op.dtype);
   const ReduceFn fn = reduceFunction(op.dtype, op.redop);
   auto* out = static_cast<uint8_t*>(op.recv.data);
-  std::memcpy(out, from(0) + sizeof(Fingerprint), bytes);
-  for (int r = 1; r < cfg_.size; ++r) fn(out, out, from(r) + sizeof(Fingerprint), op.count);
+  const auto* mine = static_cast<const uint8_t*>(op.send.data);
+  auto part = [&](int r) { return r == cfg_.rank ? mine : from(r) + sizeof(Fingerprint); };
+  // In rank order, x0 op x1 op ..., on every rank alike. This rank's input is read from
+  // its own memory unless the output overwrites it before its turn: in place on a rank
+  // after the second, or input and output overlapping otherwise.
+  const bool apart = out + bytes <= mine || mine + bytes <= out;
+  if (mineInMemory && (apart || cfg_.rank == 0)) {
+    if (out != part(0)) std::memmove(out, part(0), bytes);
+    for (int r = 1; r < cfg_.size; ++r) fn(out, out, part(r), op.count);
+  } else if (mineInMemory && out == mine && cfg_.rank == 1) {
+    fn(out, part(0), out, op.count);  // element by element: each input read before its output is written
+    for (int r = 2; r < cfg_.size; ++r) fn(out, out, part(r), op.count);
+  } else {
+    std::memcpy(out, from(0) + sizeof(Fingerprint), bytes);
+    for (int r = 1; r < cfg_.size; ++r) fn(out, out, from(r) + sizeof(Fingerprint), op.count);
+  }
   if (op.redop == RedOp::Avg) divideInPlace(out, op.dtype, op.count, cfg_.size);
   shm::stats().allReduces++;
   shm::stats().bytes += bytes;
@@ -287,16 +310,17 @@ void GlooBackend::shmRead(const Op& op, const shm::Reader& from) {
 // Completes the round op's message went out in (step), or, with step 0, posts it and
 // completes it. A verdict (a mismatched or refused call) leaves the group usable; a
 // lost or silent peer does not.
-void GlooBackend::shmFinish(const Op& op, uint64_t step) {
+void GlooBackend::shmFinish(const Op& op, uint64_t step, bool mineInMemory) {
   // One pointer captured: std::function keeps it without allocating (this runs per call).
   struct Round {
     GlooBackend* self;
     const Op& op;
     bool verdict;
-  } round{this, op, false};
+    bool mineInMemory;
+  } round{this, op, false, mineInMemory};
   auto use = [r = &round](const shm::Reader& from) {
     r->verdict = true;  // every message arrived: what follows is the same on every rank
-    r->self->shmRead(r->op, from);
+    r->self->shmRead(r->op, from, r->mineInMemory);
   };
   try {
     if (step != 0) {
@@ -360,7 +384,7 @@ bool GlooBackend::finishOnCaller(Op& op) {
   const uint64_t step = shmPosted_;
   shmPosted_ = 0;
   try {
-    shmFinish(op, step);
+    shmFinish(op, step, true);
   } catch (const Error& e) {
     op.fail(e.code(), e.what());
   } catch (const std::exception& e) {
