@@ -5,7 +5,9 @@
 
 #include "addon_data.h"
 #include "buffers.h"
+#include "v8_value.h"
 #include "js_errors.h"
+#include "monotonic.h"
 #include "prepared_call.h"
 
 namespace ncclnode {
@@ -23,15 +25,18 @@ size_t need(const BufferView& v, size_t elements, size_t width, const char* what
   return bytes;
 }
 
-int32_t intArg(const Napi::CallbackInfo& info, size_t i, const char* name, int32_t lo, int32_t hi) {
-  if (!info[i].IsNumber()) throw Error(Code::InvalidArgument, std::string(name) + ": expected a number");
-  const int32_t v = info[i].As<Napi::Number>().Int32Value();
-  if (v < lo || v > hi) {
+// A number argument within lo..hi (a fraction is cut toward zero, as Int32Value does);
+// read from V8 directly: the call path reads eight of these per call.
+int32_t intArg(const CallArgs& info, size_t i, const char* name, int32_t lo, int32_t hi) {
+  v8::Local<v8::Value> v = toV8(info[i]);
+  if (!v->IsNumber()) throw Error(Code::InvalidArgument, std::string(name) + ": expected a number");
+  const double d = v.As<v8::Number>()->Value();
+  if (!(d >= lo && d <= hi)) {
     std::ostringstream s;
-    s << name << ": expected " << lo << ".." << hi << ", received " << v;
+    s << name << ": expected " << lo << ".." << hi << ", received " << d;
     throw Error(Code::InvalidArgument, s.str());
   }
-  return v;
+  return static_cast<int32_t>(d);
 }
 
 // Per-peer element counts of allToAll: one non-negative integer per rank.
@@ -72,10 +77,9 @@ uint64_t sum(const std::vector<uint64_t>& v, const char* name, const char* call)
 Napi::Function CommWrap::Init(Napi::Env env) {
   return DefineClass(env, "NativeComm",
                      {
-                         InstanceMethod<&CommWrap::Submit>("submit"),
-                         InstanceMethod<&CommWrap::SubmitSync>("submitSync"),
                          InstanceMethod<&CommWrap::PrepareSync>("prepareSync"),
                          InstanceMethod<&CommWrap::Reject>("reject"),
+                         InstanceMethod<&CommWrap::StampInto>("stampInto"),
                          InstanceMethod<&CommWrap::Shrink>("shrink"),
                          InstanceMethod<&CommWrap::Abort>("abort"),
                          InstanceMethod<&CommWrap::Destroy>("destroy"),
@@ -109,9 +113,40 @@ CommWrap::CommWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<CommWrap>(
   size_ = backend->size();
   engine_ = std::make_unique<Engine>(env, std::move(backend), &CommWrap::WrapSplit);
   addonData(env).engines.insert(engine_.get());
+  makeFastMethod("submit", &CommWrap::Submit);
+  makeFastMethod("submitSync", &CommWrap::SubmitSync);
+}
+
+void CommWrap::makeFastMethod(const char* name, Napi::Value (CommWrap::*method)(const CallArgs&)) {
+  struct Data {
+    std::shared_ptr<Link> link;
+    Napi::Value (CommWrap::*method)(const CallArgs&);
+  };
+  auto* data = new Data{link_, method};
+  napi_callback call = [](napi_env env, napi_callback_info cbinfo) -> napi_value {
+    void* raw = nullptr;
+    const CallArgs args(env, cbinfo, &raw);
+    const auto* d = static_cast<const Data*>(raw);
+    CommWrap* self = d->link->comm;
+    if (self == nullptr) {
+      makeError(Napi::Env(env), Code::CommDestroyed, "the communicator is gone").ThrowAsJavaScriptException();
+      return nullptr;
+    }
+    return (self->*(d->method))(args);
+  };
+  Napi::Env env = Env();
+  napi_value fn = nullptr;
+  if (napi_create_function(env, name, NAPI_AUTO_LENGTH, call, data, &fn) != napi_ok) {
+    delete data;
+    throw Napi::Error::New(env, std::string("could not make the communicator's ") + name);
+  }
+  Napi::Function f(env, fn);
+  f.AddFinalizer([](Napi::Env, Data* d) { delete d; }, data);
+  Value().DefineProperty(Napi::PropertyDescriptor::Value(name, f, napi_default));
 }
 
 CommWrap::~CommWrap() {
+  link_->comm = nullptr;
   if (!engine_) return;
   addonData(Env()).engines.erase(engine_.get());
   if (engine_->leaked()) {
@@ -137,15 +172,35 @@ Napi::Promise CommWrap::Connect(Napi::Env env, int64_t timeoutMs) {
 // preMulScalar (a number) makes a sum a pre-multiplied sum; group is Op::Group (NCCL's group boundaries).
 // Returns undefined for a call that completed, successfully, before submit() returned, else a promise
 // (Engine::submitCall).
-Napi::Value CommWrap::Submit(const Napi::CallbackInfo& info) {
+Napi::Value CommWrap::Submit(const CallArgs& info) {
   Napi::Env env = info.Env();
+  if (stamps_) stamps_[0] = monotonicMs();
   return guard(env, [&]() -> Napi::Value {
     const auto kind = static_cast<OpKind>(intArg(info, 0, "kind", 0, kNumOpKinds - 1));
     try {
-      return submit(info, kind);
+      Napi::Value result = submit(info, kind);
+      if (stamps_ && result.IsUndefined()) stamps_[1] = monotonicMs();
+      return result;
     } catch (const Error& e) {
       throw Error(e.code(), refusal(kind, e));
     }
+  });
+}
+
+// stampInto(stamps): a Float64Array of 2, held from now on, where each submit() and
+// submitSync() writes its entry time ([0]) and, for a call that completed before it
+// returned (submit: when it returns undefined; submitSync: always, failed or not), its
+// exit time ([1]), in monotonicMs().
+Napi::Value CommWrap::StampInto(const Napi::CallbackInfo& callInfo) {
+  const CallArgs info(callInfo);
+  return guard(info.Env(), [&]() -> Napi::Value {
+    if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
+        info[0].As<Napi::TypedArray>().ElementLength() != 2) {
+      throw Error(Code::InvalidArgument, "stamps: expected a Float64Array of 2 elements");
+    }
+    stampsView_ = viewOf(info[0], "stamps", true);
+    stamps_ = static_cast<double*>(stampsView_.data);
+    return info.Env().Undefined();
   });
 }
 
@@ -153,7 +208,8 @@ Napi::Value CommWrap::Submit(const Napi::CallbackInfo& info) {
 // (bad arguments) that the other ranks may have made correctly. A stand-in takes
 // its place in the sequence so the other ranks fail the same operation with the
 // reason, and later calls still line up (Op::rejected).
-Napi::Value CommWrap::Reject(const Napi::CallbackInfo& info) {
+Napi::Value CommWrap::Reject(const Napi::CallbackInfo& callInfo) {
+  const CallArgs info(callInfo);
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     if (engine_->destroyed() || engine_->aborted()) return env.Undefined();
@@ -202,8 +258,16 @@ void CommWrap::queueRejected(Napi::Env env, OpKind kind, Code code, const std::s
 // they are launched (Gloo). A call refused here (those conditions, bad arguments)
 // leaves a stand-in in the sequence, as reject() does, so the other ranks fail the
 // same call.
-Napi::Value CommWrap::SubmitSync(const Napi::CallbackInfo& info) {
+Napi::Value CommWrap::SubmitSync(const CallArgs& info) {
   Napi::Env env = info.Env();
+  if (stamps_) stamps_[0] = monotonicMs();
+  // However the call leaves: returned or thrown.
+  struct Exit {
+    double* stamps;
+    ~Exit() {
+      if (stamps) stamps[1] = monotonicMs();
+    }
+  } exit{stamps_};
   return guard(env, [&]() -> Napi::Value {
     const auto kind = static_cast<OpKind>(intArg(info, 0, "kind", 0, kNumOpKinds - 1));
     const auto timeout = std::chrono::milliseconds(intArg(info, 7, "timeoutMs", 1, INT32_MAX));
@@ -226,7 +290,7 @@ Napi::Value CommWrap::SubmitSync(const Napi::CallbackInfo& info) {
   });
 }
 
-std::unique_ptr<Pending> CommWrap::buildBlocking(const Napi::CallbackInfo& info, OpKind kind, bool* hasSend,
+std::unique_ptr<Pending> CommWrap::buildBlocking(const CallArgs& info, OpKind kind, bool* hasSend,
                                                  bool* ownRecv, bool hold) {
   if (kind == OpKind::Send || kind == OpKind::Recv || kind == OpKind::Split) {
     throw Error(Code::InvalidArgument, "a blocking call is a collective, not send, recv or split");
@@ -249,7 +313,8 @@ std::unique_ptr<Pending> CommWrap::buildBlocking(const Napi::CallbackInfo& info,
 // The views hold their memory (a resizable ArrayBuffer is refused: it could shrink
 // between runs) and are referenced for a detach check at each run. Preparing takes
 // no place in the sequence: a refusal here concerns this rank alone.
-Napi::Value CommWrap::PrepareSync(const Napi::CallbackInfo& info) {
+Napi::Value CommWrap::PrepareSync(const Napi::CallbackInfo& callInfo) {
+  const CallArgs info(callInfo);
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     const auto kind = static_cast<OpKind>(intArg(info, 0, "kind", 0, kNumOpKinds - 1));
@@ -271,7 +336,7 @@ Napi::Value CommWrap::PrepareSync(const Napi::CallbackInfo& info) {
 
 // The op submit() and submitSync() describe, every argument checked; not yet in the
 // communicator's sequence (sequence()).
-std::unique_ptr<Pending> CommWrap::build(const Napi::CallbackInfo& info, OpKind kind, bool* hasSendOut,
+std::unique_ptr<Pending> CommWrap::build(const CallArgs& info, OpKind kind, bool* hasSendOut,
                                          bool* ownRecvOut, bool hold) {
   {
     const char* call = opKindName(kind);
@@ -371,7 +436,7 @@ void CommWrap::sequence(Op& op) {
   }
 }
 
-Napi::Value CommWrap::submit(const Napi::CallbackInfo& info, OpKind kind) {
+Napi::Value CommWrap::submit(const CallArgs& info, OpKind kind) {
   Napi::Env env = info.Env();
   {
     bool hasSend = false, ownRecv = false;
@@ -383,14 +448,14 @@ Napi::Value CommWrap::submit(const Napi::CallbackInfo& info, OpKind kind) {
     // meanwhile. One that is queued (or that the backend keeps in flight after all)
     // takes them then: pin().
     // One pointer captured: std::function keeps it without allocating.
-    struct Args { CommWrap* self; const Napi::CallbackInfo* info; bool send, recv; } args{this, &info, hasSend, ownRecv};
+    struct Args { CommWrap* self; const CallArgs* info; bool send, recv; } args{this, &info, hasSend, ownRecv};
     const std::function<void(Pending&)> pinning = [a = &args](Pending& kept) { a->self->pin(*a->info, kept, a->send, a->recv); };
     return engine_->submitCall(env, std::move(p), pinning);
   }
 }
 
 // What keeps an op's communicator and buffers alive until it settles on the worker.
-void CommWrap::pin(const Napi::CallbackInfo& info, Pending& p, bool hasSend, bool ownRecv) {
+void CommWrap::pin(const CallArgs& info, Pending& p, bool hasSend, bool ownRecv) {
   p.owner = Napi::Persistent(Value());
   if (hasSend) p.sendRef = Napi::Persistent(info[3]);
   if (ownRecv) p.recvRef = Napi::Persistent(info[4]);
@@ -433,7 +498,7 @@ Napi::Value CommWrap::Shrink(const Napi::CallbackInfo& info) {
       auto p = std::make_unique<Pending>();
       p->op = std::make_unique<Op>();
       Op& op = *p->op;
-      op.timeout = std::chrono::milliseconds(intArg(info, 2, "timeoutMs", 1, INT32_MAX));
+      op.timeout = std::chrono::milliseconds(intArg(CallArgs(info), 2, "timeoutMs", 1, INT32_MAX));
       if (!engine_->supportsShrink()) {
         throw Error(Code::Unavailable,
                     engine_->backendName() != "nccl"

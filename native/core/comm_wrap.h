@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "call_args.h"
 #include "engine.h"
 
 namespace ncclnode {
@@ -24,24 +25,31 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
   Napi::Promise Connect(Napi::Env env, int64_t timeoutMs);
 
  private:
-  Napi::Value Submit(const Napi::CallbackInfo& info);
-  Napi::Value submit(const Napi::CallbackInfo& info, OpKind kind);
-  Napi::Value SubmitSync(const Napi::CallbackInfo& info);
+  // submit and submitSync are own properties of each communicator object, functions
+  // whose data is the communicator (makeFastMethod: no unwrap of `this` per call).
+  Napi::Value Submit(const CallArgs& info);
+  Napi::Value submit(const CallArgs& info, OpKind kind);
+  Napi::Value SubmitSync(const CallArgs& info);
   Napi::Value PrepareSync(const Napi::CallbackInfo& info);
   // build() for a blocking call (submitSync, prepareSync): a collective, on a blocking()
   // backend, on host memory.
-  std::unique_ptr<Pending> buildBlocking(const Napi::CallbackInfo& info, OpKind kind, bool* hasSend, bool* ownRecv,
+  std::unique_ptr<Pending> buildBlocking(const CallArgs& info, OpKind kind, bool* hasSend, bool* ownRecv,
                                          bool hold);
   // hold: the host views keep their memory (BufferView::keep); a blocking call, over
   // before JavaScript runs again, needs no reference.
-  std::unique_ptr<Pending> build(const Napi::CallbackInfo& info, OpKind kind, bool* hasSend, bool* ownRecv,
+  std::unique_ptr<Pending> build(const CallArgs& info, OpKind kind, bool* hasSend, bool* ownRecv,
                                  bool hold = true);
   void sequence(Op& op);
   std::string refusal(OpKind kind, const Error& e) const;
   void queueRejected(Napi::Env env, OpKind kind, Code code, const std::string& reason, int root,
                      std::chrono::milliseconds timeout);
-  void pin(const Napi::CallbackInfo& info, Pending& p, bool hasSend, bool ownRecv);
+  void pin(const CallArgs& info, Pending& p, bool hasSend, bool ownRecv);
+  // Defines name on this communicator's object as a function that calls (this->*method)
+  // with the communicator from the function's data; a call after the communicator is
+  // gone (the function kept beyond its object) throws ERR_COMM_DESTROYED.
+  void makeFastMethod(const char* name, Napi::Value (CommWrap::*method)(const CallArgs&));
   Napi::Value Reject(const Napi::CallbackInfo& info);
+  Napi::Value StampInto(const Napi::CallbackInfo& info);
   Napi::Value Shrink(const Napi::CallbackInfo& info);
   Napi::Value Abort(const Napi::CallbackInfo& info);
   Napi::Value Destroy(const Napi::CallbackInfo& info);
@@ -56,6 +64,15 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
   friend class PreparedCall;  // runs its op on engine_, in this communicator's sequence
 
   std::unique_ptr<Engine> engine_;
+  // What the fast methods' functions hold: nulled when this communicator goes away.
+  struct Link {
+    CommWrap* comm;
+  };
+  std::shared_ptr<Link> link_ = std::make_shared<Link>(Link{this});
+  // stampInto(): where submit() and submitSync() leave a call's entry time and, for one
+  // completed before it returned, its exit time (the JS side then reads no clock itself).
+  BufferView stampsView_;
+  double* stamps_ = nullptr;
   int rank_ = 0;
   int size_ = 1;
 };

@@ -4,15 +4,12 @@
 
 #include "comm_wrap.h"
 #include "js_errors.h"
+#include "monotonic.h"
 #include "v8_value.h"
 
 namespace ncclnode {
 
 namespace {
-
-double monotonicMs() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Writes the exit time however run() leaves.
 struct ExitStamp {

@@ -41,14 +41,18 @@ import { PreparedAllReduce } from './prepared.js';
 import { RepeatedCalls } from './repeated-calls.js';
 import { registerBuffer, registerPinned, type Registration, type RegisterOptions } from './nccl/register.js';
 import type { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
-import { collectiveBytes, collectiveEnded, collectiveStarted } from '../metrics/collectives.js';
+import { collectiveBytes, collectiveEnded, collectiveStarted, type CollectiveClock } from '../metrics/collectives.js';
 import { flightRecord, recordOp, type FlightRecord } from './flight-record.js';
+import { MONOTONIC_ORIGIN_MS } from './monotonic.js';
 
 /** What a collective reads or writes: host TypedArrays, or device buffers on the GPU path. */
 export type Buffer = HostArray | DeviceLike;
 
 /** Anything with a native handle (device buffers) hands it over here; defined in native/contract.ts. */
 export { nativeHandle };
+
+/** A call made without options: one shared empty object rather than one per call. */
+const NO_OPTIONS: { dtype?: undefined; out?: undefined; op?: undefined; timeoutMs?: undefined } = Object.freeze({});
 
 function toNative(buf: Buffer | undefined): NativeBuffer | undefined {
   if (buf === undefined) return undefined;
@@ -120,6 +124,12 @@ export class Communicator {
   readonly #onRank: string;
   /** flightRecord(#native), looked up on first use (a split names its child's record first). */
   #record: FlightRecord | undefined;
+  /** Where the native calls leave their entry and exit times (NativeComm.stampInto); undefined: read the clock here. */
+  readonly #stamps: Float64Array | undefined;
+  /** `allReduce on rank R of N`, the name allReduce's refusals carry, made once. */
+  readonly #whereAllReduce: string;
+  /** When this communicator's last operation ended, for the collective totals (metrics/collectives.ts). */
+  readonly #clock: CollectiveClock = { lastEnd: 0 };
   /** allReduceSync's recent calls, prepared when repeated (repeated-calls.ts); undefined when off. */
   readonly #repeated: RepeatedCalls | undefined;
 
@@ -128,6 +138,12 @@ export class Communicator {
     this.rank = init.native.rank;
     this.size = init.native.size;
     this.#onRank = ` on rank ${this.rank} of ${this.size}`;
+    this.#whereAllReduce = `allReduce${this.#onRank}`;
+    if (typeof init.native.stampInto === 'function') {
+      const stamps = new Float64Array(2);
+      init.native.stampInto(stamps);
+      this.#stamps = stamps;
+    }
     this.backend = init.native.backend;
     this.backendVersion = init.native.version;
     this.localRank = init.localRank ?? this.rank;
@@ -160,14 +176,18 @@ export class Communicator {
   }
 
   #allReduce(buf: Buffer, options: AllReduceOptions<Buffer> | undefined, preMulScalar: number | undefined): Work {
-    return this.#guard('allReduce', -1, () => {
-      const o = options ? parse(allReduceSchema, options, this.#where('allReduce')) : {};
-      const dtype = dtypeOf(buf, o.dtype, this.#where('allReduce'));
+    // #guard's try inline, without its closure: the most frequent call of all.
+    try {
+      const where = this.#whereAllReduce;
+      const o = options ? parse(allReduceSchema, options, where) : NO_OPTIONS;
+      const dtype = dtypeOf(buf, o.dtype, where);
       const count = lengthOf(buf, dtype);
       const out = o.out as Buffer | undefined;
       if (out !== undefined) this.#expectLength('allReduce', 'out', out, dtype, count, 'the input length');
       return this.#submit('allReduce', { send: buf, recv: out ?? buf, count, dtype, op: o.op, timeoutMs: o.timeoutMs, preMulScalar });
-    });
+    } catch (err) {
+      this.#refuse('allReduce', -1, err);
+    }
   }
 
   /**
@@ -211,10 +231,10 @@ export class Communicator {
     } else if (!slot) {
       repeated?.remember(buf, options);
     }
-    const record = this.flightRecord;
-    const started = collectiveStarted();
-    const entry = record.begin('allReduce', c.count, c.dtype, -1, started);
-    const bytes = collectiveBytes('allReduce', c.count, c.dtype, this.size);
+    const stamps = this.#stamps;
+    const before = stamps === undefined ? collectiveStarted() : 0;
+    let failed = false;
+    let error: unknown;
     try {
       // A refusal from here on (the backend, the memory) is the native side's: it
       // leaves the stand-in that tells the other ranks itself.
@@ -223,14 +243,23 @@ export class Communicator {
         c.timeoutMs ?? this.timeoutMs,
       );
     } catch (err) {
-      const ended = performance.now();
-      record.failed(entry, err, ended);
-      collectiveEnded(this, 'allReduce', bytes, started, false, ended);
-      throw err;
+      failed = true;
+      error = err;
     }
-    const ended = performance.now();
+    // The flight record's entry is written afterwards, from the call's own times: the JS
+    // thread was held for the whole call, so nothing could have read it in between.
+    const started = stamps === undefined ? before : stamps[0]! - MONOTONIC_ORIGIN_MS;
+    const ended = stamps === undefined ? performance.now() : stamps[1]! - MONOTONIC_ORIGIN_MS;
+    const record = this.flightRecord;
+    const entry = record.begin('allReduce', c.count, c.dtype, -1, started);
+    const bytes = collectiveBytes('allReduce', c.count, c.dtype, this.size);
+    if (failed) {
+      record.failed(entry, error, ended);
+      collectiveEnded(this.#clock, 'allReduce', bytes, started, false, ended);
+      throw error;
+    }
     record.completed(entry, ended);
-    collectiveEnded(this, 'allReduce', bytes, started, true, ended);
+    collectiveEnded(this.#clock, 'allReduce', bytes, started, true, ended);
     return c.recv;
   }
 
@@ -258,7 +287,7 @@ export class Communicator {
       OpKind.allReduce, DTYPE_CODE[c.dtype], REDUCE_OP_CODE[c.op ?? 'sum'], buf, c.recv, c.count, -1,
       c.timeoutMs ?? this.timeoutMs, stamps,
     );
-    return new PreparedAllReduce(native, stamps, this, this.flightRecord, c.recv, c.count, c.dtype,
+    return new PreparedAllReduce(native, stamps, this.#clock, this.flightRecord, c.recv, c.count, c.dtype,
       collectiveBytes('allReduce', c.count, c.dtype, this.size));
   }
 
@@ -744,18 +773,21 @@ export class Communicator {
     // Captured before the work leaves the JS thread, so failures point at the
     // caller; opt-in, since a stack capture costs more than the rest of the call.
     const callSite = this.#callerStacks ? new Error(call) : undefined;
-    // Read before the call: one that completes on this thread has run by the time it returns.
-    const submitted = collectiveStarted();
+    // The entry time from before the call (a call that completes on this thread has run
+    // by the time it returns): the native side's stamp, or the clock read here.
+    const stamps = this.#stamps;
+    const before = stamps === undefined ? collectiveStarted() : 0;
     const native = this.#start(call, s);
+    const submitted = stamps === undefined ? before : stamps[0]! - MONOTONIC_ORIGIN_MS;
     const record = this.flightRecord;
     const entry = record.begin(call, s.count, s.dtype, s.root ?? -1, submitted);
     const bytes = collectiveBytes(call, s.count, s.dtype, this.size);
     if (native === undefined) {
       // Completed, successfully, before submit() returned: nothing to await
       // (native/core/engine.h, submitCall), so no promise reaction either.
-      const ended = performance.now();
+      const ended = stamps === undefined ? performance.now() : stamps[1]! - MONOTONIC_ORIGIN_MS;
       record.completed(entry, ended);
-      collectiveEnded(this, call, bytes, submitted, true, ended);
+      collectiveEnded(this.#clock, call, bytes, submitted, true, ended);
       return Work.completed(call, this);
     }
     // The flight record, the metrics, the failure's explanation and the Work in one
@@ -767,13 +799,13 @@ export class Communicator {
       () => {
         const ended = performance.now();
         record.completed(entry, ended);
-        collectiveEnded(this, call, bytes, submitted, true, ended);
+        collectiveEnded(this.#clock, call, bytes, submitted, true, ended);
         work._resolve();
       },
       (err: unknown) => {
         const ended = performance.now();
         record.failed(entry, err, ended);
-        collectiveEnded(this, call, bytes, submitted, false, ended);
+        collectiveEnded(this.#clock, call, bytes, submitted, false, ended);
         if (explain === undefined) work._reject(err);
         else explain(err).then((why) => work._reject(why), (why: unknown) => work._reject(why));
       },

@@ -8,33 +8,15 @@
  * The prepared call holds its arrays' memory until free(): write the input into the
  * same array before each run(), read the result from it (or from `out`) after.
  */
-import { performance } from 'node:perf_hooks';
 import type { DType, HostArray } from '../dtypes.js';
 import type { NativePreparedCall } from '../native.js';
-import { collectiveEnded } from '../metrics/collectives.js';
+import { collectiveEnded, type CollectiveClock } from '../metrics/collectives.js';
 import type { FlightRecord } from './flight-record.js';
-
-/**
- * performance.now()'s zero on the monotonic clock the native side stamps calls with
- * (CLOCK_MONOTONIC, which process.hrtime() reads too), in milliseconds: a stamp minus
- * this is a performance.now() reading, to well under a microsecond.
- */
-const MONOTONIC_ORIGIN_MS = ((): number => {
-  // The reading taken between the two closest performance.now() readings: a first
-  // call of each can take microseconds.
-  let best = { span: Infinity, origin: 0 };
-  for (let i = 0; i < 16; i++) {
-    const before = performance.now();
-    const hr = process.hrtime.bigint();
-    const after = performance.now();
-    if (after - before < best.span) best = { span: after - before, origin: Number(hr) / 1e6 - (before + after) / 2 };
-  }
-  return best.origin;
-})();
+import { MONOTONIC_ORIGIN_MS } from './monotonic.js';
 
 export class PreparedAllReduce<B extends HostArray> {
   readonly #native: NativePreparedCall;
-  readonly #owner: object;  // the communicator, as the collective metrics key it
+  readonly #clock: CollectiveClock;  // the communicator's, for the collective totals
   readonly #record: FlightRecord;
   readonly #result: B;
   readonly #count: number;
@@ -47,11 +29,11 @@ export class PreparedAllReduce<B extends HostArray> {
    * @internal Made by Communicator.prepareAllReduce: `stamps` is the Float64Array of 2
    * the native call was prepared with, where each run() leaves its entry and exit times.
    */
-  constructor(native: NativePreparedCall, stamps: Float64Array, owner: object, record: FlightRecord, result: B,
+  constructor(native: NativePreparedCall, stamps: Float64Array, clock: CollectiveClock, record: FlightRecord, result: B,
     count: number, dtype: DType, bytes: number) {
     this.#native = native;
     this.#stamps = stamps;
-    this.#owner = owner;
+    this.#clock = clock;
     this.#record = record;
     this.#result = result;
     this.#count = count;
@@ -89,11 +71,11 @@ export class PreparedAllReduce<B extends HostArray> {
     const entry = this.#record.begin('allReduce', this.#count, this.#dtype, -1, started);
     if (error === undefined) {
       this.#record.completed(entry, ended);
-      collectiveEnded(this.#owner, 'allReduce', this.#bytes, started, true, ended);
+      collectiveEnded(this.#clock, 'allReduce', this.#bytes, started, true, ended);
       return this.#result;
     }
     this.#record.failed(entry, error, ended);
-    collectiveEnded(this.#owner, 'allReduce', this.#bytes, started, false, ended);
+    collectiveEnded(this.#clock, 'allReduce', this.#bytes, started, false, ended);
     throw error;
   }
 

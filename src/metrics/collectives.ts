@@ -20,8 +20,16 @@ export interface CollectiveTotals {
   seconds: number;
 }
 
+/**
+ * One communicator's part in the totals: when its last operation ended. Held by the
+ * communicator (a property read, where a WeakMap keyed by the communicator cost a hash
+ * lookup and an insertion per call).
+ */
+export interface CollectiveClock {
+  lastEnd: number;
+}
+
 const totals = new Map<string, CollectiveTotals>();
-const lastEnd = new WeakMap<object, number>();
 
 /** nccl-tests' size in bytes of one operation. */
 export function collectiveBytes(kind: string, count: number, dtype: DType, worldSize: number): number {
@@ -35,18 +43,18 @@ export function collectiveStarted(): number {
 }
 
 /**
- * One operation of `comm` settled: `submitted` from collectiveStarted(), `bytes` from
- * collectiveBytes(), `end` a performance.now() reading of when; a failure counts no
- * bytes and no time.
+ * One operation of a communicator (its `clock`) settled: `submitted` from
+ * collectiveStarted(), `bytes` from collectiveBytes(), `end` a performance.now() reading
+ * of when; a failure counts no bytes and no time.
  */
-export function collectiveEnded(comm: object, kind: string, bytes: number, submitted: number, ok: boolean,
+export function collectiveEnded(clock: CollectiveClock, kind: string, bytes: number, submitted: number, ok: boolean,
   end = performance.now()): void {
   if (!ok) {
-    lastEnd.set(comm, end);
+    clock.lastEnd = end;
     return;
   }
-  const start = Math.max(submitted, lastEnd.get(comm) ?? 0);
-  lastEnd.set(comm, end);
+  const start = Math.max(submitted, clock.lastEnd);
+  clock.lastEnd = end;
   let t = totals.get(kind);
   if (!t) totals.set(kind, (t = { calls: 0, bytes: 0, seconds: 0 }));
   t.calls += 1;

@@ -114,6 +114,13 @@ export interface NativeComm {
    * the other ranks, so they fail the same operation and later calls line up.
    */
   reject?(kind: number, code: string, message: string, rootOrPeer: number, timeoutMs: number): void;
+  /**
+   * Holds `stamps` (a Float64Array of 2): each submit() and submitSync() from then on
+   * writes its entry time into [0] and, for a call completed before it returned (submit
+   * returned undefined; submitSync, returned or thrown), its exit time into [1], on the
+   * monotonic clock in ms (src/comm/monotonic.ts). Absent: the caller reads the clock.
+   */
+  stampInto?(stamps: Float64Array): void;
   abort(): void;
   destroy(): Promise<void>;
 }

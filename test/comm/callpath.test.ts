@@ -10,6 +10,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { init, isNcclNodeError, type Communicator } from '../../src/index.js';
 import { collectiveTotals } from '../../src/metrics/collectives.js';
+import { nowUs } from '../../src/comm/flight-record.js';
 import { freePort, runRanks, describeRanks } from '../helpers/ranks.js';
 
 const opened: Communicator[] = [];
@@ -121,14 +122,22 @@ describe('one rank', () => {
     const secondsBefore = collectiveTotals().allReduce?.seconds ?? 0;
     const first = comm.flightRecord.nextId;
     const buf = ramp(1);
+    const t0 = nowUs();
     for (let i = 0; i < 50; i++) await comm.allReduce(buf);
     const queued = Array.from({ length: 50 }, () => comm.allReduce(buf));
     await Promise.all(queued);
+    // Blocking calls on a new array each time: checked and built anew every call.
+    for (let i = 0; i < 20; i++) comm.allReduceSync(ramp(1));
+    const t1 = nowUs();
     const entries = comm.flightRecord.since(first);
-    expect(entries).toHaveLength(100);
+    expect(entries).toHaveLength(120);
     expect(entries.every((e, i) => e.op === 'allReduce' && e.state === 'completed' && e.seq === entries[0]!.seq + i)).toBe(true);
     expect(entries.every((e) => e.endedUs >= e.enqueuedUs)).toBe(true);
-    expect(collectiveTotals().allReduce!.calls - before).toBe(100);
+    // The times come from the native side's stamps (NativeComm.stampInto), on the
+    // monotonic clock: converted, they fall within this test's own readings (1 us of rounding).
+    expect(entries.every((e) => e.enqueuedUs >= t0 - 1 && e.endedUs <= t1 + 1)).toBe(true);
+    expect(entries.every((e, i) => i === 0 || e.enqueuedUs >= entries[i - 1]!.enqueuedUs)).toBe(true);
+    expect(collectiveTotals().allReduce!.calls - before).toBe(120);
     // Calls completed on the calling thread count their time too (read around the call).
     expect(collectiveTotals().allReduce!.seconds).toBeGreaterThan(secondsBefore);
   });

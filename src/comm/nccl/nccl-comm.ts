@@ -68,6 +68,7 @@ export class NcclComm implements NativeComm {
     return p;
   }
 
+  stampInto(stamps: Float64Array): void { this.#native.stampInto?.(stamps); }
   abort(): void { this.#native.abort(); }
   destroy(): Promise<void> { return this.#native.destroy(); }
 }
