@@ -358,7 +358,8 @@ void Engine::settleOnJs(Napi::Env env, Pending* raw) {
   Op& op = *p->op;
   auto call = [&] { return std::string(p->connect ? "init" : op.shrink ? "shrink" : opKindName(op.kind)); };
   if (!p->deferred) {
-    // A rejected call's stand-in: the caller already has its error.
+    // No promise: a rejected call's stand-in (the caller already has its error), or a
+    // call that completed before submitCall() returned (the caller got undefined).
   } else if (!op.failed && ((!p->sendRef.IsEmpty() && detachedNow(p->sendRef.Value())) ||
                             (!p->recvRef.IsEmpty() && detachedNow(p->recvRef.Value())))) {
     // The memory stayed alive (buffers.cpp) and the operation completed on every
