@@ -62,6 +62,16 @@ std::vector<uint64_t> countsArg(const Napi::Value& v, size_t n, const char* name
   return out;
 }
 
+// A Float64Array of 2 where calls leave their entry and exit times (stampInto, prepareSync),
+// held for as long as the view lives.
+BufferView stampsOf(const Napi::Value& v) {
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
+      v.As<Napi::TypedArray>().ElementLength() != 2) {
+    throw Error(Code::InvalidArgument, "stamps: expected a Float64Array of 2 elements");
+  }
+  return viewOf(v, "stamps", true);
+}
+
 // Capped so that need()'s byte count cannot wrap around with many huge entries.
 uint64_t sum(const std::vector<uint64_t>& v, const char* name, const char* call) {
   uint64_t t = 0;
@@ -194,11 +204,7 @@ Napi::Value CommWrap::Submit(const CallArgs& info) {
 Napi::Value CommWrap::StampInto(const Napi::CallbackInfo& callInfo) {
   const CallArgs info(callInfo);
   return guard(info.Env(), [&]() -> Napi::Value {
-    if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
-        info[0].As<Napi::TypedArray>().ElementLength() != 2) {
-      throw Error(Code::InvalidArgument, "stamps: expected a Float64Array of 2 elements");
-    }
-    stampsView_ = viewOf(info[0], "stamps", true);
+    stampsView_ = stampsOf(info[0]);
     stamps_ = static_cast<double*>(stampsView_.data);
     return info.Env().Undefined();
   });
@@ -261,13 +267,7 @@ void CommWrap::queueRejected(Napi::Env env, OpKind kind, Code code, const std::s
 Napi::Value CommWrap::SubmitSync(const CallArgs& info) {
   Napi::Env env = info.Env();
   if (stamps_) stamps_[0] = monotonicMs();
-  // However the call leaves: returned or thrown.
-  struct Exit {
-    double* stamps;
-    ~Exit() {
-      if (stamps) stamps[1] = monotonicMs();
-    }
-  } exit{stamps_};
+  ExitStamp exit{stamps_ ? stamps_ + 1 : nullptr};
   return guard(env, [&]() -> Napi::Value {
     const auto kind = static_cast<OpKind>(intArg(info, 0, "kind", 0, kNumOpKinds - 1));
     const auto timeout = std::chrono::milliseconds(intArg(info, 7, "timeoutMs", 1, INT32_MAX));
@@ -321,11 +321,7 @@ Napi::Value CommWrap::PrepareSync(const Napi::CallbackInfo& callInfo) {
     try {
       bool hasSend = false, ownRecv = false;
       std::unique_ptr<Pending> p = buildBlocking(info, kind, &hasSend, &ownRecv, true);
-      if (!info[8].IsTypedArray() || info[8].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
-          info[8].As<Napi::TypedArray>().ElementLength() != 2) {
-        throw Error(Code::InvalidArgument, "stamps: expected a Float64Array of 2 elements");
-      }
-      BufferView stamps = viewOf(info[8], "stamps", true);
+      BufferView stamps = stampsOf(info[8]);
       return newPreparedCall(env, this, Value(), std::move(p), hasSend ? info[3] : env.Undefined(),
                              ownRecv ? info[4] : env.Undefined(), std::move(stamps));
     } catch (const Error& e) {

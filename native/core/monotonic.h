@@ -11,4 +11,13 @@ inline double monotonicMs() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Writes the exit time into *at however the scope is left (returned or thrown); nothing
+// when at is null (no stamps registered).
+struct ExitStamp {
+  double* at;
+  ~ExitStamp() {
+    if (at) *at = monotonicMs();
+  }
+};
+
 }  // namespace ncclnode

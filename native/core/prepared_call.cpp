@@ -11,12 +11,6 @@ namespace ncclnode {
 
 namespace {
 
-// Writes the exit time however run() leaves.
-struct ExitStamp {
-  double* at;
-  ~ExitStamp() { *at = monotonicMs(); }
-};
-
 // An array's ArrayBuffer, watched for a detach with one handle and one bit read: the
 // views hold the memory itself (BufferView::keep), so a transfer cannot free it, but
 // the results would then land out of the caller's sight. A SharedArrayBuffer never

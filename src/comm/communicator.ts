@@ -37,7 +37,7 @@ import {
   type SplitOptions,
 } from './call-options.js';
 import { Work } from './work.js';
-import { PreparedAllReduce } from './prepared.js';
+import { PreparedAllReduce, recordBlockingAllReduce } from './prepared.js';
 import { RepeatedCalls } from './repeated-calls.js';
 import { registerBuffer, registerPinned, type Registration, type RegisterOptions } from './nccl/register.js';
 import type { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
@@ -246,20 +246,10 @@ export class Communicator {
       failed = true;
       error = err;
     }
-    // The flight record's entry is written afterwards, from the call's own times: the JS
-    // thread was held for the whole call, so nothing could have read it in between.
     const started = stamps === undefined ? before : stamps[0]! - MONOTONIC_ORIGIN_MS;
     const ended = stamps === undefined ? performance.now() : stamps[1]! - MONOTONIC_ORIGIN_MS;
-    const record = this.flightRecord;
-    const entry = record.begin('allReduce', c.count, c.dtype, -1, started);
-    const bytes = collectiveBytes('allReduce', c.count, c.dtype, this.size);
-    if (failed) {
-      record.failed(entry, error, ended);
-      collectiveEnded(this.#clock, 'allReduce', bytes, started, false, ended);
-      throw error;
-    }
-    record.completed(entry, ended);
-    collectiveEnded(this.#clock, 'allReduce', bytes, started, true, ended);
+    recordBlockingAllReduce(this.flightRecord, this.#clock, c.count, c.dtype,
+      collectiveBytes('allReduce', c.count, c.dtype, this.size), started, ended, failed, error);
     return c.recv;
   }
 

@@ -14,6 +14,24 @@ import { collectiveEnded, type CollectiveClock } from '../metrics/collectives.js
 import type { FlightRecord } from './flight-record.js';
 import { MONOTONIC_ORIGIN_MS } from './monotonic.js';
 
+/**
+ * A blocking all-reduce (allReduceSync, a prepared run()) that has returned or thrown
+ * `error`: its flight record entry and its collective totals, written afterwards from
+ * its times (performance.now() readings), since the JS thread was held for the whole call
+ * and nothing could have read them in between. Throws `error` when the call failed.
+ */
+export function recordBlockingAllReduce(record: FlightRecord, clock: CollectiveClock, count: number, dtype: DType,
+  bytes: number, started: number, ended: number, failed: boolean, error: unknown): void {
+  const entry = record.begin('allReduce', count, dtype, -1, started);
+  if (failed) {
+    record.failed(entry, error, ended);
+    collectiveEnded(clock, 'allReduce', bytes, started, false, ended);
+    throw error;
+  }
+  record.completed(entry, ended);
+  collectiveEnded(clock, 'allReduce', bytes, started, true, ended);
+}
+
 export class PreparedAllReduce<B extends HostArray> {
   readonly #native: NativePreparedCall;
   readonly #clock: CollectiveClock;  // the communicator's, for the collective totals
@@ -64,19 +82,9 @@ export class PreparedAllReduce<B extends HostArray> {
     } catch (err) {
       error = err;
     }
-    // The flight record's entry is written afterwards, from the native side's times: the
-    // JS thread is held for the whole call, so nothing could have read it in between.
-    const started = this.#stamps[0]! - MONOTONIC_ORIGIN_MS;
-    const ended = this.#stamps[1]! - MONOTONIC_ORIGIN_MS;
-    const entry = this.#record.begin('allReduce', this.#count, this.#dtype, -1, started);
-    if (error === undefined) {
-      this.#record.completed(entry, ended);
-      collectiveEnded(this.#clock, 'allReduce', this.#bytes, started, true, ended);
-      return this.#result;
-    }
-    this.#record.failed(entry, error, ended);
-    collectiveEnded(this.#clock, 'allReduce', this.#bytes, started, false, ended);
-    throw error;
+    recordBlockingAllReduce(this.#record, this.#clock, this.#count, this.#dtype, this.#bytes,
+      this.#stamps[0]! - MONOTONIC_ORIGIN_MS, this.#stamps[1]! - MONOTONIC_ORIGIN_MS, error !== undefined, error);
+    return this.#result;
   }
 
   /** Lets the arrays' memory go; run() is refused after it. Idempotent. */
