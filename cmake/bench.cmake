@@ -29,6 +29,15 @@ add_executable(gloo_algos ${CMAKE_CURRENT_SOURCE_DIR}/bench/gloo_algos.cpp
                           ${CMAKE_CURRENT_SOURCE_DIR}/native/core/errors.cpp)
 target_link_libraries(gloo_algos PRIVATE gloo Threads::Threads)
 
+# bench/ring_ab: the backend's own TCP ring against each of Gloo's algorithms in
+# alternating blocks within the same processes (bench/comm/ring-ab.ts).
+add_executable(ring_ab ${CMAKE_CURRENT_SOURCE_DIR}/bench/ring_ab.cpp
+                       ${CMAKE_CURRENT_SOURCE_DIR}/native/net/tcp_mesh.cpp
+                       ${CMAKE_CURRENT_SOURCE_DIR}/native/net/tcp_ring.cpp
+                       ${CMAKE_CURRENT_SOURCE_DIR}/native/core/dtype.cpp
+                       ${CMAKE_CURRENT_SOURCE_DIR}/native/core/errors.cpp)
+target_link_libraries(ring_ab PRIVATE gloo Threads::Threads)
+
 # bench/mpi_collectives: Open MPI's collectives from C++, the shared-memory path's
 # baseline in bench/shm/allreduce.ts. Only where an MPI implementation is installed
 # (Debian: openmpi-bin libopenmpi-dev); nothing else needs it.

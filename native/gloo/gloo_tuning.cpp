@@ -57,13 +57,6 @@ std::string fnv1a(const std::string& s) {
 }
 
 constexpr size_t kMeshAllReduceBytes = 64 * 1024;
-// From this gathered size an all-gather beyond the round goes through gloo::allgather.
-// Through the addon (bench/comm/sweep.ts with a tuning file naming it, bench/README.md)
-// it took 0.71-0.82 of the own ring's time from C++ at 2 ranks, 32-256 MiB, and
-// 0.95-1.01 at 4 ranks, 32-64 MiB; raw gloo::allgather took 0.68-0.96 of the own ring's
-// at 15 of 18 sweep points from 32 MiB (2 and 4 ranks, several hosts; 1.02-1.18 at the
-// other 3). Below it the two swing either way (0.58-1.96 at 8 MiB).
-constexpr uint64_t kGlooAllGatherBytes = 32ull << 20;
 constexpr int kTwoRoundsRanks = 4;
 
 bool legacyCount(size_t elements, size_t bytes) {
@@ -73,8 +66,7 @@ bool legacyCount(size_t elements, size_t bytes) {
 
 // The built-in choice beyond a tuning file (bench/comm/sweep.ts and build/gloo_algos at
 // 2 and 4 ranks, bench/README.md): the mesh round where the call fits it (its capacity:
-// mesh_exchange.cpp), beyond that the backend's own ring over its own connections (an
-// all-gather from kGlooAllGatherBytes: gloo::allgather). From
+// mesh_exchange.cpp), beyond that the backend's own ring over its own connections. From
 // C++ the ring took 0.5-0.99 of the best of Gloo's algorithms at every size from 64 KiB
 // to 64 MiB on 2 ranks and 8 B to 4 MiB on 4 ranks in one session's runs (1.0-1.44 at
 // 8-256 MiB on a later host), where Gloo's own choices swing with the size and the host
@@ -163,8 +155,14 @@ AllGatherAlgo pickAllGather(const GlooTuning& t, size_t count, DType dtype, int 
   if (lookup(kAllGatherNames, t.rule(Coll::AllGather, worldSize, bytes), &want)) {
     if ((want != AllGatherAlgo::Mesh || meshFits) && (want != AllGatherAlgo::LegacyRing || legacyOk)) return want;
   }
-  if (meshFits) return AllGatherAlgo::Mesh;
-  return bytes >= kGlooAllGatherBytes ? AllGatherAlgo::Gloo : AllGatherAlgo::TcpRing;
+  // Beyond the round the own ring, as for the other two: in alternating blocks within
+  // the same processes (bench/ring_ab.cpp) it took 0.74-0.80 of gloo::allgather's time
+  // at 8-256 MiB on 2 ranks and 0.81-0.90 at 8-128 MiB on 4. Separately timed runs on an
+  // earlier host had gloo::allgather ahead from 32 MiB (0.71-0.82 of the ring's time), so
+  // the two swing with the host; the ring keeps every large collective on the backend's
+  // own connections, with their deadlines and abort handling. A tuning file names `gloo`
+  // where a host measures it faster.
+  return meshFits ? AllGatherAlgo::Mesh : AllGatherAlgo::TcpRing;
 }
 
 ReduceScatterAlgo pickReduceScatter(const GlooTuning& t, size_t count, DType dtype, RedOp op, int worldSize,
