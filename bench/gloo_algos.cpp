@@ -7,6 +7,7 @@
 //   all-gather      new-style gloo::allgather and legacy AllgatherRing;
 //   reduce-scatter  the addon's all-to-all plus local reduction and legacy
 //                   ReduceScatterHalvingDoubling;
+//   all-to-all      gloo::alltoall (equal blocks; Gloo has no other);
 //   own-tcp-ring    the addon's ring over its own TCP connections (native/net/),
 //                   for each of the three: not Gloo, reported beside it so the
 //                   algorithm and the addon's path around it can be told apart.
@@ -14,7 +15,7 @@
 //   gloo_algos <rank> <size> <store-dir> [iters=200] [min=8] [max=64M] [step=2]
 // prints one JSON object per (collective, algorithm, size), each the median
 // per-call time on rank 0 in microseconds. Sizes are the per-rank input for
-// all-reduce and reduce-scatter, the gathered output for all-gather; sizes grow by
+// all-reduce, reduce-scatter and all-to-all, the gathered output for all-gather; sizes grow by
 // `step` and the last one is `max`. A size smaller than one float32 per rank moves
 // one float32 per rank (bench/comm/sweep.ts counts the same way). Iterations:
 // `iters` below 1 MiB, iters/20 (at least 5) to 16 MiB, 3 beyond, after 3
@@ -192,6 +193,16 @@ int main(int argc, char** argv) {
       ncclnode::net::ringReduceScatter(mesh, buf.data(), out.data(), per, DType::Float32, RedOp::Sum, deadline(), scratch);
     });
     report(rank, "reducescatter", "own-tcp-ring", bytes, us, n);
+
+    // All-to-all: `bytes` is each rank's input and output, one block per rank.
+    us = timeIt(ctx, n, [&] {
+      gloo::AlltoallOptions o(ctx);
+      o.setInput(buf.data(), static_cast<size_t>(per) * P);
+      o.setOutput(out.data(), static_cast<size_t>(per) * P);
+      o.setTimeout(kTimeout);
+      gloo::alltoall(o);
+    });
+    report(rank, "alltoall", "gloo", bytes, us, n);
   }
   // A legacy class returns with its last send possibly still queued: exiting at once
   // could drop it under a peer still waiting (the addon's destroy does the same).

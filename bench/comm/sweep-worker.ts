@@ -1,5 +1,5 @@
 /**
- * One rank of bench/comm/sweep.ts: times all-reduce, all-gather and reduce-scatter
+ * One rank of bench/comm/sweep.ts: times all-reduce, all-gather, reduce-scatter and all-to-all
  * (float32 sum, each call awaited before the next) through the addon's CPU backend
  * at every size of the sweep, with the same sizes, element counts, warm-up and
  * iteration counts as build/gloo_algos, so the two are compared call for call.
@@ -49,5 +49,7 @@ for (const bytes of SIZES) {
   // All-gather: `bytes` is the gathered output; reduce-scatter: the per-rank input.
   emit('allgather', bytes, await time(bytes, () => comm.allGather(input.subarray(0, per), output.subarray(0, per * P))));
   emit('reducescatter', bytes, await time(bytes, () => comm.reduceScatter(input.subarray(0, per * P), output.subarray(0, per))));
+  // All-to-all: `bytes` is each rank's input and output, one block per rank.
+  emit('alltoall', bytes, await time(bytes, () => comm.allToAll(input.subarray(0, per * P), output.subarray(0, per * P))));
 }
 await comm.destroy();

@@ -1,6 +1,6 @@
 /**
- * The CPU backend against raw Gloo, per collective and size: all-reduce, all-gather
- * and reduce-scatter (float32 sum) through the addon over TCP (NCCL_NODE_SHM=0;
+ * The CPU backend against raw Gloo, per collective and size: all-reduce, all-gather,
+ * reduce-scatter (float32 sum) and all-to-all through the addon over TCP (NCCL_NODE_SHM=0;
  * with --shm through the shared-memory path, the default within a host), each call awaited, median per call on rank 0; bench/comm/sweep-worker.ts) and
  * every Gloo algorithm called from C++ without the addon (build/gloo_algos, same
  * sizes, element counts and iterations; it also times the addon's own TCP ring from
@@ -10,7 +10,7 @@
  * the ratio addon/best and the verdict: `faster` (addon median at or below the
  * best median), `within spread` (slower by median, but the addon's fastest round
  * is no slower than the best algorithm's slowest: the ranges overlap), or `SLOWER`. Sizes: the all-reduce buffer, the gathered all-gather output, the
- * reduce-scatter input (per rank); a size below one float32 per rank moves one.
+ * reduce-scatter and all-to-all input (per rank); a size below one float32 per rank moves one.
  * A benchmark, not a test; table and JSON.
  *
  *   node --import tsx bench/comm/sweep.ts [--ranks 2,4] [--min 8] [--max 256M] [--step 4]
@@ -54,6 +54,8 @@ const NEW_RING_MAX = process.argv.includes('--new-ring-max') ? String(bytesOf(ar
 const SIZES: number[] = [];
 for (let b = MIN; b <= MAX; b = b < MAX && b * STEP > MAX ? MAX : b * STEP) SIZES.push(b);
 
+const COLLS = ['allreduce', 'allgather', 'reducescatter', 'alltoall'];
+
 interface Point { coll: string; algo?: string; size: number; us: number }
 const key = (coll: string, size: number): string => `${coll}/${size}`;
 
@@ -93,7 +95,7 @@ async function sweep(bin: string, ranks: number): Promise<SweepRow[]> {
     process.stderr.write(`sweep: ${ranks} ranks, round ${round + 1}/${ROUNDS} done\n`);
   }
   const rows: SweepRow[] = [];
-  for (const coll of ['allreduce', 'allgather', 'reducescatter']) {
+  for (const coll of COLLS) {
     for (const size of SIZES) {
       const a = addon.get(key(coll, size))!;
       const all = [...raw.get(key(coll, size))!.entries()].map(([algo, us]) => ({ algo, us, med: median(us) }));
@@ -126,7 +128,7 @@ async function main(): Promise<void> {
   for (const ranks of RANKS) {
     const these = await sweep(bin, ranks);
     rows.push(...these);
-    for (const coll of ['allreduce', 'allgather', 'reducescatter']) {
+    for (const coll of COLLS) {
       console.log(`# ${coll}, ${ranks} ranks, float32 sum: median µs per awaited call over ${ROUNDS} rounds (min-max)`);
       console.table(these.filter((r) => r.coll === coll).map((r) => ({
         size: human(r.size), addonUs: r.addonUs, addonSpread: `${r.addonMin}-${r.addonMax}`,

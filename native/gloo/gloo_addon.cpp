@@ -60,9 +60,10 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
 }
 
 // glooAlgoStats() -> {meshAllReduces, meshTwoRoundAllReduces, meshAllGathers, meshReduceScatters,
-// legacyAllReduces, legacyAllGathers, legacyReduceScatters, tcpRingCalls, glooAllGathers}:
-// calls of this process that took the mesh round, one of Gloo's legacy classes, the
-// backend's own ring or gloo::allgather (gloo_tuning.h).
+// legacyAllReduces, legacyAllGathers, legacyReduceScatters, tcpRingCalls, glooAllGathers,
+// meshAllToAlls, tcpAllToAlls}: calls of this process that took the mesh round, one of
+// Gloo's legacy classes, the backend's own ring or gloo::allgather (gloo_tuning.h), and
+// all-to-alls in the round or on the own connections (gloo_alltoall.cpp).
 Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto& s = glooAlgoStats();
@@ -76,6 +77,8 @@ Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   o.Set("legacyAllGathers", static_cast<double>(s.legacyAllGathers.load()));
   o.Set("glooAllGathers", static_cast<double>(s.glooAllGathers.load()));
   o.Set("legacyReduceScatters", static_cast<double>(s.legacyReduceScatters.load()));
+  o.Set("meshAllToAlls", static_cast<double>(s.meshAllToAlls.load()));
+  o.Set("tcpAllToAlls", static_cast<double>(s.tcpAllToAlls.load()));
   return o;
 }
 

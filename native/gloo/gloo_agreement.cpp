@@ -19,6 +19,13 @@ namespace ncclnode {
 // so every rank gets the same bits whatever the arrival order. The choice depends
 // only on the call, the world size and the table, so ranks that agree on the call
 // agree on the path.
+namespace {
+// An all-to-all's blocks ride in the round up to this size per peer: beyond it the copy
+// out of the round's slots costs more than the separate exchange the round saves
+// (bench/comm/alltoall.ts).
+constexpr size_t kMeshAllToAllBlock = 256 * 1024;
+}  // namespace
+
 size_t GlooBackend::meshBytes() const { return mesh_ ? mesh_->cap() - sizeof(Fingerprint) : 0; }
 
 GlooBackend::MeshBody GlooBackend::meshBody(const Op& op) const {
@@ -52,6 +59,12 @@ GlooBackend::MeshBody GlooBackend::meshBody(const Op& op) const {
         b.bytes = b.stride = bytes;
       }
       return b;
+    case OpKind::AllToAll: {
+      // Equal blocks, block p to peer p; per-peer counts go around in their own round first.
+      const size_t block = op.count / static_cast<size_t>(cfg_.size) * width;
+      if (op.sendCounts.empty() && block <= std::min(meshBytes(), kMeshAllToAllBlock)) b.bytes = b.stride = block;
+      return b;
+    }
     default:
       return b;
   }
@@ -65,7 +78,8 @@ void GlooBackend::finishMesh(const Op& op, const MeshBody& body) {
   const size_t block = op.count * width;
   const auto* send = static_cast<const uint8_t*>(op.send.data);
   auto* recv = static_cast<uint8_t*>(op.recv.data);
-  const ReduceFn fn = op.kind == OpKind::AllGather ? nullptr : reduceFunction(op.dtype, op.redop);
+  const bool reduces = op.kind != OpKind::AllGather && op.kind != OpKind::AllToAll;
+  const ReduceFn fn = reduces ? reduceFunction(op.dtype, op.redop) : nullptr;
   switch (op.kind) {
     case OpKind::AllGather:
       for (int r = 0; r < cfg_.size; ++r) {
@@ -75,6 +89,17 @@ void GlooBackend::finishMesh(const Op& op, const MeshBody& body) {
       }
       glooAlgoStats().meshAllGathers++;
       return;
+    case OpKind::AllToAll: {
+      const size_t part = block / static_cast<size_t>(cfg_.size);
+      // This rank's own block first: the peers' blocks wait in the round's slots, and
+      // writing them may overwrite the input (in place).
+      std::memmove(recv + static_cast<size_t>(cfg_.rank) * part, send + static_cast<size_t>(cfg_.rank) * part, part);
+      for (int r = 0; r < cfg_.size; ++r) {
+        if (r != cfg_.rank) std::memcpy(recv + static_cast<size_t>(r) * part, mesh_->from(r) + head, part);
+      }
+      glooAlgoStats().meshAllToAlls++;
+      return;
+    }
     case OpKind::ReduceScatter:
       reduceInRankOrder(*mesh_, head, cfg_.rank, send + static_cast<size_t>(cfg_.rank) * block, cfg_.size, fn, recv,
                         op.count, width);

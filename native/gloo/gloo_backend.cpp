@@ -3,7 +3,6 @@
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
-#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -320,14 +319,7 @@ void GlooBackend::run(Op& op) {
           allToAllV(op);
           break;
         }
-        withWidth(width, [&](auto t) {
-          using T = decltype(t);
-          gloo::AlltoallOptions o(ctx_);
-          o.setInput(static_cast<T*>(op.send.data), op.count);
-          o.setOutput(static_cast<T*>(op.recv.data), op.count);
-          o.setTimeout(op.timeout);
-          gloo::alltoall(o);
-        });
+        allToAll(op);
         break;
       case OpKind::Gather:
         withWidth(width, [&](auto t) {
@@ -432,32 +424,6 @@ void GlooBackend::reduceScatter(Op& op) {
   for (int r = 1; r < cfg_.size; ++r) fn(scratch_.data(), scratch_.data(), scratch_.data() + r * chunk, op.count);
   if (op.redop == RedOp::Avg) divideInPlace(scratch_.data(), op.dtype, op.count, cfg_.size);
   std::memcpy(op.recv.data, scratch_.data(), chunk);
-}
-
-// All-to-all with per-peer counts. Gloo's TCP transport aborts the process when a
-// peer sends more bytes than the posted receive holds, so every rank's counts go
-// around first (with checkCollectives off too) and the data moves only when each
-// rank's sendCounts[j] equals rank j's recvCounts[i]; every rank reaches the same
-// verdict.
-void GlooBackend::allToAllV(Op& op) {
-  const size_t n = static_cast<size_t>(cfg_.size);
-  if (cfg_.size > 1) {
-    std::vector<uint64_t> mine(op.sendCounts);
-    mine.insert(mine.end(), op.recvCounts.begin(), op.recvCounts.end());
-    std::vector<uint64_t> all(2 * n * n);
-    allGatherBytes(mine.data(), mine.size() * sizeof(uint64_t), all.data(), op.timeout);
-    checkPeerCounts(all, cfg_.size);
-  }
-  const std::vector<int64_t> in(op.sendCounts.begin(), op.sendCounts.end());
-  const std::vector<int64_t> out(op.recvCounts.begin(), op.recvCounts.end());
-  withWidth(elementSize(op.dtype), [&](auto t) {
-    using T = decltype(t);
-    gloo::AlltoallvOptions o(ctx_);
-    o.setInput(static_cast<T*>(op.send.data), in);
-    o.setOutput(static_cast<T*>(op.recv.data), out);
-    o.setTimeout(op.timeout);
-    gloo::alltoallv(o);
-  });
 }
 
 std::unique_ptr<Backend> GlooBackend::split(int color, int key, std::chrono::milliseconds timeout) {

@@ -95,7 +95,11 @@ class GlooBackend : public Backend {
   void reduceScatter(Op& op);
   bool legacyReduceScatter(Op& op);  // gloo_collective_algos.cpp; false: not chosen for this call
   void checkTuning(std::chrono::milliseconds timeout);  // every rank's table hashes alike
+  // gloo_alltoall.cpp: over the own connections (byte offsets and lengths per peer).
+  void allToAll(Op& op);
   void allToAllV(Op& op);
+  void tcpAllToAll(const Op& op, const std::vector<size_t>& sendAt, const std::vector<size_t>& sendLen,
+                   const std::vector<size_t>& recvAt, const std::vector<size_t>& recvLen);
   void send(Op& op);
   void recv(Op& op);
   [[noreturn]] void rethrow(const Op& op, std::exception_ptr e);
@@ -139,7 +143,7 @@ class GlooBackend : public Backend {
   std::atomic<bool> aborted_{false};
   std::atomic<bool> quitting_{false};  // quit(): the peers are not told of an abort
   int splits_ = 0;
-  std::vector<uint8_t> scratch_;  // reduceScatter staging
+  std::vector<uint8_t> scratch_;  // reduceScatter and in-place allToAll staging
   std::unique_ptr<MeshExchange> mesh_;  // agreement headers and small all-reduces
   std::unique_ptr<net::TcpMesh> tcp_;   // the backend's own connections (null at one rank)
   net::RingScratch ring_;

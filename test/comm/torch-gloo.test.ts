@@ -1,8 +1,9 @@
 /**
  * The CPU backend over its own TCP connections (NCCL_NODE_SHM=0, as between hosts)
  * against the real torch.distributed on Gloo (torch's CPU wheel, test/launch/torch-venv.ts)
- * on the same inputs: int32 all-reduce, all-gather and reduce-scatter, whose exact
- * results have one right answer whatever the algorithm, at 2, 3 and 4 ranks; and at 2
+ * on the same inputs: int32 all-reduce, all-gather, reduce-scatter and all-to-all (equal
+ * blocks and per-pair counts, up to 65537 elements), whose exact results have one
+ * right answer whatever the algorithm, at 2, 3 and 4 ranks; and at 2
  * ranks the float32 all-reduce too (two addends: every correctly rounded sum is the same
  * bits). Element counts cover the agreement round that carries small calls (up to
  * 64 KiB), the two-round all-reduce beyond 2 ranks and the ring beyond both, including an in-place all-reduce whose 5 MiB blocks
@@ -41,14 +42,15 @@ async function torchRun(size: number): Promise<Report[]> {
 }
 
 describe('over the own TCP connections, against torch.distributed on Gloo', () => {
-  it.each([2, 3, 4])('%i ranks: all-reduce, all-gather and reduce-scatter give torch\'s bits', async (size) => {
+  it.each([2, 3, 4])('%i ranks: all-reduce, all-gather, reduce-scatter and all-to-all give torch\'s bits', async (size) => {
     const torch = await torchRun(size);
     const ours = await runRanks<Report>('test/fixtures/torch-gloo-colls.ts', size, {
       args: [SIZES], env: { NCCL_NODE_SHM: '0' }, timeoutMs: 180_000,
     });
     expect(ours.map((r) => r.code), describeRanks(ours)).toEqual(ours.map(() => 0));
     expect(torch.map((r) => r.rank)).toEqual([...Array(size).keys()]);
-    const cases = (size === 2 ? 4 : 3) * SIZES.split(',').length;
+    const counts = SIZES.split(',').map(Number);
+    const cases = counts.reduce((sum, n) => sum + (size === 2 ? 4 : 3) + (n <= 65537 ? 2 : 0), 0);
     for (const result of ours) {
       const mine = result.reports[0] as unknown as Report;
       const theirs = torch[mine.rank]!;
@@ -60,6 +62,9 @@ describe('over the own TCP connections, against torch.distributed on Gloo', () =
       expect(stats.meshAllReduces! + stats.meshAllGathers! + stats.meshReduceScatters!).toBeGreaterThan(0);
       // Beyond 2 ranks, mid-size all-reduces (65537 elements: blocks that do not divide evenly) take two rounds.
       if (size > 2) expect(stats.meshTwoRoundAllReduces).toBeGreaterThan(0);
+      // Small all-to-alls rode in the round; 65537-element blocks and every per-pair one went over the connections.
+      expect(stats.meshAllToAlls).toBeGreaterThan(0);
+      expect(stats.tcpAllToAlls).toBeGreaterThan(0);
     }
   }, 600_000);
 });
