@@ -5,13 +5,14 @@
  * in blocks of calls, in the same order on every rank, so the host's fast and slow phases
  * (bench/README.md) fall on both alike. Per block the time per call of a back-to-back
  * loop of 8-byte float32 sums: blocking `allReduceSync` (sync) or awaited `allReduce`
- * (awaited), on rank 0; per case the median over blocks, and this checkout's blocks as
- * ratios to the other's block of the same round. A benchmark, not a test; table and JSON.
+ * (awaited); or of awaited float32 `allToAll`s of --bytes per rank (alltoall); on rank 0;
+ * per case the median over blocks, and this checkout's blocks as ratios to the other's
+ * block of the same round. A benchmark, not a test; table and JSON.
  * The other checkout needs its own build (`git worktree add ../base <commit>`, node_modules
  * linked from this one, `npx cmake-js compile --out build` there).
  *
  *   node --import tsx bench/comm/checkout-ab.ts --against ../base [--ranks 1,2]
- *        [--modes sync,awaited] [--blocks 40] [--calls 20000] [--json out.json]
+ *        [--modes sync,awaited,alltoall] [--bytes 65536] [--blocks 40] [--calls 20000] [--json out.json]
  */
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -25,6 +26,7 @@ interface Side {
   rank: number;
   allReduce(buf: Float32Array): PromiseLike<unknown>;
   allReduceSync(buf: Float32Array): Float32Array;
+  allToAll(input: Float32Array, output: Float32Array): PromiseLike<unknown>;
   destroy(): Promise<void>;
 }
 interface Row { ranks: number; mode: string; thisUs: number; againstUs: number; ratio: number; ratioRange: string; bestThisUs: number; bestAgainstUs: number }
@@ -44,10 +46,13 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
   const against = await open(process.env.CHECKOUT_AB_AGAINST!, process.env.CHECKOUT_AB_PORT_AGAINST!);
   const mine = await open(THIS, process.env.CHECKOUT_AB_PORT_THIS!);
   const buf = new Float32Array(2).fill(1);
+  const elements = Number(process.env.CHECKOUT_AB_BYTES) / 4;
+  const [input, output] = [new Float32Array(elements).fill(1), new Float32Array(elements).fill(0)];
   const n = mode === 'sync' ? calls : Math.max(1, Math.floor(calls / 4));
   const block = async (c: Side): Promise<number> => {
     const t0 = performance.now();
     if (mode === 'sync') for (let i = 0; i < n; i++) c.allReduceSync(buf);
+    else if (mode === 'alltoall') for (let i = 0; i < n; i++) await c.allToAll(input, output);
     else for (let i = 0; i < n; i++) await c.allReduce(buf);
     return ((performance.now() - t0) * 1000) / n;
   };
@@ -69,6 +74,7 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
       modes: { type: 'string', default: 'sync,awaited' },
       blocks: { type: 'string', default: '40' },
       calls: { type: 'string', default: '20000' },
+      bytes: { type: 'string', default: '65536' },
       json: { type: 'string' },
     },
   });
@@ -78,7 +84,7 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
     for (const mode of a.modes!.split(',')) {
       const [pThis, pAgainst] = [await freePort(), await freePort()];
       const [t] = await gang<{ this: number[]; against: number[] }>(ranks, (rank) => [process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
-        ...process.env, CHECKOUT_AB_ROLE: 'rank', CHECKOUT_AB_MODE: mode, CHECKOUT_AB_CALLS: a.calls!, CHECKOUT_AB_BLOCKS: a.blocks!,
+        ...process.env, CHECKOUT_AB_ROLE: 'rank', CHECKOUT_AB_MODE: mode, CHECKOUT_AB_CALLS: a.calls!, CHECKOUT_AB_BLOCKS: a.blocks!, CHECKOUT_AB_BYTES: a.bytes!,
         CHECKOUT_AB_AGAINST: resolve(a.against!), CHECKOUT_AB_PORT_THIS: String(pThis), CHECKOUT_AB_PORT_AGAINST: String(pAgainst),
         RANK: String(rank), LOCAL_RANK: String(rank), WORLD_SIZE: String(ranks), MASTER_ADDR: '127.0.0.1', NCCL_NODE_TOKEN: 'checkout-ab',
       }]);
@@ -90,7 +96,7 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
       });
     }
   }
-  console.log(`# 8-byte float32 sum, this checkout (${THIS}) against ${resolve(a.against!)}: µs per call on rank 0, median over ${a.blocks} blocks`);
+  console.log(`# 8-byte float32 sum (alltoall: ${a.bytes} bytes a rank), this checkout (${THIS}) against ${resolve(a.against!)}: µs per call on rank 0, median over ${a.blocks} blocks`);
   console.table(rows);
-  if (a.json) writeFileSync(a.json, `${JSON.stringify({ bench: 'checkout-ab', against: a.against, blocks: Number(a.blocks), calls: Number(a.calls), node: process.version, rows }, null, 1)}\n`);
+  if (a.json) writeFileSync(a.json, `${JSON.stringify({ bench: 'checkout-ab', against: a.against, blocks: Number(a.blocks), calls: Number(a.calls), bytes: Number(a.bytes), node: process.version, rows }, null, 1)}\n`);
 }

@@ -61,9 +61,10 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
 
 // glooAlgoStats() -> {meshAllReduces, meshTwoRoundAllReduces, meshAllGathers, meshReduceScatters,
 // legacyAllReduces, legacyAllGathers, legacyReduceScatters, tcpRingCalls, glooAllGathers,
-// meshAllToAlls, tcpAllToAlls}: calls of this process that took the mesh round, one of
-// Gloo's legacy classes, the backend's own ring or gloo::allgather (gloo_tuning.h), and
-// all-to-alls in the round or on the own connections (gloo_alltoall.cpp).
+// meshAllToAlls, shmAllToAlls, tcpAllToAlls}: calls of this process that took the mesh
+// round, one of Gloo's legacy classes, the backend's own ring or gloo::allgather
+// (gloo_tuning.h), and all-to-alls in the TCP round, the shared-memory round or on the
+// own connections (gloo_alltoall.cpp).
 Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto& s = glooAlgoStats();
@@ -78,6 +79,7 @@ Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   o.Set("glooAllGathers", static_cast<double>(s.glooAllGathers.load()));
   o.Set("legacyReduceScatters", static_cast<double>(s.legacyReduceScatters.load()));
   o.Set("meshAllToAlls", static_cast<double>(s.meshAllToAlls.load()));
+  o.Set("shmAllToAlls", static_cast<double>(s.shmAllToAlls.load()));
   o.Set("tcpAllToAlls", static_cast<double>(s.tcpAllToAlls.load()));
   return o;
 }

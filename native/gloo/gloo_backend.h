@@ -131,6 +131,7 @@ class GlooBackend : public Backend {
   // slot (the calling thread, with no JavaScript run since the post: the memory still
   // holds what was posted).
   void shmRead(const Op& op, const shm::Reader& from, bool mineInMemory);
+  void shmReadAllToAll(const Op& op, const shm::Reader& from, bool mineInMemory);
   void shmFinish(const Op& op, uint64_t step, bool mineInMemory = false);
   bool shmPrepost(Op& op);
 

@@ -25,7 +25,8 @@ struct GlooAlgoStats {
   std::atomic<uint64_t> legacyAllReduces{0}, legacyAllGathers{0}, legacyReduceScatters{0};
   std::atomic<uint64_t> tcpRingCalls{0};  // all-reduce, all-gather, reduce-scatter on the own ring
   std::atomic<uint64_t> glooAllGathers{0};  // gloo::allgather (Gloo's new-style all-gather)
-  std::atomic<uint64_t> meshAllToAlls{0}, tcpAllToAlls{0};  // in the agreement round, on the own connections
+  // All-to-alls in the agreement round (TCP), in the shared-memory segment's round, on the own connections.
+  std::atomic<uint64_t> meshAllToAlls{0}, shmAllToAlls{0}, tcpAllToAlls{0};
 };
 GlooAlgoStats& glooAlgoStats();
 

@@ -246,10 +246,13 @@ GlooBackend::ShmMessage GlooBackend::shmMessage(const Op& op) const {
   return m;
 }
 
-// An all-reduce whose data rides in the round.
+// An all-reduce whose data rides in the round, or an all-to-all of equal blocks: each
+// rank posts its whole input and takes its own block from every peer's slot.
 bool GlooBackend::shmCarries(const Op& op) const {
-  return op.kind == OpKind::AllReduce && !op.rejected && forcedAllReduce_ == AllReduceAlgo::Auto && op.count > 0 &&
-         op.count * elementSize(op.dtype) <= std::min(shmRoundCap(), shmRoundBytes(shm_->locals));
+  const bool fits = op.count > 0 && op.count * elementSize(op.dtype) <= std::min(shmRoundCap(), shmRoundBytes(shm_->locals));
+  if (op.rejected || !fits) return false;
+  if (op.kind == OpKind::AllToAll) return op.sendCounts.empty() && shmSingleHost();
+  return op.kind == OpKind::AllReduce && forcedAllReduce_ == AllReduceAlgo::Auto;
 }
 
 // What a slot holds beside the fingerprint.
@@ -283,6 +286,10 @@ void GlooBackend::shmRead(const Op& op, const shm::Reader& from, bool mineInMemo
     return std::string(text, strnlen(text, cap));
   });
   if (!shmCarries(op)) return;
+  if (op.kind == OpKind::AllToAll) {
+    shmReadAllToAll(op, from, mineInMemory);
+    return;
+  }
   const size_t bytes = op.count * elementSize(op.dtype);
   const ReduceFn fn = reduceFunction(op.dtype, op.redop);
   auto* out = static_cast<uint8_t*>(op.recv.data);
@@ -305,6 +312,22 @@ void GlooBackend::shmRead(const Op& op, const shm::Reader& from, bool mineInMemo
   if (op.redop == RedOp::Avg) divideInPlace(out, op.dtype, op.count, cfg_.size);
   shm::stats().allReduces++;
   shm::stats().bytes += bytes;
+}
+
+// Block `rank` of every rank's posted input, in rank order. This rank's own block goes
+// first: the others come from the slots, and writing them may overwrite the input (in
+// place). Off the calling thread the own block comes from the posted copy, as an
+// all-reduce's does.
+void GlooBackend::shmReadAllToAll(const Op& op, const shm::Reader& from, bool mineInMemory) {
+  const size_t me = static_cast<size_t>(cfg_.rank);
+  const size_t part = op.count / static_cast<size_t>(cfg_.size) * elementSize(op.dtype);
+  auto* out = static_cast<uint8_t*>(op.recv.data);
+  const uint8_t* own = mineInMemory ? static_cast<const uint8_t*>(op.send.data) : from(cfg_.rank) + sizeof(Fingerprint);
+  std::memmove(out + me * part, own + me * part, part);
+  for (int r = 0; r < cfg_.size; ++r) {
+    if (r != cfg_.rank) std::memcpy(out + static_cast<size_t>(r) * part, from(r) + sizeof(Fingerprint) + me * part, part);
+  }
+  glooAlgoStats().shmAllToAlls++;
 }
 
 // Completes the round op's message went out in (step), or, with step 0, posts it and

@@ -326,8 +326,10 @@ export interface GlooAlgoStats {
   tcpRingCalls: number;
   /** All-gathers through Gloo's gloo::allgather (one rank alone, large gathers, or a tuning file's `gloo`). */
   glooAllGathers: number;
-  /** All-to-alls of equal blocks carried whole in the agreement round. */
+  /** All-to-alls of equal blocks carried whole in the agreement round over TCP. */
   meshAllToAlls: number;
+  /** All-to-alls of equal blocks carried whole in the shared-memory segment's round (one host). */
+  shmAllToAlls: number;
   /** All-to-alls (equal blocks or per-peer counts) on the backend's own TCP connections. */
   tcpAllToAlls: number;
 }
