@@ -1,9 +1,11 @@
 // All-to-all on the backend's own TCP connections: every rank sends each peer its block
 // and receives each peer's block at once, over one transfer (native/net/tcp_mesh.h),
-// with the own connections' deadlines and abort handling. Gloo's alltoall took 1-3 ms
-// a call on 2-4 ranks at 64 KiB on this project's test host where this takes tens of
-// microseconds (bench/comm/alltoall.ts). Equal blocks small enough ride in the
-// agreement round instead (gloo_agreement.cpp), as a reduce-scatter's blocks do.
+// with the own connections' deadlines and abort handling. Inside the addon Gloo's
+// alltoall took 0.3-2.3 ms a call at 64 B-64 KiB on 2-4 ranks of this project's test
+// host, this path and the rounds 0.007-0.3 ms (bench/comm/checkout-ab.ts --modes
+// alltoall, bench/README.md). Equal blocks small enough ride in the agreement round
+// (gloo_agreement.cpp), as a reduce-scatter's blocks do, or within one host in the
+// shared-memory segment's round (gloo_shm.cpp).
 #include <algorithm>
 #include <cstring>
 #include <vector>
