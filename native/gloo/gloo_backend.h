@@ -1,7 +1,7 @@
 // CPU backend on Gloo's TCP transport. One gloo context per communicator; calls run
 // one at a time on the communicator's worker thread. Beside Gloo's pairs the backend
-// keeps its own TCP connections (native/net/), which carry the agreement round and
-// the ring all-reduce, all-gather and reduce-scatter (docs/gloo.md).
+// keeps its own TCP connections (native/net/), which carry the agreement round, the
+// ring all-reduce, all-gather and reduce-scatter, and all-to-all (docs/gloo.md).
 #pragma once
 
 #include <atomic>
