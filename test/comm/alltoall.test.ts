@@ -14,7 +14,8 @@ type Row = { case?: string; n?: number; blockBytes?: number; path?: string; wron
 const MESH_BLOCK = 256 * 1024; // native/gloo/gloo_agreement.cpp, kMeshAllToAllBlock
 // The most the segment's round carries at 2 ranks and more (native/gloo/gloo_shm.cpp, shmRoundBytes).
 const SHM_ROUND_MAX = 256 * 1024;
-// 70001 elements: 70 KiB blocks of 1-byte dtypes (in the TCP round), 137-547 KiB of the others.
+// 70001 elements: blocks of 68 KiB (1-byte dtypes) and 137 KiB (2-byte) ride in the TCP round,
+// 273 and 547 KiB (4- and 8-byte) go over the connections.
 const SIZES = [1, 5, 1031, 70001];
 
 describe.each([['tcp', '0'], ['shared memory', '1']])('allToAll over %s', (_name, shm) => {
