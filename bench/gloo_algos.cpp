@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "direct_common.h"
+#include "gloo_bench.h"
 #include "../native/net/tcp_ring.h"
 
 namespace {
@@ -61,15 +62,6 @@ double timeIt(const Ctx& ctx, int n, const std::function<void()>& call, size_t b
   gloo::BarrierOptions b(ctx);
   gloo::barrier(b);
   return bench::medianUs(n, call);
-}
-
-void newAllreduce(const Ctx& ctx, float* buf, size_t count, gloo::AllreduceOptions::Algorithm a) {
-  gloo::AllreduceOptions o(ctx);
-  o.setAlgorithm(a);
-  o.setOutput(buf, count);
-  o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-  o.setTimeout(kTimeout);
-  gloo::allreduce(o);
 }
 
 void report(int rank, const char* coll, const char* algo, size_t bytes, double us, int n) {
@@ -93,24 +85,11 @@ int main(int argc, char** argv) {
   const char* a2aMax = std::getenv("GLOO_ALGOS_ALLTOALL_MAX");
   const size_t a2aLimit = a2aMax ? std::strtoull(a2aMax, nullptr, 10) : SIZE_MAX;
 
-  gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
-  auto device = gloo::transport::tcp::CreateDevice(attr);
   gloo::rendezvous::FileStore fileStore(args.dir);
   gloo::rendezvous::PrefixStore store("gloo_algos", fileStore);
-  auto rctx = std::make_shared<gloo::rendezvous::Context>(rank, P);
-  rctx->connectFullMesh(store, device);
-  Ctx ctx = rctx;
-
+  const Ctx ctx = bench::connectGloo(rank, P, store);
   ncclnode::net::TcpMesh mesh(rank, P, 0x5eed);
-  ncclnode::net::Rendezvous rv;
-  rv.set = [&](const std::string& k, const std::string& v) { store.set(k, std::vector<char>(v.begin(), v.end())); };
-  rv.get = [&](const std::string& k, std::chrono::milliseconds t) {
-    store.wait({k}, t);
-    auto v = store.get(k);
-    return std::string(v.begin(), v.end());
-  };
-  mesh.connect("127.0.0.1", "", rv, "tcp/", kTimeout);
+  bench::connectOwnMesh(mesh, store, kTimeout);
   ncclnode::net::RingScratch scratch;
   scratch.prepare();
   auto deadline = [] { return ncclnode::net::Clock::now() + kTimeout; };
@@ -128,10 +107,10 @@ int main(int argc, char** argv) {
     std::vector<float*> ptrs{buf.data()};
     double us;
     if (bytes <= ringLimit) {
-      us = timeIt(ctx, n, [&] { newAllreduce(ctx, buf.data(), count, gloo::AllreduceOptions::Algorithm::RING); });
+      us = timeIt(ctx, n, [&] { bench::newAllreduce(ctx, buf.data(), count, gloo::AllreduceOptions::Algorithm::RING, kTimeout); });
       report(rank, "allreduce", "new-ring", bytes, us, n);
     }
-    us = timeIt(ctx, n, [&] { newAllreduce(ctx, buf.data(), count, gloo::AllreduceOptions::Algorithm::BCUBE); });
+    us = timeIt(ctx, n, [&] { bench::newAllreduce(ctx, buf.data(), count, gloo::AllreduceOptions::Algorithm::BCUBE, kTimeout); });
     report(rank, "allreduce", "new-bcube", bytes, us, n);
     {
       gloo::AllreduceRing<float> a(ctx, ptrs, count);
@@ -178,14 +157,7 @@ int main(int argc, char** argv) {
     report(rank, "allgather", "own-tcp-ring", bytes, us, n);
 
     // Reduce-scatter: `bytes` is the per-rank input, each rank keeps bytes/P.
-    us = timeIt(ctx, n, [&] {
-      gloo::AlltoallOptions o(ctx);
-      o.setInput(buf.data(), static_cast<size_t>(per) * P);
-      o.setOutput(out.data(), static_cast<size_t>(per) * P);
-      o.setTimeout(kTimeout);
-      gloo::alltoall(o);
-      for (int r = 1; r < P; ++r) gloo::sum<float>(out.data(), out.data(), out.data() + r * per, per);
-    });
+    us = timeIt(ctx, n, [&] { bench::allToAllReduce(ctx, buf.data(), out.data(), per, kTimeout); });
     report(rank, "reducescatter", "alltoall-reduce", bytes, us, n);
     {
       std::vector<int> recv(P, per);
@@ -200,13 +172,7 @@ int main(int argc, char** argv) {
 
     // All-to-all: `bytes` is each rank's input and output, one block per rank.
     if (bytes <= a2aLimit) {
-      us = timeIt(ctx, n, [&] {
-        gloo::AlltoallOptions o(ctx);
-        o.setInput(buf.data(), static_cast<size_t>(per) * P);
-        o.setOutput(out.data(), static_cast<size_t>(per) * P);
-        o.setTimeout(kTimeout);
-        gloo::alltoall(o);
-      });
+      us = timeIt(ctx, n, [&] { bench::glooAllToAll(ctx, buf.data(), out.data(), per, kTimeout); });
       report(rank, "alltoall", "gloo", bytes, us, n);
     }
   }

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "direct_common.h"
+#include "gloo_bench.h"
 #include "../native/net/tcp_ring.h"
 
 namespace {
@@ -57,15 +58,6 @@ struct Variant {
   std::vector<double> us;  // per block
 };
 
-void newAllreduce(const Ctx& ctx, float* buf, size_t count, gloo::AllreduceOptions::Algorithm a) {
-  gloo::AllreduceOptions o(ctx);
-  o.setAlgorithm(a);
-  o.setOutput(buf, count);
-  o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-  o.setTimeout(kTimeout);
-  gloo::allreduce(o);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -78,25 +70,12 @@ int main(int argc, char** argv) {
   const int blocks = argc > 5 ? std::atoi(argv[5]) : 7;
   const int calls = argc > 6 ? std::atoi(argv[6]) : 3;
 
-  gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
-  auto device = gloo::transport::tcp::CreateDevice(attr);
   gloo::rendezvous::FileStore fileStore(argv[3]);
   gloo::rendezvous::PrefixStore store("ring_ab", fileStore);
-  auto rctx = std::make_shared<gloo::rendezvous::Context>(rank, P);
-  rctx->setTimeout(kTimeout);  // the legacy classes wait this long (30 s by default)
-  rctx->connectFullMesh(store, device);
-  Ctx ctx = rctx;
-
+  // The legacy classes wait the context's timeout (30 s by default).
+  const Ctx ctx = bench::connectGloo(rank, P, store, kTimeout);
   ncclnode::net::TcpMesh mesh(rank, P, 0x5eed);
-  ncclnode::net::Rendezvous rv;
-  rv.set = [&](const std::string& k, const std::string& v) { store.set(k, std::vector<char>(v.begin(), v.end())); };
-  rv.get = [&](const std::string& k, std::chrono::milliseconds t) {
-    store.wait({k}, t);
-    auto v = store.get(k);
-    return std::string(v.begin(), v.end());
-  };
-  mesh.connect("127.0.0.1", "", rv, "tcp/", kTimeout);
+  bench::connectOwnMesh(mesh, store, kTimeout);
   ncclnode::net::RingScratch scratch;
   scratch.prepare();
   auto deadline = [] { return ncclnode::net::Clock::now() + kTimeout; };
@@ -123,11 +102,11 @@ int main(int argc, char** argv) {
   }, {}});
   if (P == 2) {
     v.push_back({"allreduce", "new-ring", [&] {
-      newAllreduce(ctx, buf.data(), count, gloo::AllreduceOptions::Algorithm::RING);
+      bench::newAllreduce(ctx, buf.data(), count, gloo::AllreduceOptions::Algorithm::RING, kTimeout);
     }, {}});
   }
   v.push_back({"allreduce", "new-bcube", [&] {
-    newAllreduce(ctx, buf.data(), count, gloo::AllreduceOptions::Algorithm::BCUBE);
+    bench::newAllreduce(ctx, buf.data(), count, gloo::AllreduceOptions::Algorithm::BCUBE, kTimeout);
   }, {}});
   v.push_back({"allreduce", "legacy-ring", [&] { ring.run(); }, {}});
   v.push_back({"allreduce", "legacy-ring-chunked", [&] { ringChunked.run(); }, {}});
@@ -149,12 +128,7 @@ int main(int argc, char** argv) {
   }, {}});
   if (P == 2 || bytes <= (32u << 20)) {
     v.push_back({"reducescatter", "alltoall-reduce", [&] {
-      gloo::AlltoallOptions o(ctx);
-      o.setInput(buf.data(), per * static_cast<size_t>(P));
-      o.setOutput(out.data(), per * static_cast<size_t>(P));
-      o.setTimeout(kTimeout);
-      gloo::alltoall(o);
-      for (int r = 1; r < P; ++r) gloo::sum<float>(out.data(), out.data(), out.data() + r * per, per);
+      bench::allToAllReduce(ctx, buf.data(), out.data(), per, kTimeout);
     }, {}});
   }
   v.push_back({"reducescatter", "legacy-halving-doubling", [&] { rsHalvingDoubling.run(); }, {}});

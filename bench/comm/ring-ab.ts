@@ -20,13 +20,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gang } from '../gang.js';
 import { median } from '../stats.js';
+import { arg, bytesOf } from '../args.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const arg = (name: string, def: string): string => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1]! : def;
-};
-const bytesOf = (s: string): number => Math.round(Number.parseFloat(s) * ({ K: 1024, M: 1024 ** 2, G: 1024 ** 3 }[s.slice(-1)] ?? 1));
 const RANKS = arg('--ranks', '2,4').split(',').map(Number);
 const SIZES = arg('--sizes', '8M,32M,128M,256M').split(',').map(bytesOf);
 const BLOCKS = Number(arg('--blocks', '7'));

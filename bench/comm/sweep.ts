@@ -29,13 +29,9 @@ import { freePort } from '../../test/helpers/ranks.js';
 import { gang } from '../gang.js';
 import { tuningFromSweep, type SweepRow } from './sweep-tuning.js';
 import { median } from '../stats.js';
+import { arg, bytesOf } from '../args.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const arg = (name: string, def: string): string => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1]! : def;
-};
-const bytesOf = (s: string): number => Math.round(Number.parseFloat(s) * ({ K: 1024, M: 1024 ** 2, G: 1024 ** 3 }[s.slice(-1)] ?? 1));
 const RANKS = arg('--ranks', '2,4').split(',').map(Number);
 const MIN = bytesOf(arg('--min', '8'));
 const MAX = bytesOf(arg('--max', '256M'));
