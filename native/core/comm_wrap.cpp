@@ -1,6 +1,7 @@
 #include "comm_wrap.h"
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include "addon_data.h"
@@ -80,6 +81,36 @@ uint64_t sum(const std::vector<uint64_t>& v, const char* name, const char* call)
     if (t > (1ULL << 53)) throw Error(Code::SizeMismatch, std::string(name) + " add up to more than 2^53 elements");
   }
   return t;
+}
+
+// The bytes of op's input that its output overlaps other than in place (the same
+// memory; for the gathers and scatters the input as this rank's own block of the output,
+// or the output as its own block of the input), else 0. Such an output would be written
+// while a backend still reads the input, whatever the algorithm; NCCL leaves these calls
+// undefined. Non-roots of a rooted collective write nothing their input overlaps, and
+// all-to-all stages its blocks itself (gloo_alltoall.cpp).
+size_t overlappedInput(const Op& op, int rank, size_t n) {
+  const bool rooted = op.kind == OpKind::Broadcast || op.kind == OpKind::Reduce || op.kind == OpKind::Gather ||
+                      op.kind == OpKind::Scatter;
+  if (op.count == 0 || (rooted && op.root != rank)) return 0;
+  const size_t block = op.count * elementSize(op.dtype);
+  const auto* in = static_cast<const uint8_t*>(op.send.data);
+  const auto* out = static_cast<const uint8_t*>(op.recv.data);
+  const size_t own = static_cast<size_t>(rank) * block;
+  switch (op.kind) {
+    case OpKind::AllReduce:
+    case OpKind::Broadcast:
+    case OpKind::Reduce:
+      return in != out && bytesOverlap(in, block, out, block) ? block : 0;
+    case OpKind::AllGather:
+    case OpKind::Gather:
+      return in != out + own && bytesOverlap(in, block, out, block * n) ? block : 0;
+    case OpKind::ReduceScatter:
+    case OpKind::Scatter:
+      return out != in + own && bytesOverlap(in, block * n, out, block) ? block * n : 0;
+    default:
+      return 0;
+  }
 }
 
 }  // namespace
@@ -291,7 +322,7 @@ Napi::Value CommWrap::SubmitSync(const CallArgs& info) {
 }
 
 std::unique_ptr<Pending> CommWrap::buildBlocking(const CallArgs& info, OpKind kind, bool* hasSend,
-                                                 bool* ownRecv, bool hold) {
+                                                 bool* ownRecv, bool hold, bool prepared) {
   if (kind == OpKind::Send || kind == OpKind::Recv || kind == OpKind::Split) {
     throw Error(Code::InvalidArgument, "a blocking call is a collective, not send, recv or split");
   }
@@ -300,7 +331,7 @@ std::unique_ptr<Pending> CommWrap::buildBlocking(const CallArgs& info, OpKind ki
                                        " backend does not run blocking calls (its operations complete "
                                        "on the device); await the non-blocking call instead");
   }
-  std::unique_ptr<Pending> p = build(info, kind, hasSend, ownRecv, hold);
+  std::unique_ptr<Pending> p = build(info, kind, hasSend, ownRecv, hold, prepared);
   if (p->op->send.mem != MemKind::Host || p->op->recv.mem != MemKind::Host) {
     throw Error(Code::InvalidArgument, "a blocking call takes host memory, received a device buffer");
   }
@@ -320,7 +351,7 @@ Napi::Value CommWrap::PrepareSync(const Napi::CallbackInfo& callInfo) {
     const auto kind = static_cast<OpKind>(intArg(info, 0, "kind", 0, kNumOpKinds - 1));
     try {
       bool hasSend = false, ownRecv = false;
-      std::unique_ptr<Pending> p = buildBlocking(info, kind, &hasSend, &ownRecv, true);
+      std::unique_ptr<Pending> p = buildBlocking(info, kind, &hasSend, &ownRecv, true, true);
       BufferView stamps = stampsOf(info[8]);
       return newPreparedCall(env, this, Value(), std::move(p), hasSend ? info[3] : env.Undefined(),
                              ownRecv ? info[4] : env.Undefined(), std::move(stamps));
@@ -333,7 +364,7 @@ Napi::Value CommWrap::PrepareSync(const Napi::CallbackInfo& callInfo) {
 // The op submit() and submitSync() describe, every argument checked; not yet in the
 // communicator's sequence (sequence()).
 std::unique_ptr<Pending> CommWrap::build(const CallArgs& info, OpKind kind, bool* hasSendOut,
-                                         bool* ownRecvOut, bool hold) {
+                                         bool* ownRecvOut, bool hold, bool prepared) {
   {
     const char* call = opKindName(kind);
     if (engine_->destroyed()) {
@@ -416,6 +447,23 @@ std::unique_ptr<Pending> CommWrap::build(const CallArgs& info, OpKind kind, bool
     }
     if ((kind == OpKind::Send || kind == OpKind::Recv) && (op.root < 0 || op.root == rank_)) {
       throw Error(Code::InvalidArgument, "peer must be another rank");
+    }
+    if (const size_t bytes = overlappedInput(op, rank_, n)) {
+      // Read from a copy taken now, held by the view as the caller's memory is.
+      if (op.send.mem != MemKind::Host || op.recv.mem != MemKind::Host || prepared) {
+        throw Error(Code::InvalidArgument,
+                    std::string("the output overlaps the input without being in place (the same memory") +
+                        (kind == OpKind::AllReduce || kind == OpKind::Reduce || kind == OpKind::Broadcast
+                             ? ")"
+                             : ", or the input as this rank's own block)") +
+                        (prepared ? "; a prepared call reruns on the same memory: prepare it in place or apart"
+                                  : "; device memory is not copied: use separate buffers"));
+      }
+      std::shared_ptr<uint8_t[]> copy(new uint8_t[bytes]);
+      std::memcpy(copy.get(), op.send.data, bytes);
+      op.send.data = copy.get();
+      op.send.bytes = bytes;
+      op.send.keep = std::move(copy);
     }
     *hasSendOut = hasSend;
     *ownRecvOut = ownRecv;

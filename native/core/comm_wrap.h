@@ -34,11 +34,13 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
   // build() for a blocking call (submitSync, prepareSync): a collective, on a blocking()
   // backend, on host memory.
   std::unique_ptr<Pending> buildBlocking(const CallArgs& info, OpKind kind, bool* hasSend, bool* ownRecv,
-                                         bool hold);
+                                         bool hold, bool prepared = false);
   // hold: the host views keep their memory (BufferView::keep); a blocking call, over
   // before JavaScript runs again, needs no reference.
+  // prepared: the op runs again and again (prepareSync), so an input its output overlaps
+  // cannot be copied once at the call (separateOverlap): such a call is refused.
   std::unique_ptr<Pending> build(const CallArgs& info, OpKind kind, bool* hasSend, bool* ownRecv,
-                                 bool hold = true);
+                                 bool hold = true, bool prepared = false);
   void sequence(Op& op);
   std::string refusal(OpKind kind, const Error& e) const;
   void queueRejected(Napi::Env env, OpKind kind, Code code, const std::string& reason, int root,

@@ -49,11 +49,21 @@ struct BufferView {
   std::shared_ptr<void> keep;
 };
 
+// Whether two byte ranges share a byte (an output that overlaps its input other than in place).
+inline bool bytesOverlap(const void* a, size_t aBytes, const void* b, size_t bBytes) {
+  const auto* x = static_cast<const uint8_t*>(a);
+  const auto* y = static_cast<const uint8_t*>(b);
+  return aBytes > 0 && bBytes > 0 && x < y + bBytes && y < x + aBytes;
+}
+
 struct Op {
   OpKind kind = OpKind::Barrier;
   DType dtype = DType::Float32;
   RedOp redop = RedOp::Sum;
-  BufferView send;   // may equal recv (in place)
+  // send may equal recv (in place), or for the gathers and scatters be this rank's own
+  // block of it or hold it as its own block; otherwise the two are apart (the
+  // communicator copies an input its output overlaps: comm_wrap.cpp), but for all-to-all.
+  BufferView send;
   BufferView recv;
   size_t count = 0;  // elements per rank, as the README's API table defines per call
   // allToAll with per-peer counts (elements, packed in rank order); empty for the

@@ -61,10 +61,11 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
 
 // glooAlgoStats() -> {meshAllReduces, meshTwoRoundAllReduces, meshAllGathers, meshReduceScatters,
 // legacyAllReduces, legacyAllGathers, legacyReduceScatters, tcpRingCalls, glooAllGathers,
-// meshAllToAlls, shmAllToAlls, tcpAllToAlls}: calls of this process that took the mesh
-// round, one of Gloo's legacy classes, the backend's own ring or gloo::allgather
-// (gloo_tuning.h), and all-to-alls in the TCP round, the shared-memory round or on the
-// own connections (gloo_alltoall.cpp).
+// meshAllToAlls, shmAllToAlls, tcpAllToAlls, meshRooted, shmRooted, tcpRooted}: calls of
+// this process that took the mesh round, one of Gloo's legacy classes, the backend's own
+// ring or gloo::allgather (gloo_tuning.h), and all-to-alls (gloo_alltoall.cpp) and
+// broadcasts, reduces, gathers and scatters (gloo_rooted.cpp) in the TCP round, through the
+// shared-memory segment or on the own connections.
 Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto& s = glooAlgoStats();
@@ -81,6 +82,9 @@ Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   o.Set("meshAllToAlls", static_cast<double>(s.meshAllToAlls.load()));
   o.Set("shmAllToAlls", static_cast<double>(s.shmAllToAlls.load()));
   o.Set("tcpAllToAlls", static_cast<double>(s.tcpAllToAlls.load()));
+  o.Set("meshRooted", static_cast<double>(s.meshRooted.load()));
+  o.Set("shmRooted", static_cast<double>(s.shmRooted.load()));
+  o.Set("tcpRooted", static_cast<double>(s.tcpRooted.load()));
   return o;
 }
 

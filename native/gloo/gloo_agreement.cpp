@@ -38,12 +38,14 @@ GlooBackend::MeshBody GlooBackend::meshBody(const Op& op) const {
     case OpKind::AllReduce:
       switch (pickAllReduce(tuning_, forcedAllReduce_, op.count, op.dtype, op.redop, cfg_.size, meshBytes())) {
         case AllReduceAlgo::Mesh:
+          b.carried = true;
           b.bytes = bytes;
           break;
         case AllReduceAlgo::MeshRsAg:
           // Across hosts with shared memory inside each, the two-level path moves less
           // between hosts (every rank agrees on whether there is one: setupShm).
           if (usesShm(op)) break;
+          b.carried = true;
           b.bytes = b.stride = meshBlock(op.count, cfg_.size) * width;
           b.end = bytes;
           b.twoRounds = true;
@@ -53,19 +55,58 @@ GlooBackend::MeshBody GlooBackend::meshBody(const Op& op) const {
       }
       return b;
     case OpKind::AllGather:
-      if (pickAllGather(tuning_, op.count, op.dtype, cfg_.size, meshBytes()) == AllGatherAlgo::Mesh) b.bytes = bytes;
+      if (pickAllGather(tuning_, op.count, op.dtype, cfg_.size, meshBytes()) == AllGatherAlgo::Mesh) {
+        b.carried = true;
+        b.bytes = bytes;
+      }
       return b;
     case OpKind::ReduceScatter:
       if (pickReduceScatter(tuning_, op.count, op.dtype, op.redop, cfg_.size, meshBytes()) == ReduceScatterAlgo::Mesh) {
+        b.carried = true;
         b.bytes = b.stride = bytes;
       }
       return b;
     case OpKind::AllToAll: {
       // Equal blocks, block p to peer p; per-peer counts go around in their own round first.
       const size_t block = op.count / static_cast<size_t>(cfg_.size) * width;
-      if (op.sendCounts.empty() && block <= std::min(meshBytes(), kMeshAllToAllBlock)) b.bytes = b.stride = block;
+      if (op.sendCounts.empty() && block <= std::min(meshBytes(), kMeshAllToAllBlock)) {
+        b.carried = true;
+        b.bytes = b.stride = block;
+      }
       return b;
     }
+    // The rooted collectives ride where their all-to-all counterpart does: what a
+    // broadcast's root sends every peer is what an all-gather's rank sends; a reduce is
+    // the small all-reduce's round (every rank's buffer to every peer) with the result
+    // kept on the root; a gather is an all-gather's round; a scatter's root sends block
+    // p to peer p as a reduce-scatter's rank does. Ranks with nothing to send post the
+    // fingerprint alone.
+    case OpKind::Broadcast:
+      if (pickAllGather(tuning_, op.count, op.dtype, cfg_.size, meshBytes()) == AllGatherAlgo::Mesh) {
+        b.carried = true;
+        if (cfg_.rank == op.root) b.bytes = bytes;
+      }
+      return b;
+    case OpKind::Reduce:
+      if (pickAllReduce(tuning_, AllReduceAlgo::Auto, op.count, op.dtype, op.redop, cfg_.size, meshBytes()) ==
+          AllReduceAlgo::Mesh) {
+        b.carried = true;
+        b.bytes = bytes;
+      }
+      return b;
+    case OpKind::Gather:
+      if (pickAllGather(tuning_, op.count, op.dtype, cfg_.size, meshBytes()) == AllGatherAlgo::Mesh) {
+        b.carried = true;
+        b.bytes = bytes;
+      }
+      return b;
+    case OpKind::Scatter:
+      if (pickReduceScatter(tuning_, op.count, op.dtype, RedOp::Sum, cfg_.size, meshBytes()) ==
+          ReduceScatterAlgo::Mesh) {
+        b.carried = true;
+        if (cfg_.rank == op.root) b.bytes = b.stride = bytes;
+      }
+      return b;
     default:
       return b;
   }
@@ -79,9 +120,15 @@ void GlooBackend::finishMesh(const Op& op, const MeshBody& body) {
   const size_t block = op.count * width;
   const auto* send = static_cast<const uint8_t*>(op.send.data);
   auto* recv = static_cast<uint8_t*>(op.recv.data);
-  const bool reduces = op.kind != OpKind::AllGather && op.kind != OpKind::AllToAll;
+  const bool reduces = op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter;
   const ReduceFn fn = reduces ? reduceFunction(op.dtype, op.redop) : nullptr;
   switch (op.kind) {
+    case OpKind::Broadcast:
+    case OpKind::Reduce:
+    case OpKind::Gather:
+    case OpKind::Scatter:
+      finishMeshRooted(op);
+      return;
     case OpKind::AllGather:
       for (int r = 0; r < cfg_.size; ++r) {
         const uint8_t* from = r == cfg_.rank ? send : mesh_->from(r) + head;
@@ -208,7 +255,7 @@ bool GlooBackend::agree(const Op& op) {
   });
   // A zero count moves nothing (run() returns before any data step).
   const MeshBody body = meshBody(op);
-  if (op.count > 0 && body.bytes > 0) {
+  if (op.count > 0 && body.carried) {
     finishMesh(op, body);
     return true;
   }

@@ -15,16 +15,6 @@
 
 namespace ncclnode {
 
-namespace {
-
-bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
-  const auto* x = static_cast<const uint8_t*>(a);
-  const auto* y = static_cast<const uint8_t*>(b);
-  return aBytes > 0 && bBytes > 0 && x < y + bBytes && y < x + aBytes;
-}
-
-}  // namespace
-
 // Block p of the input goes to rank p, block p of the output comes from rank p (offsets
 // and lengths in bytes, packed in rank order). Where the output overlaps the input (in
 // place), the blocks arrive in scratch and are copied once everything is sent: a block
@@ -37,7 +27,7 @@ void GlooBackend::tcpAllToAll(const Op& op, const std::vector<size_t>& sendAt, c
   auto* out = static_cast<uint8_t*>(op.recv.data);
   const size_t inBytes = sendAt[n - 1] + sendLen[n - 1];
   const size_t outBytes = recvAt[n - 1] + recvLen[n - 1];
-  const bool staged = overlaps(in, inBytes, out, outBytes);
+  const bool staged = bytesOverlap(in, inBytes, out, outBytes);
   uint8_t* landing = out;
   if (staged) {
     scratch_.resize(outBytes);

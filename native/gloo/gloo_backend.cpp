@@ -4,13 +4,9 @@
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
 #include <gloo/barrier.h>
-#include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/config.h>
-#include <gloo/gather.h>
-#include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
@@ -271,34 +267,10 @@ void GlooBackend::run(Op& op) {
         allReduce(op);
         break;
       case OpKind::Broadcast:
-        withWidth(width, [&](auto t) {
-          using T = decltype(t);
-          gloo::BroadcastOptions o(ctx_);
-          if (cfg_.rank == op.root && !inPlace) o.setInput(static_cast<T*>(op.send.data), op.count);
-          o.setOutput(static_cast<T*>(op.recv.data), op.count);
-          o.setRoot(op.root);
-          o.setTimeout(op.timeout);
-          gloo::broadcast(o);
-        });
+        broadcast(op);
         break;
       case OpKind::Reduce:
-        withWidth(width, [&](auto t) {
-          using T = decltype(t);
-          gloo::ReduceOptions o(ctx_);
-          // Gloo reduces into the output on every rank; non-roots get scratch.
-          void* out = op.recv.data;
-          if (cfg_.rank != op.root) {
-            scratch_.resize(op.count * width);
-            out = scratch_.data();
-          }
-          o.setInput(static_cast<T*>(op.send.data), op.count);
-          o.setOutput(static_cast<T*>(out), op.count);
-          o.setRoot(op.root);
-          o.setReduceFunction(reduceFunction(op.dtype, op.redop));
-          o.setTimeout(op.timeout);
-          gloo::reduce(o);
-          if (cfg_.rank == op.root && op.redop == RedOp::Avg) divideInPlace(out, op.dtype, op.count, cfg_.size);
-        });
+        reduce(op);
         break;
       case OpKind::AllGather:
         if (shmSingleHost()) {
@@ -322,30 +294,10 @@ void GlooBackend::run(Op& op) {
         allToAll(op);
         break;
       case OpKind::Gather:
-        withWidth(width, [&](auto t) {
-          using T = decltype(t);
-          gloo::GatherOptions o(ctx_);
-          o.setInput(static_cast<T*>(op.send.data), op.count);
-          if (cfg_.rank == op.root) o.setOutput(static_cast<T*>(op.recv.data), op.count * cfg_.size);
-          o.setRoot(op.root);
-          o.setTimeout(op.timeout);
-          gloo::gather(o);
-        });
+        gather(op);
         break;
       case OpKind::Scatter:
-        withWidth(width, [&](auto t) {
-          using T = decltype(t);
-          gloo::ScatterOptions o(ctx_);
-          if (cfg_.rank == op.root) {
-            std::vector<T*> parts(cfg_.size);
-            for (int r = 0; r < cfg_.size; ++r) parts[r] = static_cast<T*>(op.send.data) + r * op.count;
-            o.setInputs(parts, op.count);
-          }
-          o.setOutput(static_cast<T*>(op.recv.data), op.count);
-          o.setRoot(op.root);
-          o.setTimeout(op.timeout);
-          gloo::scatter(o);
-        });
+        scatter(op);
         break;
       case OpKind::Send:
         send(op);

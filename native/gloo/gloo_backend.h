@@ -1,10 +1,12 @@
 // CPU backend on Gloo's TCP transport. One gloo context per communicator; calls run
 // one at a time on the communicator's worker thread. Beside Gloo's pairs the backend
 // keeps its own TCP connections (native/net/), which carry the agreement round, the
-// ring all-reduce, all-gather and reduce-scatter, and all-to-all (docs/gloo.md).
+// ring all-reduce, all-gather and reduce-scatter, all-to-all, and broadcast, reduce,
+// gather and scatter (docs/gloo.md).
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -75,7 +77,8 @@ class GlooBackend : public Backend {
   // What the mesh round carries besides the fingerprint, and what of a call's data goes
   // there (bytes 0: the data moves afterwards, gloo_tuning.h chose another path).
   struct MeshBody {
-    size_t bytes = 0;         // to each peer (the most, with a stride)
+    bool carried = false;     // the round completes the call (every rank alike)
+    size_t bytes = 0;         // this rank's to each peer (the most, with a stride)
     size_t stride = 0;        // > 0: peer p gets its own block, from p * stride
     size_t end = SIZE_MAX;    // ... cut at this many bytes of the buffer
     bool twoRounds = false;   // an all-reduce whose blocks come back in a second round
@@ -84,6 +87,7 @@ class GlooBackend : public Backend {
   MeshBody meshBody(const Op& op) const;
   void finishMesh(const Op& op, const MeshBody& body);
   void finishTwoRounds(const Op& op);
+  void finishMeshRooted(const Op& op);  // gloo_rooted.cpp
   void allGatherBytes(const void* in, size_t bytes, void* out, std::chrono::milliseconds timeout);
   void allReduce(Op& op);
   void connectTcp(std::chrono::milliseconds timeout);
@@ -100,6 +104,19 @@ class GlooBackend : public Backend {
   void allToAllV(Op& op);
   void tcpAllToAll(const Op& op, const std::vector<size_t>& sendAt, const std::vector<size_t>& sendLen,
                    const std::vector<size_t>& recvAt, const std::vector<size_t>& recvLen);
+  // gloo_rooted.cpp: broadcast, reduce, gather and scatter beyond the agreement round,
+  // through the segment on one host, else over the own connections.
+  void broadcast(Op& op);
+  void reduce(Op& op);
+  void gather(Op& op);
+  void scatter(Op& op);
+  // Rounds through the segment after the agreement round (one host): round k posts
+  // body(k) (this rank's message, at most shmRoomBytes()) and, once every rank's is in,
+  // read(k, from) consumes them.
+  using RoundBody = std::function<std::pair<const void*, size_t>(size_t k)>;
+  using RoundRead = std::function<void(size_t k, const shm::Reader& from)>;
+  void shmRounds(const Op& op, size_t rounds, const RoundBody& body, const RoundRead& read);
+  size_t shmRoomBytes() const;
   void send(Op& op);
   void recv(Op& op);
   [[noreturn]] void rethrow(const Op& op, std::exception_ptr e);
@@ -107,6 +124,8 @@ class GlooBackend : public Backend {
   void setupShm(std::chrono::milliseconds timeout);
   bool usesShm(const Op& op) const;
   void shmAllReduce(Op& op);
+  // in -> out reduced over every rank through the segment (two levels across hosts); Avg as a sum.
+  void shmAllReduceInto(const Op& op, const void* in, void* out);
   bool shmSingleHost() const { return shm_ && shm_->hosts == 1; }
   void shmAllGather(Op& op);
   void shmReduceScatter(Op& op);
@@ -132,6 +151,8 @@ class GlooBackend : public Backend {
   // holds what was posted).
   void shmRead(const Op& op, const shm::Reader& from, bool mineInMemory);
   void shmReadAllToAll(const Op& op, const shm::Reader& from, bool mineInMemory);
+  void shmReadReduced(const Op& op, const shm::Reader& from, bool mineInMemory);
+  void shmReadRooted(const Op& op, const shm::Reader& from, bool mineInMemory);  // gloo_rooted.cpp
   void shmFinish(const Op& op, uint64_t step, bool mineInMemory = false);
   bool shmPrepost(Op& op);
 
@@ -144,7 +165,7 @@ class GlooBackend : public Backend {
   std::atomic<bool> aborted_{false};
   std::atomic<bool> quitting_{false};  // quit(): the peers are not told of an abort
   int splits_ = 0;
-  std::vector<uint8_t> scratch_;  // reduceScatter and in-place allToAll staging
+  std::vector<uint8_t> scratch_;  // reduceScatter and in-place allToAll staging, a non-root's reduce output
   std::unique_ptr<MeshExchange> mesh_;  // agreement headers and small all-reduces
   std::unique_ptr<net::TcpMesh> tcp_;   // the backend's own connections (null at one rank)
   net::RingScratch ring_;

@@ -27,6 +27,9 @@ struct GlooAlgoStats {
   std::atomic<uint64_t> glooAllGathers{0};  // gloo::allgather (Gloo's new-style all-gather)
   // All-to-alls in the agreement round (TCP), in the shared-memory segment's round, on the own connections.
   std::atomic<uint64_t> meshAllToAlls{0}, shmAllToAlls{0}, tcpAllToAlls{0};
+  // Broadcasts, reduces, gathers and scatters the same ways (gloo_rooted.cpp): in the TCP
+  // agreement round, through the segment (its round or further rounds), on the own connections.
+  std::atomic<uint64_t> meshRooted{0}, shmRooted{0}, tcpRooted{0};
 };
 GlooAlgoStats& glooAlgoStats();
 

@@ -209,16 +209,20 @@ bool GlooBackend::usesShm(const Op& op) const {
 }
 
 void GlooBackend::shmAllReduce(Op& op) {
+  shmAllReduceInto(op, op.send.data, op.recv.data);
+  if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
+}
+
+void GlooBackend::shmAllReduceInto(const Op& op, const void* in, void* out) {
   shm::InterHost inter = [&](void* data, size_t count, std::chrono::milliseconds left) {
     net::ringAllReduce(*leaders_, data, data, count, op.dtype, op.redop, net::Clock::now() + left, ring_);
   };
   try {
-    shm::allReduce(*shm_, op.send.data, op.recv.data, op.count, op.dtype, op.redop, op.timeout, &aborted_, inter);
+    shm::allReduce(*shm_, in, out, op.count, op.dtype, op.redop, op.timeout, &aborted_, inter);
   } catch (...) {
     shmFailed();
     throw;
   }
-  if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
 }
 
 // The other ranks of this host wake on the poisoned segment, the other hosts'
@@ -240,19 +244,37 @@ GlooBackend::ShmMessage GlooBackend::shmMessage(const Op& op) const {
     m.why = op.rejectReason.substr(0, shmRoundCap() - 1);
     m.bodyBytes = m.why.size() + 1;
   } else if (shmCarries(op)) {
-    m.data = op.send.data;
-    m.bodyBytes = op.count * elementSize(op.dtype);
+    // A broadcast's or a scatter's data is the root's alone; a scatter's root posts every block.
+    const bool rootOnly = op.kind == OpKind::Broadcast || op.kind == OpKind::Scatter;
+    if (!rootOnly || cfg_.rank == op.root) {
+      m.data = op.send.data;
+      m.bodyBytes = op.count * elementSize(op.dtype) * (op.kind == OpKind::Scatter ? cfg_.size : 1);
+    }
   }
   return m;
 }
 
-// An all-reduce whose data rides in the round, or an all-to-all of equal blocks: each
-// rank posts its whole input and takes its own block from every peer's slot.
+// An all-reduce whose data rides in the round, an all-to-all of equal blocks (each rank
+// posts its whole input and takes its own block from every peer's slot), or a rooted
+// collective (gloo_rooted.cpp): a broadcast's root posts its buffer, a scatter's root its
+// whole input, a reduce's and a gather's ranks their inputs, for the root to combine.
 bool GlooBackend::shmCarries(const Op& op) const {
-  const bool fits = op.count > 0 && op.count * elementSize(op.dtype) <= std::min(shmRoundCap(), shmRoundBytes(shm_->locals));
-  if (op.rejected || !fits) return false;
-  if (op.kind == OpKind::AllToAll) return op.sendCounts.empty() && shmSingleHost();
-  return op.kind == OpKind::AllReduce && forcedAllReduce_ == AllReduceAlgo::Auto;
+  if (op.rejected || op.count == 0) return false;
+  const size_t posted = op.count * elementSize(op.dtype) * (op.kind == OpKind::Scatter ? cfg_.size : 1);
+  if (posted > std::min(shmRoundCap(), shmRoundBytes(shm_->locals))) return false;
+  switch (op.kind) {
+    case OpKind::AllReduce:
+      return forcedAllReduce_ == AllReduceAlgo::Auto;
+    case OpKind::AllToAll:
+      return op.sendCounts.empty() && shmSingleHost();
+    case OpKind::Broadcast:
+    case OpKind::Reduce:
+    case OpKind::Gather:
+    case OpKind::Scatter:
+      return shmSingleHost();
+    default:
+      return false;
+  }
 }
 
 // What a slot holds beside the fingerprint.
@@ -286,10 +308,24 @@ void GlooBackend::shmRead(const Op& op, const shm::Reader& from, bool mineInMemo
     return std::string(text, strnlen(text, cap));
   });
   if (!shmCarries(op)) return;
-  if (op.kind == OpKind::AllToAll) {
-    shmReadAllToAll(op, from, mineInMemory);
-    return;
+  switch (op.kind) {
+    case OpKind::AllToAll:
+      shmReadAllToAll(op, from, mineInMemory);
+      return;
+    case OpKind::AllReduce:
+      shmReadReduced(op, from, mineInMemory);
+      shm::stats().allReduces++;
+      shm::stats().bytes += op.count * elementSize(op.dtype);
+      return;
+    default:
+      shmReadRooted(op, from, mineInMemory);
+      return;
   }
+}
+
+// op.recv := every rank's posted input reduced in rank order (a small all-reduce, or a
+// small reduce on its root).
+void GlooBackend::shmReadReduced(const Op& op, const shm::Reader& from, bool mineInMemory) {
   const size_t bytes = op.count * elementSize(op.dtype);
   const ReduceFn fn = reduceFunction(op.dtype, op.redop);
   auto* out = static_cast<uint8_t*>(op.recv.data);
@@ -310,8 +346,6 @@ void GlooBackend::shmRead(const Op& op, const shm::Reader& from, bool mineInMemo
     for (int r = 1; r < cfg_.size; ++r) fn(out, out, from(r) + sizeof(Fingerprint), op.count);
   }
   if (op.redop == RedOp::Avg) divideInPlace(out, op.dtype, op.count, cfg_.size);
-  shm::stats().allReduces++;
-  shm::stats().bytes += bytes;
 }
 
 // Block `rank` of every rank's posted input, in rank order. This rank's own block goes

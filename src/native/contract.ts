@@ -332,6 +332,12 @@ export interface GlooAlgoStats {
   shmAllToAlls: number;
   /** All-to-alls (equal blocks or per-peer counts) on the backend's own TCP connections. */
   tcpAllToAlls: number;
+  /** Broadcasts, reduces, gathers and scatters carried whole in the agreement round over TCP. */
+  meshRooted: number;
+  /** Broadcasts, reduces, gathers and scatters through the shared-memory segment (its round, or rounds of their own). */
+  shmRooted: number;
+  /** Broadcasts, reduces, gathers and scatters on the backend's own TCP connections. */
+  tcpRooted: number;
 }
 
 export interface GlooShmStats {
