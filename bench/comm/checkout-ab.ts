@@ -5,14 +5,18 @@
  * in blocks of calls, in the same order on every rank, so the host's fast and slow phases
  * (bench/README.md) fall on both alike. Per block the time per call of a back-to-back
  * loop of 8-byte float32 sums: blocking `allReduceSync` (sync) or awaited `allReduce`
- * (awaited); or of awaited float32 `allToAll`s of --bytes per rank (alltoall); on rank 0;
+ * (awaited); or of awaited float32 `allToAll`s of --bytes per rank (alltoall), or
+ * `broadcast`, `reduce` (sum), `gather` and `scatter` of --bytes per rank (a gather's
+ * input, a scatter's output; the root rotates over the ranks call by call); on rank 0;
  * per case the median over blocks, and this checkout's blocks as ratios to the other's
- * block of the same round. A benchmark, not a test; table and JSON.
+ * block of the same round. --bytes takes a list: one case per size. A benchmark, not a
+ * test; table and JSON.
  * The other checkout needs its own build (`git worktree add ../base <commit>`, node_modules
  * linked from this one, `npx cmake-js compile --out build` there).
  *
  *   node --import tsx bench/comm/checkout-ab.ts --against ../base [--ranks 1,2]
- *        [--modes sync,awaited,alltoall] [--bytes 65536] [--blocks 40] [--calls 20000] [--json out.json]
+ *        [--modes sync,awaited,alltoall,broadcast,reduce,gather,scatter] [--bytes 64,65536]
+ *        [--blocks 40] [--calls 20000] [--json out.json]
  */
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -24,12 +28,17 @@ import { median } from '../stats.js';
 
 interface Side {
   rank: number;
+  size: number;
   allReduce(buf: Float32Array): PromiseLike<unknown>;
   allReduceSync(buf: Float32Array): Float32Array;
   allToAll(input: Float32Array, output: Float32Array): PromiseLike<unknown>;
+  broadcast(buf: Float32Array, o: { root: number }): PromiseLike<unknown>;
+  reduce(buf: Float32Array, o: { root: number; out?: Float32Array }): PromiseLike<unknown>;
+  gather(input: Float32Array, output: Float32Array | null, o: { root: number }): PromiseLike<unknown>;
+  scatter(input: Float32Array | null, output: Float32Array, o: { root: number }): PromiseLike<unknown>;
   destroy(): Promise<void>;
 }
-interface Row { ranks: number; mode: string; thisUs: number; againstUs: number; ratio: number; ratioRange: string; bestThisUs: number; bestAgainstUs: number }
+interface Row { ranks: number; mode: string; bytes: number | null; thisUs: number; againstUs: number; ratio: number; ratioRange: string; bestThisUs: number; bestAgainstUs: number }
 
 const THIS = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -48,11 +57,18 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
   const buf = new Float32Array(2).fill(1);
   const elements = Number(process.env.CHECKOUT_AB_BYTES) / 4;
   const [input, output] = [new Float32Array(elements).fill(1), new Float32Array(elements).fill(0)];
+  // The rooted calls' root-side buffers: a gather's output, a scatter's input (size x elements).
+  const [wide, reduced] = [new Float32Array(elements * mine.size).fill(1), new Float32Array(elements)];
   const n = mode === 'sync' ? calls : Math.max(1, Math.floor(calls / 4));
   const block = async (c: Side): Promise<number> => {
     const t0 = performance.now();
+    const me = c.rank;
     if (mode === 'sync') for (let i = 0; i < n; i++) c.allReduceSync(buf);
     else if (mode === 'alltoall') for (let i = 0; i < n; i++) await c.allToAll(input, output);
+    else if (mode === 'broadcast') for (let i = 0; i < n; i++) await c.broadcast(input, { root: i % c.size });
+    else if (mode === 'reduce') for (let i = 0; i < n; i++) await c.reduce(input, { root: i % c.size, out: reduced });
+    else if (mode === 'gather') for (let i = 0; i < n; i++) await c.gather(input, i % c.size === me ? wide : null, { root: i % c.size });
+    else if (mode === 'scatter') for (let i = 0; i < n; i++) await c.scatter(i % c.size === me ? wide : null, output, { root: i % c.size });
     else for (let i = 0; i < n; i++) await c.allReduce(buf);
     return ((performance.now() - t0) * 1000) / n;
   };
@@ -80,23 +96,24 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
   });
   if (!a.against) throw new Error('--against <path of another checkout, built> is required');
   const rows: Row[] = [];
+  const SIZED = new Set(['alltoall', 'broadcast', 'reduce', 'gather', 'scatter']);
   for (const ranks of a.ranks!.split(',').map(Number)) {
-    for (const mode of a.modes!.split(',')) {
+    for (const mode of a.modes!.split(',')) for (const bytes of SIZED.has(mode) ? a.bytes!.split(',') : ['8']) {
       const [pThis, pAgainst] = [await freePort(), await freePort()];
       const [t] = await gang<{ this: number[]; against: number[] }>(ranks, (rank) => [process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
-        ...process.env, CHECKOUT_AB_ROLE: 'rank', CHECKOUT_AB_MODE: mode, CHECKOUT_AB_CALLS: a.calls!, CHECKOUT_AB_BLOCKS: a.blocks!, CHECKOUT_AB_BYTES: a.bytes!,
+        ...process.env, CHECKOUT_AB_ROLE: 'rank', CHECKOUT_AB_MODE: mode, CHECKOUT_AB_CALLS: a.calls!, CHECKOUT_AB_BLOCKS: a.blocks!, CHECKOUT_AB_BYTES: bytes,
         CHECKOUT_AB_AGAINST: resolve(a.against!), CHECKOUT_AB_PORT_THIS: String(pThis), CHECKOUT_AB_PORT_AGAINST: String(pAgainst),
         RANK: String(rank), LOCAL_RANK: String(rank), WORLD_SIZE: String(ranks), MASTER_ADDR: '127.0.0.1', NCCL_NODE_TOKEN: 'checkout-ab',
       }]);
       const ratios = t!.this.map((x, i) => x / t!.against[i]!);
       const r3 = (x: number): number => Number(x.toFixed(3));
       rows.push({
-        ranks, mode, thisUs: r3(median(t!.this)), againstUs: r3(median(t!.against)), ratio: r3(median(ratios)),
+        ranks, mode, bytes: SIZED.has(mode) ? Number(bytes) : null, thisUs: r3(median(t!.this)), againstUs: r3(median(t!.against)), ratio: r3(median(ratios)),
         ratioRange: `${r3(Math.min(...ratios))}-${r3(Math.max(...ratios))}`, bestThisUs: r3(Math.min(...t!.this)), bestAgainstUs: r3(Math.min(...t!.against)),
       });
     }
   }
-  console.log(`# 8-byte float32 sum (alltoall: ${a.bytes} bytes a rank), this checkout (${THIS}) against ${resolve(a.against!)}: µs per call on rank 0, median over ${a.blocks} blocks`);
+  console.log(`# 8-byte float32 sum (sized modes: the bytes a rank), this checkout (${THIS}) against ${resolve(a.against!)}: µs per call on rank 0, median over ${a.blocks} blocks`);
   console.table(rows);
-  if (a.json) writeFileSync(a.json, `${JSON.stringify({ bench: 'checkout-ab', against: a.against, blocks: Number(a.blocks), calls: Number(a.calls), bytes: Number(a.bytes), node: process.version, rows }, null, 1)}\n`);
+  if (a.json) writeFileSync(a.json, `${JSON.stringify({ bench: 'checkout-ab', against: a.against, blocks: Number(a.blocks), calls: Number(a.calls), node: process.version, rows }, null, 1)}\n`);
 }

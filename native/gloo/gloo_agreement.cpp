@@ -76,11 +76,10 @@ GlooBackend::MeshBody GlooBackend::meshBody(const Op& op) const {
       return b;
     }
     // The rooted collectives ride where their all-to-all counterpart does: what a
-    // broadcast's root sends every peer is what an all-gather's rank sends; a reduce is
-    // the small all-reduce's round (every rank's buffer to every peer) with the result
-    // kept on the root; a gather is an all-gather's round; a scatter's root sends block
-    // p to peer p as a reduce-scatter's rank does. Ranks with nothing to send post the
-    // fingerprint alone.
+    // broadcast's root sends every peer is what an all-gather's rank sends, and what a
+    // gather's or a reduce's root receives (every other rank's buffer, sent to it alone)
+    // is what an all-gather's rank receives; a scatter's root sends block p to peer p as
+    // a reduce-scatter's rank does. Ranks with nothing to send post the fingerprint alone.
     case OpKind::Broadcast:
       if (pickAllGather(tuning_, op.count, op.dtype, cfg_.size, meshBytes()) == AllGatherAlgo::Mesh) {
         b.carried = true;
@@ -88,16 +87,13 @@ GlooBackend::MeshBody GlooBackend::meshBody(const Op& op) const {
       }
       return b;
     case OpKind::Reduce:
-      if (pickAllReduce(tuning_, AllReduceAlgo::Auto, op.count, op.dtype, op.redop, cfg_.size, meshBytes()) ==
-          AllReduceAlgo::Mesh) {
-        b.carried = true;
-        b.bytes = bytes;
-      }
-      return b;
     case OpKind::Gather:
       if (pickAllGather(tuning_, op.count, op.dtype, cfg_.size, meshBytes()) == AllGatherAlgo::Mesh) {
         b.carried = true;
-        b.bytes = bytes;
+        if (cfg_.rank != op.root) {
+          b.bytes = bytes;
+          b.to = op.root;
+        }
       }
       return b;
     case OpKind::Scatter:
@@ -217,7 +213,7 @@ void GlooBackend::postMesh(const Op& op) {
     return;
   }
   const MeshBody body = meshBody(op);
-  mesh_->post(&mine, sizeof mine, op.send.data, body.bytes, body.stride, body.end);
+  mesh_->post(&mine, sizeof mine, op.send.data, body.bytes, body.stride, body.end, body.to);
 }
 
 bool GlooBackend::prepost(Op& op) {

@@ -82,6 +82,7 @@ class GlooBackend : public Backend {
     size_t stride = 0;        // > 0: peer p gets its own block, from p * stride
     size_t end = SIZE_MAX;    // ... cut at this many bytes of the buffer
     bool twoRounds = false;   // an all-reduce whose blocks come back in a second round
+    int to = -1;              // >= 0: the body goes to this rank alone (a reduce's or a gather's root)
   };
   size_t meshBytes() const;
   MeshBody meshBody(const Op& op) const;

@@ -2,9 +2,9 @@
 // round (gloo_agreement.cpp over TCP, gloo_shm.cpp through the segment on one host);
 // what is left is here: on one host, further rounds through the segment; otherwise the
 // backend's own connections (native/net/), with their deadlines and abort handling.
-// A reduce is the all-reduce's path with the non-roots' result left in scratch: the
-// same bytes reach the root as a tree or a reduce-scatter-and-gather would send it, and
-// it keeps one reduction order for every rank count and size. Inside the addon Gloo's
+// A reduce is the ring's reduce-scatter with each finished block sent to the root
+// (net::ringReduce), or on one host the segment's all-reduce with the non-roots' result
+// left in scratch. Inside the addon Gloo's
 // own broadcast and reduce took 0.14-0.31 ms a call at 64 B-64 KiB on 2 ranks of this
 // project's test host, where an all-reduce of the same size took 0.07-0.11 ms
 // (bench/comm/checkout-ab.ts, bench/README.md).
@@ -171,8 +171,7 @@ void GlooBackend::broadcast(Op& op) {
   if (root && send != recv) std::memmove(recv, send, bytes);
 }
 
-// out (the root's output; scratch elsewhere) := every rank's input reduced, by the
-// all-reduce's path.
+// out (the root's output; scratch elsewhere) := every rank's input reduced.
 void GlooBackend::reduce(Op& op) {
   const size_t bytes = op.count * elementSize(op.dtype);
   const bool root = cfg_.rank == op.root;
@@ -185,7 +184,7 @@ void GlooBackend::reduce(Op& op) {
     shmAllReduceInto(op, op.send.data, out);
     glooAlgoStats().shmRooted++;
   } else {
-    net::ringAllReduce(*tcp_, op.send.data, out, op.count, op.dtype, op.redop, deadlineOf(op), ring_);
+    net::ringReduce(*tcp_, op.send.data, out, op.count, op.dtype, op.redop, op.root, deadlineOf(op), ring_);
     glooAlgoStats().tcpRooted++;
   }
   if (root && op.redop == RedOp::Avg) divideInPlace(out, op.dtype, op.count, cfg_.size);

@@ -56,7 +56,7 @@ void MeshExchange::prepare() {
 MeshExchange::~MeshExchange() = default;
 
 void MeshExchange::post(const void* head, size_t headBytes, const void* body, size_t bodyBytes, size_t bodyStride,
-                        size_t bodyEnd) {
+                        size_t bodyEnd, int bodyTo) {
   const size_t bytes = headBytes + bodyBytes;
   if (bytes > cap_) throw std::length_error("mesh exchange message exceeds its capacity");
   prepare();  // every round starts here, so the slots exist before any send or receive
@@ -64,8 +64,10 @@ void MeshExchange::post(const void* head, size_t headBytes, const void* body, si
   const int size = size_;
   uint8_t* own = slot(rank);
   if (headBytes) std::memcpy(own, head, headBytes);
-  const bool copy = !tcp_ || (bodyStride == 0 && bodyBytes <= kCopiedBody);
-  if (!tcp_ && bodyStride != 0) throw std::logic_error("mesh exchange over Gloo sends one body to every peer");
+  const bool copy = !tcp_ || (bodyStride == 0 && bodyTo < 0 && bodyBytes <= kCopiedBody);
+  if (!tcp_ && (bodyStride != 0 || bodyTo >= 0)) {
+    throw std::logic_error("mesh exchange over Gloo sends one body to every peer");
+  }
   if (copy && bodyBytes) std::memcpy(own + headBytes, body, bodyBytes);
   if (size == 1) return;
   if (tcp_) {
@@ -74,7 +76,8 @@ void MeshExchange::post(const void* head, size_t headBytes, const void* body, si
     sends_.clear();
     // A personalized body cut at bodyEnd: peer p's block may be shorter than bodyBytes
     // (or empty), so its frame needs a length, and a header, of its own.
-    auto bodyFor = [&](int p) {
+    auto bodyFor = [&](int p) -> size_t {
+      if (bodyTo >= 0) return p == bodyTo ? bodyBytes : 0;
       const size_t at = static_cast<size_t>(p) * bodyStride;
       return bodyStride == 0 ? bodyBytes : std::min(bodyBytes, bodyEnd > at ? bodyEnd - at : 0);
     };

@@ -51,10 +51,12 @@ class MeshExchange {
   // per peer (bodyStride > 0: peer p gets bodyBytes from body + p * bodyStride, as a
   // reduce-scatter sends each peer its own block, cut at bodyEnd bytes from body, so the
   // last blocks of a count that does not divide evenly are shorter), is sent from the
-  // caller's memory, which must stay valid and unchanged until wait() returns. Over
-  // Gloo's buffers every body is copied and must be the same for every peer.
+  // caller's memory, which must stay valid and unchanged until wait() returns. With
+  // bodyTo >= 0 only that peer gets the body (a gather's or a reduce's root), also from
+  // the caller's memory; the others get the head alone. Over Gloo's buffers every body is
+  // copied and must be the same for every peer.
   void post(const void* head, size_t headBytes, const void* body, size_t bodyBytes, size_t bodyStride = 0,
-            size_t bodyEnd = SIZE_MAX);
+            size_t bodyEnd = SIZE_MAX, int bodyTo = -1);
   void wait(std::chrono::milliseconds timeout);
 
   // Allocates and touches the slots (one per rank, up to capacity() each): at once over

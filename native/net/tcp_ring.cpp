@@ -68,7 +68,63 @@ void step(TcpMesh& mesh, const uint8_t* from, size_t sendBytes, uint8_t* into, s
   mesh.transfer(&send, 1, &recv, 1, deadline, onRecv);
 }
 
+// The all-reduce's first half: at step s this rank passes on block rank-s (its own input
+// at s = 0, after that the block it reduced the step before) and reduces block rank-s-1,
+// which leaves block rank+1 fully reduced in dst (n blocks of count/n elements, the
+// first ones a count that does not divide evenly shorter).
+void reduceScatterSteps(TcpMesh& mesh, const uint8_t* src, uint8_t* dst, size_t count, DType dtype, RedOp op,
+                        Clock::time_point deadline, RingScratch& scratch) {
+  const int n = mesh.size();
+  const int rank = mesh.rank();
+  const size_t w = elementSize(dtype);
+  auto begin = [&](int b) { return blockBegin(count, b, n) * w; };
+  auto bytes = [&](int b) { return begin(b + 1) - begin(b); };
+  const ReduceFn fn = reduceFunction(dtype, op);
+  for (int s = 0; s < n - 1; ++s) {
+    const int sb = mod(rank - s, n);
+    const int rb = mod(rank - s - 1, n);
+    const uint8_t* from = (s == 0 ? src : dst) + begin(sb);
+    Reduction red{fn, src + begin(rb), dst + begin(rb), w, src != dst};
+    step(mesh, from, bytes(sb), nullptr, bytes(rb), &red, deadline, &scratch);
+  }
+}
+
 }  // namespace
+
+void ringReduce(TcpMesh& mesh, const void* in, void* out, size_t count, DType dtype, RedOp op, int root,
+                Clock::time_point deadline, RingScratch& scratch) {
+  const int n = mesh.size();
+  const int rank = mesh.rank();
+  const size_t w = elementSize(dtype);
+  auto* dst = static_cast<uint8_t*>(out);
+  if (n == 1) {
+    if (in != out) std::memcpy(out, in, count * w);
+    return;
+  }
+  reduceScatterSteps(mesh, static_cast<const uint8_t*>(in), dst, count, dtype, op, deadline, scratch);
+  // Block b is finished on rank b-1: each rank sends its block to the root, which has its own.
+  auto begin = [&](int b) { return blockBegin(count, b, n) * w; };
+  auto bytes = [&](int b) { return begin(b + 1) - begin(b); };
+  if (rank != root) {
+    Xfer x;
+    x.peer = root;
+    x.data = dst + begin(mod(rank + 1, n));
+    x.bytes = bytes(mod(rank + 1, n));
+    mesh.transfer(&x, 1, nullptr, 0, deadline);
+    return;
+  }
+  std::vector<Xfer> recvs;
+  recvs.reserve(static_cast<size_t>(n - 1));
+  for (int r = 0; r < n; ++r) {
+    if (r == rank) continue;
+    Xfer x;
+    x.peer = r;
+    x.data = dst + begin(mod(r + 1, n));
+    x.bytes = bytes(mod(r + 1, n));
+    recvs.push_back(x);
+  }
+  mesh.transfer(nullptr, 0, recvs.data(), recvs.size(), deadline);
+}
 
 void ringAllReduce(TcpMesh& mesh, const void* in, void* out, size_t count, DType dtype, RedOp op,
                    Clock::time_point deadline, RingScratch& scratch) {
@@ -83,17 +139,7 @@ void ringAllReduce(TcpMesh& mesh, const void* in, void* out, size_t count, DType
   }
   auto begin = [&](int b) { return blockBegin(count, b, n) * w; };
   auto bytes = [&](int b) { return begin(b + 1) - begin(b); };
-  const ReduceFn fn = reduceFunction(dtype, op);
-  // Reduce-scatter: at step s this rank passes on block rank-s (its own input at s = 0,
-  // after that the block it reduced the step before) and reduces block rank-s-1, which
-  // leaves block rank+1 fully reduced here.
-  for (int s = 0; s < n - 1; ++s) {
-    const int sb = mod(rank - s, n);
-    const int rb = mod(rank - s - 1, n);
-    const uint8_t* from = (s == 0 ? src : dst) + begin(sb);
-    Reduction red{fn, src + begin(rb), dst + begin(rb), w, in != out};
-    step(mesh, from, bytes(sb), nullptr, bytes(rb), &red, deadline, &scratch);
-  }
+  reduceScatterSteps(mesh, src, dst, count, dtype, op, deadline, scratch);
   // All-gather: pass the finished blocks around, block rank+1 first.
   for (int s = 0; s < n - 1; ++s) {
     const int sb = mod(rank + 1 - s, n);

@@ -29,6 +29,13 @@ struct RingScratch {
 // out := in reduced over every rank (Sum for Avg: the caller divides). in may equal out.
 void ringAllReduce(TcpMesh& mesh, const void* in, void* out, size_t count, DType dtype, RedOp op,
                    Clock::time_point deadline, RingScratch& scratch);
+// The root's out := in reduced over every rank (Sum for Avg: the caller divides): the
+// all-reduce's reduce-scatter, then each rank's finished block to the root alone, so a
+// rank sends (n-1)/n + 1/n of the buffer where an all-reduce sends 2(n-1)/n. Every
+// rank's out is written (the non-roots' holds partial sums: the caller gives them
+// scratch). in may equal out.
+void ringReduce(TcpMesh& mesh, const void* in, void* out, size_t count, DType dtype, RedOp op, int root,
+                Clock::time_point deadline, RingScratch& scratch);
 // out (size x count) := every rank's in, in rank order. in may be out's own block.
 void ringAllGather(TcpMesh& mesh, const void* in, void* out, size_t count, size_t width,
                    Clock::time_point deadline);
