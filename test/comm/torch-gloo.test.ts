@@ -1,8 +1,9 @@
 /**
  * The CPU backend over its own TCP connections (NCCL_NODE_SHM=0, as between hosts)
  * against the real torch.distributed on Gloo (torch's CPU wheel, test/launch/torch-venv.ts)
- * on the same inputs: int32 all-reduce, all-gather, reduce-scatter and all-to-all (equal
- * blocks and per-pair counts, up to 65537 elements), whose exact results have one
+ * on the same inputs: int32 all-reduce, all-gather, reduce-scatter, all-to-all (equal
+ * blocks and per-pair counts, up to 65537 elements), broadcast, reduce, gather and
+ * scatter (rotating roots), whose exact results have one
  * right answer whatever the algorithm, at 2, 3 and 4 ranks; and at 2
  * ranks the float32 all-reduce too (two addends: every correctly rounded sum is the same
  * bits). Element counts cover the agreement round that carries small calls (up to
@@ -42,7 +43,7 @@ async function torchRun(size: number): Promise<Report[]> {
 }
 
 describe('over the own TCP connections, against torch.distributed on Gloo', () => {
-  it.each([2, 3, 4])('%i ranks: all-reduce, all-gather, reduce-scatter and all-to-all give torch\'s bits', async (size) => {
+  it.each([2, 3, 4])('%i ranks: all-reduce, all-gather, reduce-scatter, all-to-all and the rooted collectives give torch\'s bits', async (size) => {
     const torch = await torchRun(size);
     const ours = await runRanks<Report>('test/fixtures/torch-gloo-colls.ts', size, {
       args: [SIZES], env: { NCCL_NODE_SHM: '0' }, timeoutMs: 180_000,
@@ -50,7 +51,7 @@ describe('over the own TCP connections, against torch.distributed on Gloo', () =
     expect(ours.map((r) => r.code), describeRanks(ours)).toEqual(ours.map(() => 0));
     expect(torch.map((r) => r.rank)).toEqual([...Array(size).keys()]);
     const counts = SIZES.split(',').map(Number);
-    const cases = counts.reduce((sum, n) => sum + (size === 2 ? 4 : 3) + (n <= 65537 ? 2 : 0), 0);
+    const cases = counts.reduce((sum, n) => sum + (size === 2 ? 4 : 3) + (n <= 65537 ? 2 : 0) + 4, 0);
     for (const result of ours) {
       const mine = result.reports[0] as unknown as Report;
       const theirs = torch[mine.rank]!;
@@ -65,6 +66,9 @@ describe('over the own TCP connections, against torch.distributed on Gloo', () =
       // Small all-to-alls rode in the round; 65537-element blocks and every per-pair one went over the connections.
       expect(stats.meshAllToAlls).toBeGreaterThan(0);
       expect(stats.tcpAllToAlls).toBeGreaterThan(0);
+      // Broadcast, reduce, gather and scatter: small ones in the round, 2.5 M elements on the connections.
+      expect(stats.meshRooted).toBeGreaterThan(0);
+      expect(stats.tcpRooted).toBeGreaterThan(0);
     }
   }, 600_000);
 });
