@@ -8,6 +8,9 @@
 //   reduce-scatter  the addon's all-to-all plus local reduction and legacy
 //                   ReduceScatterHalvingDoubling;
 //   all-to-all      gloo::alltoall (equal blocks; Gloo has no other);
+//   broadcast, reduce, gather, scatter
+//                   gloo::broadcast, gloo::reduce, gloo::gather, gloo::scatter (root 0;
+//                   Gloo has one algorithm each);
 //   own-tcp-ring    the addon's ring over its own TCP connections (native/net/),
 //                   for each of the three: not Gloo, reported beside it so the
 //                   algorithm and the addon's path around it can be told apart.
@@ -15,7 +18,8 @@
 //   gloo_algos <rank> <size> <store-dir> [iters=200] [min=8] [max=64M] [step=2]
 // prints one JSON object per (collective, algorithm, size), each the median
 // per-call time on rank 0 in microseconds. Sizes are the per-rank input for
-// all-reduce, reduce-scatter and all-to-all, the gathered output for all-gather; sizes grow by
+// all-reduce, reduce-scatter and all-to-all, the buffer of a broadcast and a reduce, the
+// gathered output for all-gather and gather, the root's input for scatter; sizes grow by
 // `step` and the last one is `max`. A size smaller than one float32 per rank moves
 // one float32 per rank (bench/comm/sweep.ts counts the same way). Iterations:
 // `iters` below 1 MiB, iters/20 (at least 5) to 16 MiB, 3 beyond, after 3
@@ -28,6 +32,10 @@
 #include <gloo/allreduce_ring.h>
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/alltoall.h>
+#include <gloo/broadcast.h>
+#include <gloo/gather.h>
+#include <gloo/reduce.h>
+#include <gloo/scatter.h>
 #include <gloo/barrier.h>
 #include <gloo/math.h>
 #include <gloo/reduce_scatter.h>
@@ -175,6 +183,50 @@ int main(int argc, char** argv) {
       us = timeIt(ctx, n, [&] { bench::glooAllToAll(ctx, buf.data(), out.data(), per, kTimeout); });
       report(rank, "alltoall", "gloo", bytes, us, n);
     }
+
+    // The rooted collectives, root 0: a broadcast's and a reduce's buffer is `bytes`, a
+    // gather's output and a scatter's input (per / P a rank) too.
+    us = timeIt(ctx, n, [&] {
+      gloo::BroadcastOptions o(ctx);
+      if (rank == 0) o.setInput(buf.data(), count);
+      o.setOutput(out.data(), count);
+      o.setRoot(0);
+      o.setTimeout(kTimeout);
+      gloo::broadcast(o);
+    });
+    report(rank, "broadcast", "gloo", bytes, us, n);
+    us = timeIt(ctx, n, [&] {
+      gloo::ReduceOptions o(ctx);
+      o.setInput(buf.data(), count);
+      o.setOutput(out.data(), count);
+      o.setRoot(0);
+      o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+      o.setTimeout(kTimeout);
+      gloo::reduce(o);
+    });
+    report(rank, "reduce", "gloo", bytes, us, n);
+    us = timeIt(ctx, n, [&] {
+      gloo::GatherOptions o(ctx);
+      o.setInput(buf.data(), per);
+      if (rank == 0) o.setOutput(out.data(), static_cast<size_t>(per) * P);
+      o.setRoot(0);
+      o.setTimeout(kTimeout);
+      gloo::gather(o);
+    });
+    report(rank, "gather", "gloo", bytes, us, n);
+    us = timeIt(ctx, n, [&] {
+      gloo::ScatterOptions o(ctx);
+      std::vector<float*> parts;
+      if (rank == 0) {
+        for (int r = 0; r < P; ++r) parts.push_back(buf.data() + static_cast<size_t>(r) * per);
+        o.setInputs(parts, per);
+      }
+      o.setOutput(out.data(), per);
+      o.setRoot(0);
+      o.setTimeout(kTimeout);
+      gloo::scatter(o);
+    });
+    report(rank, "scatter", "gloo", bytes, us, n);
   }
   // A legacy class returns with its last send possibly still queued: exiting at once
   // could drop it under a peer still waiting (the addon's destroy does the same).

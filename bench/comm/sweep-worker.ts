@@ -51,5 +51,12 @@ for (const bytes of SIZES) {
   emit('reducescatter', bytes, await time(bytes, () => comm.reduceScatter(input.subarray(0, per * P), output.subarray(0, per))));
   // All-to-all: `bytes` is each rank's input and output, one block per rank.
   emit('alltoall', bytes, await time(bytes, () => comm.allToAll(input.subarray(0, per * P), output.subarray(0, per * P))));
+  // Root 0, as gloo_algos: a broadcast's and a reduce's buffer is `bytes`, a gather's
+  // output and a scatter's input too.
+  const root = comm.rank === 0;
+  emit('broadcast', bytes, await time(bytes, () => comm.broadcast(input.subarray(0, count), { root: 0 })));
+  emit('reduce', bytes, await time(bytes, () => comm.reduce(input.subarray(0, count), { root: 0, out: output.subarray(0, count) })));
+  emit('gather', bytes, await time(bytes, () => comm.gather(input.subarray(0, per), root ? output.subarray(0, per * P) : null, { root: 0 })));
+  emit('scatter', bytes, await time(bytes, () => comm.scatter(root ? input.subarray(0, per * P) : null, output.subarray(0, per), { root: 0 })));
 }
 await comm.destroy();

@@ -53,7 +53,7 @@ const ALLTOALL_MAX = process.argv.includes('--alltoall-max') ? String(bytesOf(ar
 const SIZES: number[] = [];
 for (let b = MIN; b <= MAX; b = b < MAX && b * STEP > MAX ? MAX : b * STEP) SIZES.push(b);
 
-const COLLS = ['allreduce', 'allgather', 'reducescatter', 'alltoall'];
+const COLLS = ['allreduce', 'allgather', 'reducescatter', 'alltoall', 'broadcast', 'reduce', 'gather', 'scatter'];
 
 interface Point { coll: string; algo?: string; size: number; us: number }
 const key = (coll: string, size: number): string => `${coll}/${size}`;

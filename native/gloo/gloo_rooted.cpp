@@ -19,7 +19,10 @@ namespace {
 
 // A broadcast's pieces along the chain beyond 2 ranks: each rank forwards a piece while
 // the next arrives, so the root's link carries the buffer once instead of once per peer.
-constexpr size_t kChainPiece = 1u << 20;
+// An eighth of the buffer, 64 KiB-1 MiB: the last rank waits for n-2 pieces more than
+// the transfer itself, and every piece costs each rank one transfer call.
+constexpr size_t kChainPieceMin = 64u << 10;
+constexpr size_t kChainPieceMax = 1u << 20;
 
 size_t pieces(size_t bytes, size_t piece) { return (bytes + piece - 1) / piece; }
 
@@ -142,7 +145,7 @@ void GlooBackend::broadcast(Op& op) {
     const int pos = (cfg_.rank - op.root + n) % n;  // place on the chain
     const int next = pos + 1 < n ? (cfg_.rank + 1) % n : -1;
     const int prev = pos > 0 ? (cfg_.rank - 1 + n) % n : -1;
-    const size_t piece = n == 2 ? bytes : kChainPiece;
+    const size_t piece = n == 2 ? bytes : std::clamp(bytes / 8, kChainPieceMin, kChainPieceMax);
     const size_t count = pieces(bytes, piece);
     const uint8_t* forward = root ? send : recv;
     auto len = [&](size_t k) { return std::min(piece, bytes - k * piece); };

@@ -56,7 +56,6 @@ std::string fnv1a(const std::string& s) {
   return out;
 }
 
-constexpr size_t kMeshAllReduceBytes = 64 * 1024;
 constexpr int kTwoRoundsRanks = 4;
 
 bool legacyCount(size_t elements, size_t bytes) {

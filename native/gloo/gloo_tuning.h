@@ -55,6 +55,10 @@ uint64_t tuningBytes(Coll c, size_t count, DType dtype, int worldSize);
 
 // Elements per rank's block when an all-reduce is split across the ranks: the first
 // blocks hold this many, the last ones fewer (or none) when count does not divide.
+// Beyond 2 ranks the largest all-reduce the agreement round carries whole (every rank's
+// buffer to every peer, n-1 times the data where a ring sends 2(n-1)/n).
+constexpr size_t kMeshAllReduceBytes = 64 * 1024;
+
 inline size_t meshBlock(size_t count, int worldSize) {
   return (count + static_cast<size_t>(worldSize) - 1) / static_cast<size_t>(worldSize);
 }

@@ -11,7 +11,7 @@ import { phaseOf as phase, runPhases } from '../helpers/phases.js';
 type Row = { phase?: string; calls?: number; failures?: string[]; codes?: string[]; messages?: string[]; after?: number[];
   inFlightBefore?: number; settledAfter?: number; inFlight?: number; freed?: boolean; heldMs?: number;
   entries?: { op: string; state: string; seq: number; count: number }[]; counted?: number; inside?: boolean[];
-  resizable?: string; shared?: (string | boolean)[] };
+  resizable?: string; overlapping?: string; shared?: (string | boolean)[] };
 
 const run = (size: number, phases: string, shm: boolean): Promise<Row[][]> =>
   runPhases('test/fixtures/prepared-allreduce.ts', size, phases, { NCCL_NODE_SHM: shm ? '1' : '0' }, 90_000);
@@ -52,6 +52,7 @@ describe.each([
       expect(r.freed).toBe(true);
       const m = phase(rows, 'memory');
       expect(m.resizable).toMatch(/^ERR_INVALID_ARGUMENT: .*resizable/);
+      expect(m.overlapping).toMatch(/^ERR_INVALID_ARGUMENT: .*overlaps the input.*prepare it in place or apart/);
       expect(m.shared).toEqual(['returned', ...Array(5).fill(true)]);
     }
     const [m0, m1] = ranks.map((rows) => phase(rows, 'refused').messages!);
