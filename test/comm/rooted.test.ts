@@ -3,10 +3,11 @@
  * dtype and reduction op, every root, the root's output apart from its input, in it and
  * overlapping it, against the reference results (test/fixtures/rooted.ts). Over TCP
  * (NCCL_NODE_SHM=0, as between hosts) small calls ride in the agreement round and larger
- * ones go over the backend's own connections (a broadcast along a chain of pieces beyond
- * 2 ranks: 1.3 M float32 elements are 5 pieces); on one host with shared memory every
- * call goes through the segment, small ones in its agreement round, larger ones in rounds
- * of their own. The native counters show which path each call took.
+ * ones go over the backend's own connections (beyond 2 ranks a broadcast along a chain
+ * of pieces, an eighth of the buffer each: 8 at 70001 8-byte and 1.3 M float32
+ * elements); on one host with shared memory every call goes through the segment, small
+ * ones in its agreement round, larger ones in rounds of their own. The native counters
+ * show which path each call took.
  */
 import { describe, expect, it } from 'vitest';
 import { describeRanks, runRanks } from '../helpers/ranks.js';
