@@ -38,7 +38,7 @@ class CommWrap : public Napi::ObjectWrap<CommWrap> {
   // hold: the host views keep their memory (BufferView::keep); a blocking call, over
   // before JavaScript runs again, needs no reference.
   // prepared: the op runs again and again (prepareSync), so an input its output overlaps
-  // cannot be copied once at the call (separateOverlap): such a call is refused.
+  // cannot be copied once at the call (overlappedInput, comm_wrap.cpp): such a call is refused.
   std::unique_ptr<Pending> build(const CallArgs& info, OpKind kind, bool* hasSend, bool* ownRecv,
                                  bool hold = true, bool prepared = false);
   void sequence(Op& op);

@@ -115,8 +115,10 @@ export async function measureDisk(bytes = 64 * 2 ** 20, dir = tmpdir()): Promise
 /**
  * Least-squares line t = a + b·bytes through the sweep, read as the ring model on n
  * ranks, t = 2(n−1)·α + (2(n−1)/n)·bytes/B: α = a/(2(n−1)), B = 2(n−1)/(n·b). A
- * negative intercept (noise) is taken as 0; a non-positive slope falls back to the
- * best measured bus bandwidth.
+ * non-positive slope falls back to the best measured bus bandwidth, and a non-positive
+ * intercept (noise: small calls that all take about the same time, as one-round
+ * all-reduces do) to the fastest measured call, an upper bound on the latency: no
+ * profile claims a free step.
  */
 export function fitRing(rows: readonly { bytes: number; timeUs: number; busBw: number }[], n: number): { latencySeconds: number; busBandwidth: number } {
   const xs = rows.map((r) => r.bytes), ts = rows.map((r) => r.timeUs / 1e6);
@@ -126,8 +128,9 @@ export function fitRing(rows: readonly { bytes: number; timeUs: number; busBw: n
   const slope = sxx > 0 ? xs.reduce((s, x, i) => s + (x - mx) * (ts[i]! - mt), 0) / sxx : 0;
   const peak = Math.max(...rows.map((r) => r.busBw)) * 1e9; // nccl-tests' GB/s
   const busBandwidth = slope > 0 ? (2 * (n - 1)) / (n * slope) : peak;
-  const intercept = slope > 0 ? mt - slope * mx : Math.min(...ts);
-  return { latencySeconds: Math.max(0, intercept) / (2 * (n - 1)), busBandwidth };
+  const fitted = slope > 0 ? mt - slope * mx : 0;
+  const intercept = fitted > 0 ? fitted : Math.min(...ts);
+  return { latencySeconds: intercept / (2 * (n - 1)), busBandwidth };
 }
 
 const RANK_SCRIPT = fileURLToPath(new URL(`./calibrate-rank${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url));

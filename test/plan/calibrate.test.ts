@@ -178,4 +178,14 @@ describe('fitRing', () => {
     expect(f.latencySeconds / alpha).toBeCloseTo(1, 6);
     expect(f.busBandwidth / B).toBeCloseTo(1, 6);
   });
+
+  it('a line through small calls that fits a negative intercept takes the fastest call as the latency, not 0', () => {
+    // Small calls nearly free, the larger ones growing faster than a line: the least-squares
+    // line crosses zero above the smallest size (intercept -6 µs).
+    const times = [5, 6, 9, 30, 80];
+    const rows = [4096, 8192, 16384, 32768, 65536].map((bytes, i) => ({ bytes, timeUs: times[i]!, busBw: bytes / times[i]! / 1e3 }));
+    const f = fitRing(rows, 2);
+    expect(f.latencySeconds).toBeCloseTo(5e-6 / 2, 12);
+    expect(f.busBandwidth).toBeGreaterThan(0);
+  });
 });
