@@ -112,13 +112,13 @@ class GlooBackend : public Backend {
   void reduce(Op& op);
   void gather(Op& op);
   void scatter(Op& op);
-  // Rounds through the segment after the agreement round (one host): round k posts
-  // body(k) (this rank's message, at most shmRoomBytes()) and, once every rank's is in,
-  // read(k, from) consumes them.
-  using RoundBody = std::function<std::pair<const void*, size_t>(size_t k)>;
-  using RoundRead = std::function<void(size_t k, const shm::Reader& from)>;
-  void shmRounds(const Op& op, size_t rounds, const RoundBody& body, const RoundRead& read);
-  size_t shmRoomBytes() const;
+  // Rounds through the segment after the agreement round (one host), a slot's worth of
+  // `total` bytes each: this rank posts its piece of `mine` (nothing when null), read()
+  // takes every rank's (gloo_rooted.cpp).
+  using RoundRead = std::function<void(size_t at, size_t len, const shm::Reader& from)>;
+  void shmRounds(const Op& op, size_t total, const uint8_t* mine, const RoundRead& read);
+  // The root's block p to or from rank p over the own connections, at once.
+  void rootTransfer(const Op& op, uint8_t* base, uint8_t* mine, size_t bytes, bool toPeers);
   void send(Op& op);
   void recv(Op& op);
   [[noreturn]] void rethrow(const Op& op, std::exception_ptr e);

@@ -24,7 +24,35 @@ namespace {
 constexpr size_t kChainPieceMin = 64u << 10;
 constexpr size_t kChainPieceMax = 1u << 20;
 
-size_t pieces(size_t bytes, size_t piece) { return (bytes + piece - 1) / piece; }
+// A broadcast, gather or scatter once a round brought every message: part(r) is what
+// rank r sent this one (a broadcast's or a scatter's root: this rank's data; a gather's
+// rank: its input), mine this rank's own input. The root's own block is a copy.
+template <class Part>
+void placeRooted(const Op& op, int rank, int size, const uint8_t* mine, Part part) {
+  const size_t bytes = op.count * elementSize(op.dtype);
+  const size_t me = static_cast<size_t>(rank);
+  const bool root = rank == op.root;
+  auto* out = static_cast<uint8_t*>(op.recv.data);
+  switch (op.kind) {
+    case OpKind::Broadcast:
+      if (!root) std::memcpy(out, part(op.root), bytes);
+      else if (mine != out) std::memmove(out, mine, bytes);
+      return;
+    case OpKind::Gather:
+      if (!root) return;
+      std::memmove(out + me * bytes, mine, bytes);
+      for (int r = 0; r < size; ++r) {
+        if (r != rank) std::memcpy(out + static_cast<size_t>(r) * bytes, part(r), bytes);
+      }
+      return;
+    case OpKind::Scatter:
+      if (root) std::memmove(out, mine + me * bytes, bytes);
+      else std::memcpy(out, part(op.root), bytes);
+      return;
+    default:
+      throw Error(Code::Backend, std::string("not a broadcast, gather or scatter: ") + opKindName(op.kind));
+  }
+}
 
 }  // namespace
 
@@ -32,36 +60,16 @@ size_t pieces(size_t bytes, size_t piece) { return (bytes + piece - 1) / piece; 
 // or hands out what the round brought. This rank's own part comes from its own memory.
 void GlooBackend::finishMeshRooted(const Op& op) {
   const size_t head = sizeof(Fingerprint);
-  const size_t width = elementSize(op.dtype);
-  const size_t bytes = op.count * width;
-  const bool root = cfg_.rank == op.root;
   const auto* send = static_cast<const uint8_t*>(op.send.data);
-  auto* recv = static_cast<uint8_t*>(op.recv.data);
-  const size_t me = static_cast<size_t>(cfg_.rank);
-  switch (op.kind) {
-    case OpKind::Broadcast:
-      if (!root) std::memcpy(recv, mesh_->from(op.root) + head, bytes);
-      else if (send != recv) std::memmove(recv, send, bytes);
-      break;
-    case OpKind::Reduce:
-      if (!root) break;
-      reduceInRankOrder(*mesh_, head, cfg_.rank, send, cfg_.size, reduceFunction(op.dtype, op.redop), recv, op.count,
-                        width);
-      if (op.redop == RedOp::Avg) divideInPlace(recv, op.dtype, op.count, cfg_.size);
-      break;
-    case OpKind::Gather:
-      if (!root) break;
-      std::memmove(recv + me * bytes, send, bytes);
-      for (int r = 0; r < cfg_.size; ++r) {
-        if (r != cfg_.rank) std::memcpy(recv + static_cast<size_t>(r) * bytes, mesh_->from(r) + head, bytes);
-      }
-      break;
-    case OpKind::Scatter:
-      if (root) std::memmove(recv, send + me * bytes, bytes);
-      else std::memcpy(recv, mesh_->from(op.root) + head, bytes);
-      break;
-    default:
-      throw Error(Code::Backend, std::string("not a rooted collective: ") + opKindName(op.kind));
+  if (op.kind == OpKind::Reduce) {
+    if (cfg_.rank == op.root) {
+      reduceInRankOrder(*mesh_, head, cfg_.rank, send, cfg_.size, reduceFunction(op.dtype, op.redop), op.recv.data,
+                        op.count, elementSize(op.dtype));
+      if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
+    }
+  } else {
+    // A scatter's root sent each peer its own block alone.
+    placeRooted(op, cfg_.rank, cfg_.size, send, [&](int r) { return mesh_->from(r) + head; });
   }
   glooAlgoStats().meshRooted++;
 }
@@ -70,54 +78,70 @@ void GlooBackend::finishMeshRooted(const Op& op) {
 // thread this rank's own part comes from its posted copy, as an all-reduce's does.
 void GlooBackend::shmReadRooted(const Op& op, const shm::Reader& from, bool mineInMemory) {
   const size_t head = sizeof(Fingerprint);
-  const size_t bytes = op.count * elementSize(op.dtype);
-  const bool root = cfg_.rank == op.root;
-  const size_t me = static_cast<size_t>(cfg_.rank);
-  auto* out = static_cast<uint8_t*>(op.recv.data);
-  const uint8_t* mine = mineInMemory ? static_cast<const uint8_t*>(op.send.data) : from(cfg_.rank) + head;
-  switch (op.kind) {
-    case OpKind::Broadcast:
-      if (!root) std::memcpy(out, from(op.root) + head, bytes);
-      else if (mine != out) std::memmove(out, mine, bytes);
-      break;
-    case OpKind::Reduce:
-      if (root) shmReadReduced(op, from, mineInMemory);
-      break;
-    case OpKind::Gather:
-      if (!root) break;
-      std::memmove(out + me * bytes, mine, bytes);
-      for (int r = 0; r < cfg_.size; ++r) {
-        if (r != cfg_.rank) std::memcpy(out + static_cast<size_t>(r) * bytes, from(r) + head, bytes);
-      }
-      break;
-    case OpKind::Scatter:
-      if (root) std::memmove(out, mine + me * bytes, bytes);
-      else std::memcpy(out, from(op.root) + head + me * bytes, bytes);
-      break;
-    default:
-      throw Error(Code::Backend, std::string("not a rooted collective: ") + opKindName(op.kind));
+  if (op.kind == OpKind::Reduce) {
+    if (cfg_.rank == op.root) shmReadReduced(op, from, mineInMemory);
+  } else {
+    const uint8_t* mine = mineInMemory ? static_cast<const uint8_t*>(op.send.data) : from(cfg_.rank) + head;
+    // A scatter's root posted its whole input: this rank's block is block `rank` of it.
+    const size_t at = op.kind == OpKind::Scatter ? static_cast<size_t>(cfg_.rank) * op.count * elementSize(op.dtype) : 0;
+    placeRooted(op, cfg_.rank, cfg_.size, mine, [&](int r) { return from(r) + head + at; });
   }
   glooAlgoStats().shmRooted++;
 }
 
-size_t GlooBackend::shmRoomBytes() const { return shm_->chunkBytes - shm::kRoundFlagBytes; }
-
-// Each round is one synchronisation of the host's ranks through the segment (two rounds
-// in flight, shm_collectives.h); every rank runs every round, so they stay in step.
-void GlooBackend::shmRounds(const Op& op, size_t rounds, const RoundBody& body, const RoundRead& read) {
+// Rounds through the segment after the agreement round (no fingerprint: every rank
+// agreed), each one synchronisation of the host's ranks (two rounds in flight,
+// shm_collectives.h): round k covers bytes [at, at + len) of `total`, a slot's worth;
+// this rank posts that piece of `mine` (nothing when null) and, once every rank's is in,
+// read(at, len, from) consumes them. Every rank runs every round, so they stay in step.
+void GlooBackend::shmRounds(const Op& op, size_t total, const uint8_t* mine, const RoundRead& read) {
+  const size_t room = shm_->chunkBytes - shm::kRoundFlagBytes;
   const auto deadline = std::chrono::steady_clock::now() + op.timeout;
   try {
-    for (size_t k = 0; k < rounds; ++k) {
-      const auto [data, len] = body(k);
+    for (size_t at = 0; at < total; at += room) {
+      const size_t len = std::min(room, total - at);
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      shm::exchange(*shm_, nullptr, 0, data, len, std::max(left, std::chrono::milliseconds(1)), &aborted_,
-                    [&read, k](const shm::Reader& from) { read(k, from); });
+      // One pointer captured: std::function keeps it without allocating (a call per round).
+      struct Piece {
+        const RoundRead* read;
+        size_t at, len;
+      } piece{&read, at, len};
+      shm::exchange(*shm_, nullptr, 0, mine ? mine + at : nullptr, mine ? len : 0,
+                    std::max(left, std::chrono::milliseconds(1)), &aborted_,
+                    [p = &piece](const shm::Reader& from) { (*p->read)(p->at, p->len, from); });
     }
   } catch (...) {
     shmFailed();
     throw;
   }
   glooAlgoStats().shmRooted++;
+}
+
+// Between the root and every peer at once over the own connections: the root's block p
+// (at base + p * bytes) goes to rank p (toPeers) or comes from it; a peer's `mine` the
+// other way.
+void GlooBackend::rootTransfer(const Op& op, uint8_t* base, uint8_t* mine, size_t bytes, bool toPeers) {
+  std::vector<net::Xfer> xfers;
+  if (cfg_.rank == op.root) {
+    xfers.reserve(static_cast<size_t>(cfg_.size));
+    for (int k = 1; k < cfg_.size; ++k) {
+      net::Xfer x;
+      x.peer = (cfg_.rank + k) % cfg_.size;  // staggered, as the other transfers
+      x.data = base + static_cast<size_t>(x.peer) * bytes;
+      x.bytes = bytes;
+      xfers.push_back(x);
+    }
+  } else {
+    net::Xfer x;
+    x.peer = op.root;
+    x.data = mine;
+    x.bytes = bytes;
+    xfers.push_back(x);
+  }
+  const bool sends = toPeers == (cfg_.rank == op.root);
+  tcp_->transfer(sends ? xfers.data() : nullptr, sends ? xfers.size() : 0, sends ? nullptr : xfers.data(),
+                 sends ? 0 : xfers.size(), deadlineOf(op));
+  glooAlgoStats().tcpRooted++;
 }
 
 // The root's buffer to every rank. Through the segment: the root posts a piece a round
@@ -129,24 +153,16 @@ void GlooBackend::broadcast(Op& op) {
   const auto* send = static_cast<const uint8_t*>(op.send.data);
   auto* recv = static_cast<uint8_t*>(op.recv.data);
   if (shmSingleHost()) {
-    const size_t room = shmRoomBytes();
-    auto len = [&](size_t k) { return std::min(room, bytes - k * room); };
-    shmRounds(
-        op, pieces(bytes, room),
-        [&](size_t k) -> std::pair<const void*, size_t> {
-          if (!root) return {nullptr, 0};
-          return {send + k * room, len(k)};
-        },
-        [&](size_t k, const shm::Reader& from) {
-          if (!root) std::memcpy(recv + k * room, from(op.root), len(k));
-        });
+    shmRounds(op, bytes, root ? send : nullptr, [&](size_t at, size_t len, const shm::Reader& from) {
+      if (!root) std::memcpy(recv + at, from(op.root), len);
+    });
   } else {
     const int n = cfg_.size;
     const int pos = (cfg_.rank - op.root + n) % n;  // place on the chain
     const int next = pos + 1 < n ? (cfg_.rank + 1) % n : -1;
     const int prev = pos > 0 ? (cfg_.rank - 1 + n) % n : -1;
     const size_t piece = n == 2 ? bytes : std::clamp(bytes / 8, kChainPieceMin, kChainPieceMax);
-    const size_t count = pieces(bytes, piece);
+    const size_t count = (bytes + piece - 1) / piece;
     const uint8_t* forward = root ? send : recv;
     auto len = [&](size_t k) { return std::min(piece, bytes - k * piece); };
     // Step s: receive piece s, forward piece s - 1 (the root sends piece s).
@@ -202,35 +218,14 @@ void GlooBackend::gather(Op& op) {
   const auto* in = static_cast<const uint8_t*>(op.send.data);
   auto* recv = static_cast<uint8_t*>(op.recv.data);
   if (shmSingleHost()) {
-    const size_t room = shmRoomBytes();
-    auto len = [&](size_t k) { return std::min(room, bytes - k * room); };
-    shmRounds(
-        op, pieces(bytes, room), [&](size_t k) -> std::pair<const void*, size_t> { return {in + k * room, len(k)}; },
-        [&](size_t k, const shm::Reader& from) {
-          if (!root) return;
-          for (int r = 0; r < cfg_.size; ++r) {
-            if (r != cfg_.rank) std::memcpy(recv + static_cast<size_t>(r) * bytes + k * room, from(r), len(k));
-          }
-        });
-  } else if (root) {
-    std::vector<net::Xfer> recvs;
-    recvs.reserve(static_cast<size_t>(cfg_.size));
-    for (int k = 1; k < cfg_.size; ++k) {
-      net::Xfer x;
-      x.peer = (cfg_.rank + k) % cfg_.size;
-      x.data = recv + static_cast<size_t>(x.peer) * bytes;
-      x.bytes = bytes;
-      recvs.push_back(x);
-    }
-    tcp_->transfer(nullptr, 0, recvs.data(), recvs.size(), deadlineOf(op));
-    glooAlgoStats().tcpRooted++;
+    shmRounds(op, bytes, in, [&](size_t at, size_t len, const shm::Reader& from) {
+      if (!root) return;
+      for (int r = 0; r < cfg_.size; ++r) {
+        if (r != cfg_.rank) std::memcpy(recv + static_cast<size_t>(r) * bytes + at, from(r), len);
+      }
+    });
   } else {
-    net::Xfer x;
-    x.peer = op.root;
-    x.data = const_cast<uint8_t*>(in);
-    x.bytes = bytes;
-    tcp_->transfer(&x, 1, nullptr, 0, deadlineOf(op));
-    glooAlgoStats().tcpRooted++;
+    rootTransfer(op, recv, const_cast<uint8_t*>(in), bytes, false);
   }
   if (root) std::memmove(recv + me * bytes, in, bytes);
 }
@@ -245,41 +240,16 @@ void GlooBackend::scatter(Op& op) {
   const auto* send = static_cast<const uint8_t*>(op.send.data);
   auto* recv = static_cast<uint8_t*>(op.recv.data);
   if (shmSingleHost()) {
-    const size_t all = bytes * static_cast<size_t>(cfg_.size);
-    const size_t room = shmRoomBytes();
-    auto len = [&](size_t k) { return std::min(room, all - k * room); };
-    shmRounds(
-        op, pieces(all, room),
-        [&](size_t k) -> std::pair<const void*, size_t> {
-          if (!root) return {nullptr, 0};
-          return {send + k * room, len(k)};
-        },
-        [&](size_t k, const shm::Reader& from) {
-          if (root) return;
-          // This round's piece of the root's input, [k * room, + len), against this rank's block.
-          const size_t lo = std::max(k * room, me * bytes);
-          const size_t hi = std::min(k * room + len(k), (me + 1) * bytes);
-          if (lo < hi) std::memcpy(recv + (lo - me * bytes), from(op.root) + (lo - k * room), hi - lo);
-        });
-  } else if (root) {
-    std::vector<net::Xfer> sends;
-    sends.reserve(static_cast<size_t>(cfg_.size));
-    for (int k = 1; k < cfg_.size; ++k) {
-      net::Xfer x;
-      x.peer = (cfg_.rank + k) % cfg_.size;
-      x.data = const_cast<uint8_t*>(send + static_cast<size_t>(x.peer) * bytes);
-      x.bytes = bytes;
-      sends.push_back(x);
-    }
-    tcp_->transfer(sends.data(), sends.size(), nullptr, 0, deadlineOf(op));
-    glooAlgoStats().tcpRooted++;
+    shmRounds(op, bytes * static_cast<size_t>(cfg_.size), root ? send : nullptr,
+              [&](size_t at, size_t len, const shm::Reader& from) {
+                if (root) return;
+                // This round's piece of the root's input, [at, at + len), against this rank's block.
+                const size_t lo = std::max(at, me * bytes);
+                const size_t hi = std::min(at + len, (me + 1) * bytes);
+                if (lo < hi) std::memcpy(recv + (lo - me * bytes), from(op.root) + (lo - at), hi - lo);
+              });
   } else {
-    net::Xfer x;
-    x.peer = op.root;
-    x.data = recv;
-    x.bytes = bytes;
-    tcp_->transfer(nullptr, 0, &x, 1, deadlineOf(op));
-    glooAlgoStats().tcpRooted++;
+    rootTransfer(op, const_cast<uint8_t*>(send), recv, bytes, true);
   }
   if (root) std::memmove(recv, send + me * bytes, bytes);
 }
