@@ -40,7 +40,7 @@ Napi::Value CreateGloo(const Napi::CallbackInfo& info) {
 }
 
 // glooShmStats() -> {segments, allReduces, twoLevel, allGathers,
-// reduceScatters, bytes, fallbacks, onCaller, lastSegment}: this
+// reduceScatters, allToAlls, bytes, fallbacks, onCaller, lastSegment}: this
 // process's use of the shared-memory path, counted since it loaded the addon.
 Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -51,6 +51,7 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
   o.Set("twoLevel", static_cast<double>(s.twoLevel.load()));
   o.Set("allGathers", static_cast<double>(s.allGathers.load()));
   o.Set("reduceScatters", static_cast<double>(s.reduceScatters.load()));
+  o.Set("allToAlls", static_cast<double>(s.allToAlls.load()));
   o.Set("bytes", static_cast<double>(s.bytes.load()));
   o.Set("fallbacks", static_cast<double>(s.fallbacks.load()));
   o.Set("onCaller", static_cast<double>(s.onCaller.load()));

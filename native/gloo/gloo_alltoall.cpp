@@ -5,7 +5,8 @@
 // host, this path and the rounds 0.007-0.3 ms (bench/comm/checkout-ab.ts --modes
 // alltoall, bench/README.md). Equal blocks small enough ride in the agreement round
 // (gloo_agreement.cpp), as a reduce-scatter's blocks do, or within one host in the
-// shared-memory segment's round (gloo_shm.cpp).
+// shared-memory segment's round (gloo_shm.cpp); larger ones within one host go through
+// the segment in rounds of pieces.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -58,13 +59,43 @@ void GlooBackend::tcpAllToAll(const Op& op, const std::vector<size_t>& sendAt, c
   glooAlgoStats().tcpAllToAlls++;
 }
 
+// Within one host through the segment, each rank's piece of every block a round
+// (shm_collectives.h): the blocks cross memory once each way instead of through
+// loopback sockets. The output takes the blocks in place only where its layout is the
+// input's (equal blocks, the same memory); any other overlap lands in scratch first.
+void GlooBackend::shmAllToAll(const Op& op, const std::vector<size_t>& sendAt, const std::vector<size_t>& sendLen,
+                              const std::vector<size_t>& recvAt, const std::vector<size_t>& recvLen, size_t longest) {
+  const int n = cfg_.size;
+  const auto* in = static_cast<const uint8_t*>(op.send.data);
+  auto* out = static_cast<uint8_t*>(op.recv.data);
+  const size_t inBytes = sendAt[n - 1] + sendLen[n - 1];
+  const size_t outBytes = recvAt[n - 1] + recvLen[n - 1];
+  const bool sameLayout = in == out && sendAt == recvAt && sendLen == recvLen;
+  const bool staged = !sameLayout && bytesOverlap(in, inBytes, out, outBytes);
+  uint8_t* landing = out;
+  if (staged) {
+    scratch_.resize(outBytes);
+    landing = scratch_.data();
+  }
+  try {
+    shm::allToAll(*shm_, in, {sendAt.data(), sendLen.data()}, landing, {recvAt.data(), recvLen.data()}, longest,
+                  op.timeout, &aborted_);
+  } catch (...) {
+    shmFailed();
+    throw;
+  }
+  if (staged) std::memcpy(out, landing, outBytes);
+  glooAlgoStats().shmAllToAlls++;
+}
+
 // Equal blocks: count elements in all, count / size to each rank.
 void GlooBackend::allToAll(Op& op) {
   const size_t n = static_cast<size_t>(cfg_.size);
   const size_t block = op.count / n * elementSize(op.dtype);
   std::vector<size_t> at(n), len(n, block);
   for (size_t p = 0; p < n; ++p) at[p] = p * block;
-  tcpAllToAll(op, at, len, at, len);
+  if (shmSingleHost()) shmAllToAll(op, at, len, at, len, block);
+  else tcpAllToAll(op, at, len, at, len);
 }
 
 // Per-peer counts. Every rank's counts go around first (with checkCollectives off
@@ -89,7 +120,19 @@ void GlooBackend::allToAllV(Op& op) {
     recvLen[p] = op.recvCounts[p] * width;
     r += recvLen[p];
   }
-  tcpAllToAll(op, sendAt, sendLen, recvAt, recvLen);
+  if (shmSingleHost()) {
+    // Every rank holds every count: all run as many rounds as the longest block between
+    // two ranks needs (a rank's block to itself is a copy).
+    uint64_t longest = 0;
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < n; ++j) {
+        if (i != j) longest = std::max(longest, all[i * 2 * n + j]);
+      }
+    }
+    shmAllToAll(op, sendAt, sendLen, recvAt, recvLen, static_cast<size_t>(longest) * width);
+  } else {
+    tcpAllToAll(op, sendAt, sendLen, recvAt, recvLen);
+  }
 }
 
 }  // namespace ncclnode

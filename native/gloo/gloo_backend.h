@@ -152,6 +152,8 @@ class GlooBackend : public Backend {
   // slot (the calling thread, with no JavaScript run since the post: the memory still
   // holds what was posted).
   void shmRead(const Op& op, const shm::Reader& from, bool mineInMemory);
+  void shmAllToAll(const Op& op, const std::vector<size_t>& sendAt, const std::vector<size_t>& sendLen,
+                   const std::vector<size_t>& recvAt, const std::vector<size_t>& recvLen, size_t longest);
   void shmReadAllToAll(const Op& op, const shm::Reader& from, bool mineInMemory);
   void shmReadReduced(const Op& op, const shm::Reader& from, bool mineInMemory);
   void shmReadRooted(const Op& op, const shm::Reader& from, bool mineInMemory);  // gloo_rooted.cpp

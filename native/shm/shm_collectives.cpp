@@ -207,6 +207,28 @@ void allGather(HostGroup& g, const void* in, void* out, size_t count, size_t wid
   }
 }
 
+namespace {
+// `rounds` synchronisations of the host's ranks through the two slots: in each,
+// fill(slot, k) writes this rank's message of round k into its slot, and once every
+// rank's is in, take(b, k) reads them (slot b of every rank). What reduce-scatter and
+// all-to-all share: each rank's message is its piece of every rank's block.
+template <typename Fill, typename Take>
+void pieceRounds(HostGroup& g, Waiter& w, size_t rounds, Fill fill, Take take) {
+  Segment& seg = *g.seg;
+  RankCtl& mine = seg.ctl(g.localRank);
+  for (size_t k = 0; k < rounds; ++k) {
+    const uint64_t s = ++g.step;
+    const int b = static_cast<int>(s & 1);
+    if (s > 2) w.all(&RankCtl::done, s - 2);
+    fill(seg.slot(g.localRank, b), k);
+    mine.posted.store(s, std::memory_order_release);
+    w.all(&RankCtl::posted, s);
+    take(b, k);
+    mine.done.store(s, std::memory_order_release);
+  }
+}
+}  // namespace
+
 void reduceScatter(HostGroup& g, const void* in, void* out, size_t count, DType dtype, RedOp op,
                    std::chrono::milliseconds timeout, const std::atomic<bool>* abort) {
   Segment& seg = *g.seg;
@@ -214,7 +236,6 @@ void reduceScatter(HostGroup& g, const void* in, void* out, size_t count, DType 
   const int me = g.localRank;
   Waiter w(seg, me, std::chrono::steady_clock::now() + timeout, abort, timeout);
   w.enter();
-  RankCtl& mine = seg.ctl(me);
   const size_t width = elementSize(dtype);
   // A slot holds this rank's piece of every rank's block for one step.
   const size_t chunkElems = std::max<size_t>(1, g.chunkBytes / width / L);
@@ -223,29 +244,60 @@ void reduceScatter(HostGroup& g, const void* in, void* out, size_t count, DType 
   auto* dst = static_cast<uint8_t*>(out);
   stats().reduceScatters++;
   stats().bytes += count * width * L;
-  for (size_t off = 0; off < count; off += chunkElems) {
-    const size_t n = std::min(chunkElems, count - off);
-    const uint64_t s = ++g.step;
-    const int b = static_cast<int>(s & 1);
-    if (s > 2) w.all(&RankCtl::done, s - 2);
-    uint8_t* slot = seg.slot(me, b);
-    for (int d = 0; d < L; ++d) {
-      std::memcpy(slot + static_cast<size_t>(d) * n * width, src + (static_cast<size_t>(d) * count + off) * width,
-                  n * width);
-    }
-    mine.posted.store(s, std::memory_order_release);
-    w.all(&RankCtl::posted, s);
-    // The output may alias this rank's input: everything it needs of it is staged.
-    const size_t at = static_cast<size_t>(me) * n * width;
-    uint8_t* o = dst + off * width;
-    if (L == 1) {
-      std::memcpy(o, seg.slot(0, b) + at, n * width);
-    } else {
-      fn(o, seg.slot(0, b) + at, seg.slot(1, b) + at, n);
-      for (int j = 2; j < L; ++j) fn(o, o, seg.slot(j, b) + at, n);
-    }
-    mine.done.store(s, std::memory_order_release);
-  }
+  auto piece = [&](size_t k) { return std::min(chunkElems, count - k * chunkElems); };
+  pieceRounds(
+      g, w, (count + chunkElems - 1) / chunkElems,
+      [&](uint8_t* slot, size_t k) {
+        const size_t off = k * chunkElems, n = piece(k);
+        for (int d = 0; d < L; ++d) {
+          std::memcpy(slot + static_cast<size_t>(d) * n * width, src + (static_cast<size_t>(d) * count + off) * width,
+                      n * width);
+        }
+      },
+      [&](int b, size_t k) {
+        // The output may alias this rank's input: everything it needs of it is staged.
+        const size_t n = piece(k);
+        const size_t at = static_cast<size_t>(me) * n * width;
+        uint8_t* o = dst + k * chunkElems * width;
+        if (L == 1) {
+          std::memcpy(o, seg.slot(0, b) + at, n * width);
+        } else {
+          fn(o, seg.slot(0, b) + at, seg.slot(1, b) + at, n);
+          for (int j = 2; j < L; ++j) fn(o, o, seg.slot(j, b) + at, n);
+        }
+      });
+}
+
+void allToAll(HostGroup& g, const void* in, const Blocks& sent, void* out, const Blocks& received, size_t longest,
+              std::chrono::milliseconds timeout, const std::atomic<bool>* abort) {
+  Segment& seg = *g.seg;
+  const int L = g.locals;
+  const int me = g.localRank;
+  Waiter w(seg, me, std::chrono::steady_clock::now() + timeout, abort, timeout);
+  w.enter();
+  // Each peer's piece at a fixed place in the slot, whatever the blocks' lengths.
+  const size_t piece = std::max<size_t>(64, g.chunkBytes / static_cast<size_t>(L) / 64 * 64);
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  // Bytes [k * piece, ...) of a block of len bytes in round k.
+  auto cut = [&](size_t len, size_t k) { return len > k * piece ? std::min(piece, len - k * piece) : 0; };
+  std::memmove(dst + received.at[me], src + sent.at[me], received.len[me]);
+  stats().allToAlls++;
+  for (int j = 0; j < L; ++j) stats().bytes += received.len[j];
+  pieceRounds(
+      g, w, (longest + piece - 1) / piece,
+      [&](uint8_t* slot, size_t k) {
+        for (int d = 0; d < L; ++d) {
+          const size_t n = d == me ? 0 : cut(sent.len[d], k);
+          if (n) std::memcpy(slot + static_cast<size_t>(d) * piece, src + sent.at[d] + k * piece, n);
+        }
+      },
+      [&](int b, size_t k) {
+        for (int j = 0; j < L; ++j) {
+          const size_t n = j == me ? 0 : cut(received.len[j], k);
+          if (n) std::memcpy(dst + received.at[j] + k * piece, seg.slot(j, b) + static_cast<size_t>(me) * piece, n);
+        }
+      });
 }
 
 }  // namespace shm

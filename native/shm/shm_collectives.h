@@ -77,6 +77,20 @@ void allGather(HostGroup& g, const void* in, void* out, size_t count, size_t wid
 void reduceScatter(HostGroup& g, const void* in, void* out, size_t count, DType dtype, RedOp op,
                    std::chrono::milliseconds timeout, const std::atomic<bool>* abort);
 
+// Where each rank's block lies in a buffer: rank r's at byte at[r], len[r] bytes long.
+struct Blocks {
+  const size_t* at;
+  const size_t* len;
+};
+// One host only. Block j of out (received) := block localRank of rank j's in (its
+// sent); the lengths agree pairwise (the caller checked). longest: the longest block
+// of any rank, the same on every rank, so that all run the same rounds. in and out may
+// be the same memory only with the same layout (an in-place all-to-all of equal blocks):
+// a rank's blocks go into the segment in the round before its output's same bytes are
+// written.
+void allToAll(HostGroup& g, const void* in, const Blocks& sent, void* out, const Blocks& received, size_t longest,
+              std::chrono::milliseconds timeout, const std::atomic<bool>* abort);
+
 // Counters of this process, for introspection and tests.
 struct Stats {
   std::atomic<uint64_t> segments{0};   // segments this process created or attached
@@ -84,6 +98,7 @@ struct Stats {
   std::atomic<uint64_t> twoLevel{0};   // of which joined hosts through leaders
   std::atomic<uint64_t> allGathers{0};
   std::atomic<uint64_t> reduceScatters{0};
+  std::atomic<uint64_t> allToAlls{0};  // in rounds of pieces (a small one in the agreement round is not one)
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> fallbacks{0};  // communicators that wanted the path and fell back to TCP
   std::atomic<uint64_t> onCaller{0};   // calls completed on the calling thread (finishOnCaller)

@@ -348,6 +348,8 @@ export interface GlooShmStats {
   twoLevel: number;
   allGathers: number;
   reduceScatters: number;
+  /** All-to-alls in rounds of pieces (small ones ride in the agreement round and count only in glooAlgoStats). */
+  allToAlls: number;
   bytes: number;
   /** Communicators that fell back to TCP (segment creation failed on some rank). */
   fallbacks: number;

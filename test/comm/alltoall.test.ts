@@ -4,16 +4,15 @@
  * reference blocks (test/fixtures/alltoall.ts). Over TCP (NCCL_NODE_SHM=0) blocks of up
  * to 256 KiB ride in the agreement round and larger ones go over the backend's own
  * connections; on one host with shared memory whole inputs up to what the segment's
- * round carries ride in that round, larger ones go over the own connections. The
- * native counters show which path each call took.
+ * round carries ride in that round, larger ones go through the segment in rounds of
+ * each rank's piece of every block (several rounds at 70001 elements, pieces that end
+ * off a 64-byte line). The native counters show which path each call took.
  */
 import { describe, expect, it } from 'vitest';
 import { describeRanks, runRanks } from '../helpers/ranks.js';
 
 type Row = { case?: string; n?: number; blockBytes?: number; path?: string; wrong?: number; first?: string[]; done?: boolean };
 const MESH_BLOCK = 256 * 1024; // native/gloo/gloo_agreement.cpp, kMeshAllToAllBlock
-// The most the segment's round carries at 2 ranks and more (native/gloo/gloo_shm.cpp, shmRoundBytes).
-const SHM_ROUND_MAX = 256 * 1024;
 // 70001 elements: blocks of 68 KiB (1-byte dtypes) and 137 KiB (2-byte) ride in the TCP round,
 // 273 and 547 KiB (4- and 8-byte) go over the connections.
 const SIZES = [1, 5, 1031, 70001];
@@ -34,13 +33,9 @@ describe.each([['tcp', '0'], ['shared memory', '1']])('allToAll over %s', (_name
         expect(c.wrong, `${where} ${c.first?.join(', ')}`).toBe(0);
         if (shm === '0') {
           expect(c.path, where).toBe(c.blockBytes! <= MESH_BLOCK ? 'mesh' : 'tcp');
-        } else if (c.n! <= 5) {
-          // A few elements a rank: the segment's round (its capacity is kilobytes).
-          expect(c.path, where).toBe('shm');
-        } else if (c.blockBytes! * size > SHM_ROUND_MAX) {
-          expect(c.path, where).toBe('tcp');
         } else {
-          expect(['shm', 'tcp'], where).toContain(c.path);
+          // Within the host every size goes through the segment: its agreement round or its piece rounds.
+          expect(c.path, where).toBe('shm');
         }
       }
     }

@@ -1,7 +1,10 @@
 /**
- * allToAll with per-peer counts on Gloo at 2 and 4 ranks: results against the
+ * allToAll with per-peer counts on Gloo at 2 to 4 ranks: results against the
  * locally computed reference, mismatched counts failing every rank with
- * ERR_SIZE_MISMATCH (the group stays usable), and bad arguments.
+ * ERR_SIZE_MISMATCH (the group stays usable), and bad arguments. Over the own TCP
+ * connections (NCCL_NODE_SHM=0, as between hosts) and through one host's shared-memory
+ * segment, there also with 256-byte slots: blocks of up to 2.6 KB then cross in dozens
+ * of rounds of 64-128-byte pieces, every block length a different number of them.
  */
 import { describe, expect, it } from 'vitest';
 import { DTYPES } from '../../src/index.js';
@@ -11,12 +14,19 @@ type Step = { step: string; rank: number; ok: boolean; code?: string; message?: 
 const steps = (results: RankResult[], name: string) =>
   results.flatMap((r) => r.reports.filter((x) => x.step === name) as Step[]);
 
+const PATHS = {
+  tcp: { NCCL_NODE_SHM: '0' },
+  shm: { NCCL_NODE_SHM: '1' },
+  'shm, 256-byte slots': { NCCL_NODE_SHM: '1', NCCL_NODE_SHM_CHUNK: '256' },
+} as const;
+
 describe.each([
-  [2, true], [4, true], [2, false],
-])('allToAll with sendCounts/recvCounts at %i ranks (checkCollectives %s)', (size, check) => {
+  [2, true, 'tcp'], [4, true, 'tcp'], [2, false, 'tcp'], [2, true, 'shm'], [3, true, 'shm, 256-byte slots'],
+  [4, false, 'shm, 256-byte slots'],
+] as const)('allToAll with sendCounts/recvCounts at %i ranks (checkCollectives %s, %s)', (size, check, path) => {
   it('matches the reference for every dtype, with zero counts and silent ranks', async () => {
     const results = await runRanks('test/fixtures/alltoallv.ts', size, {
-      env: { FIXTURE_CHECK: check ? '1' : '0' },
+      env: { FIXTURE_CHECK: check ? '1' : '0', ...PATHS[path] },
       timeoutMs: 60_000,
     });
     expect(results.map((r) => r.code), describeRanks(results)).toEqual(results.map(() => 0));
@@ -24,6 +34,10 @@ describe.each([
     for (const r of results) {
       const done = r.reports.find((x) => x.done === true);
       expect(Number(done?.cases), `rank ${r.rank}`).toBe(DTYPES.length + 3 + (check ? 2 : 0));
+      // Every exchange took the path asked for, none the other.
+      const [on, off] = path === 'tcp' ? ['tcp', 'shm'] : ['shm', 'tcp'];
+      expect(Number(done?.[on]), `rank ${r.rank} ${on}`).toBeGreaterThanOrEqual(Number(done?.cases));
+      expect(Number(done?.[off]), `rank ${r.rank} ${off}`).toBe(0);
     }
     if (!check) return;
 
