@@ -127,7 +127,8 @@ class GlooBackend : public Backend {
   bool usesShm(const Op& op) const;
   void shmAllReduce(Op& op);
   // in -> out reduced over every rank through the segment (two levels across hosts); Avg as a sum.
-  void shmAllReduceInto(const Op& op, const void* in, void* out);
+  // root >= 0 (one host): a reduce, out only the root's (shm::allReduce).
+  void shmAllReduceInto(const Op& op, const void* in, void* out, int root = -1);
   bool shmSingleHost() const { return shm_ && shm_->hosts == 1; }
   void shmAllGather(Op& op);
   void shmReduceScatter(Op& op);

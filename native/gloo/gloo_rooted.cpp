@@ -190,17 +190,20 @@ void GlooBackend::broadcast(Op& op) {
   if (root && send != recv) std::memmove(recv, send, bytes);
 }
 
-// out (the root's output; scratch elsewhere) := every rank's input reduced.
+// out (the root's output) := every rank's input reduced. Within one host the other
+// ranks reduce their parts of the segment and leave; across hosts with shared memory
+// inside each, the two-level all-reduce with their result in scratch.
 void GlooBackend::reduce(Op& op) {
   const size_t bytes = op.count * elementSize(op.dtype);
   const bool root = cfg_.rank == op.root;
-  void* out = op.recv.data;
-  if (!root) {
+  const bool oneHost = shmSingleHost();
+  void* out = root ? op.recv.data : nullptr;
+  if (!root && !oneHost) {
     scratch_.resize(bytes);
     out = scratch_.data();
   }
   if (shm_) {
-    shmAllReduceInto(op, op.send.data, out);
+    shmAllReduceInto(op, op.send.data, out, oneHost ? op.root : -1);
     glooAlgoStats().shmRooted++;
   } else {
     net::ringReduce(*tcp_, op.send.data, out, op.count, op.dtype, op.redop, op.root, deadlineOf(op), ring_);

@@ -213,12 +213,12 @@ void GlooBackend::shmAllReduce(Op& op) {
   if (op.redop == RedOp::Avg) divideInPlace(op.recv.data, op.dtype, op.count, cfg_.size);
 }
 
-void GlooBackend::shmAllReduceInto(const Op& op, const void* in, void* out) {
+void GlooBackend::shmAllReduceInto(const Op& op, const void* in, void* out, int root) {
   shm::InterHost inter = [&](void* data, size_t count, std::chrono::milliseconds left) {
     net::ringAllReduce(*leaders_, data, data, count, op.dtype, op.redop, net::Clock::now() + left, ring_);
   };
   try {
-    shm::allReduce(*shm_, in, out, op.count, op.dtype, op.redop, op.timeout, &aborted_, inter);
+    shm::allReduce(*shm_, in, out, op.count, op.dtype, op.redop, op.timeout, &aborted_, inter, root);
   } catch (...) {
     shmFailed();
     throw;

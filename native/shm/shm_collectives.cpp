@@ -12,7 +12,8 @@ Stats& stats() {
 }
 
 void allReduce(HostGroup& g, const void* in, void* out, size_t count, DType dtype, RedOp op,
-               std::chrono::milliseconds timeout, const std::atomic<bool>* abort, const InterHost& interHost) {
+               std::chrono::milliseconds timeout, const std::atomic<bool>* abort, const InterHost& interHost,
+               int root) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + timeout;
   auto left = [&] {
@@ -61,6 +62,13 @@ void allReduce(HostGroup& g, const void* in, void* out, size_t count, DType dtyp
       for (int j = 2; j < L; ++j) fn(res, res, seg.slot(j, b) + lo * width, hi - lo);
     }
     mine.reduced.store(s, std::memory_order_release);
+    if (root >= 0 && me != root) {
+      // A reduce's other ranks are done with the round once their part is in: the root
+      // reads the result before it marks the round done, and nobody writes slot b or
+      // result b again before every rank has.
+      mine.done.store(s, std::memory_order_release);
+      continue;
+    }
     if (!twoLevel) {
       w.all(&RankCtl::reduced, s);
     } else if (me == 0) {

@@ -40,8 +40,11 @@ using InterHost = std::function<void(void* data, size_t count, std::chrono::mill
 // ... op x[L-1], local ranks in rank order, one rounding per op, so every rank gets
 // the same bits. With interHost (hosts > 1), the leader (local rank 0) combines the
 // hosts' partial results and the others copy the leader's answer out of the segment.
+// With root >= 0 (one host only: a reduce) only local rank root waits for the result and
+// copies it to its out; the others' out is not touched and may be null.
 void allReduce(HostGroup& g, const void* in, void* out, size_t count, DType dtype, RedOp op,
-               std::chrono::milliseconds timeout, const std::atomic<bool>* abort, const InterHost& interHost);
+               std::chrono::milliseconds timeout, const std::atomic<bool>* abort, const InterHost& interHost,
+               int root = -1);
 
 // A round's message sits in its slot behind a flag word (shm_collectives.cpp, post()):
 // head + body take at most chunkBytes - kRoundFlagBytes.
