@@ -17,7 +17,8 @@
 //
 //   gloo_algos <rank> <size> <store-dir> [iters=200] [min=8] [max=64M] [step=2]
 // prints one JSON object per (collective, algorithm, size), each the median
-// per-call time on rank 0 in microseconds. Sizes are the per-rank input for
+// per-call time on rank 0 in microseconds (the rooted ones also spanUs: the slowest
+// rank's mean per call of n back to back from a common start). Sizes are the per-rank input for
 // all-reduce, reduce-scatter and all-to-all, the buffer of a broadcast and a reduce, the
 // gathered output for all-gather and gather, the root's input for scatter; sizes grow by
 // `step` and the last one is `max`. A size smaller than one float32 per rank moves
@@ -45,6 +46,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -72,9 +74,40 @@ double timeIt(const Ctx& ctx, int n, const std::function<void()>& call, size_t b
   return bench::medianUs(n, call);
 }
 
-void report(int rank, const char* coll, const char* algo, size_t bytes, double us, int n) {
-  if (rank == 0) std::printf("{\"coll\":\"%s\",\"algo\":\"%s\",\"size\":%zu,\"us\":%.3f,\"iters\":%d}\n", coll, algo, bytes, us, n);
+void report(int rank, const char* coll, const char* algo, size_t bytes, double us, int n, double spanUs = -1) {
+  if (rank != 0) return;
+  if (spanUs < 0) {
+    std::printf("{\"coll\":\"%s\",\"algo\":\"%s\",\"size\":%zu,\"us\":%.3f,\"iters\":%d}\n", coll, algo, bytes, us, n);
+  } else {
+    std::printf("{\"coll\":\"%s\",\"algo\":\"%s\",\"size\":%zu,\"us\":%.3f,\"spanUs\":%.3f,\"iters\":%d}\n", coll, algo,
+                bytes, us, spanUs, n);
+  }
   std::fflush(stdout);
+}
+
+// A rooted collective's time as every rank sees it: n calls back to back from a common
+// start (a barrier), each rank's time to its last call's return, the slowest rank's
+// divided by n. rank 0's per-call median alone is its root's, which returns once its
+// sends are written, with nothing waiting for the others: back to back it runs ahead of
+// the ranks that receive.
+double spanUs(const Ctx& ctx, int n, const std::function<void()>& call) {
+  gloo::BarrierOptions b(ctx);
+  gloo::barrier(b);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) call();
+  double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
+  gloo::AllreduceOptions o(ctx);
+  o.setOutput(&us, 1);
+  o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::max<double>));
+  o.setTimeout(kTimeout);
+  gloo::allreduce(o);
+  return us;
+}
+
+// timeIt, then spanUs, reported together.
+void timeRooted(const Ctx& ctx, int rank, const char* coll, size_t bytes, int n, const std::function<void()>& call) {
+  const double us = timeIt(ctx, n, call, bytes);
+  report(rank, coll, "gloo", bytes, us, n, spanUs(ctx, n, call));
 }
 
 }  // namespace
@@ -186,7 +219,7 @@ int main(int argc, char** argv) {
 
     // The rooted collectives, root 0: a broadcast's and a reduce's buffer is `bytes`, a
     // gather's output and a scatter's input (per / P a rank) too.
-    us = timeIt(ctx, n, [&] {
+    timeRooted(ctx, rank, "broadcast", bytes, n, [&] {
       gloo::BroadcastOptions o(ctx);
       if (rank == 0) o.setInput(buf.data(), count);
       o.setOutput(out.data(), count);
@@ -194,8 +227,7 @@ int main(int argc, char** argv) {
       o.setTimeout(kTimeout);
       gloo::broadcast(o);
     });
-    report(rank, "broadcast", "gloo", bytes, us, n);
-    us = timeIt(ctx, n, [&] {
+    timeRooted(ctx, rank, "reduce", bytes, n, [&] {
       gloo::ReduceOptions o(ctx);
       o.setInput(buf.data(), count);
       o.setOutput(out.data(), count);
@@ -204,8 +236,7 @@ int main(int argc, char** argv) {
       o.setTimeout(kTimeout);
       gloo::reduce(o);
     });
-    report(rank, "reduce", "gloo", bytes, us, n);
-    us = timeIt(ctx, n, [&] {
+    timeRooted(ctx, rank, "gather", bytes, n, [&] {
       gloo::GatherOptions o(ctx);
       o.setInput(buf.data(), per);
       if (rank == 0) o.setOutput(out.data(), static_cast<size_t>(per) * P);
@@ -213,8 +244,7 @@ int main(int argc, char** argv) {
       o.setTimeout(kTimeout);
       gloo::gather(o);
     });
-    report(rank, "gather", "gloo", bytes, us, n);
-    us = timeIt(ctx, n, [&] {
+    timeRooted(ctx, rank, "scatter", bytes, n, [&] {
       gloo::ScatterOptions o(ctx);
       std::vector<float*> parts;
       if (rank == 0) {
@@ -226,7 +256,6 @@ int main(int argc, char** argv) {
       o.setTimeout(kTimeout);
       gloo::scatter(o);
     });
-    report(rank, "scatter", "gloo", bytes, us, n);
   }
   // A legacy class returns with its last send possibly still queued: exiting at once
   // could drop it under a peer still waiting (the addon's destroy does the same).

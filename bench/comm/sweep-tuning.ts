@@ -24,6 +24,12 @@ export interface SweepRow {
   ratio: number;
   verdict: string;
   raw: Record<string, { us: number; min: number; max: number }>;
+  /**
+   * Broadcast, reduce, gather and scatter: the slowest rank's mean per call of n back to
+   * back from a common start, median over rounds, the addon's and raw Gloo's, with the
+   * ratio and verdict on it (rank 0's per-call time above is the root's alone).
+   */
+  span?: { addonUs: number; addonMin: number; addonMax: number; rawUs: number; rawMin: number; rawMax: number; ratio: number; verdict: string };
 }
 
 /** build/gloo_algos' names -> the addon's (src/comm/gloo/tuning.ts). */

@@ -1,9 +1,11 @@
 /**
- * One rank of bench/comm/sweep.ts: times all-reduce, all-gather, reduce-scatter and all-to-all
+ * One rank of bench/comm/sweep.ts: times all-reduce, all-gather, reduce-scatter, all-to-all,
+ * broadcast, reduce, gather and scatter
  * (float32 sum, each call awaited before the next) through the addon's CPU backend
  * at every size of the sweep, with the same sizes, element counts, warm-up and
  * iteration counts as build/gloo_algos, so the two are compared call for call.
- * Rank 0 prints one JSON line per (collective, size): the median per-call µs.
+ * Rank 0 prints one JSON line per (collective, size): the median per-call µs, and for
+ * broadcast, reduce, gather and scatter (root 0) also spanUs, the slowest rank's mean.
  *
  *   started by sweep.ts with SWEEP_SIZES=8,32,... SWEEP_ITERS=200 and the job's env
  */
@@ -38,9 +40,26 @@ async function time(bytes: number, call: () => PromiseLike<unknown>): Promise<nu
   return us.sort()[n >> 1]!;
 }
 
-const emit = (coll: string, size: number, us: number): void => {
-  if (comm.rank === 0) process.stdout.write(`${JSON.stringify({ coll, size, us: Number(us.toFixed(1)), iters: itersFor(size) })}\n`);
+// A rooted collective's time as every rank sees it, as build/gloo_algos measures it too:
+// n calls back to back from a common start (a barrier), the slowest rank's time to its
+// last call's return over n. rank 0's per-call time alone is its root's.
+const span = new Float64Array(1);
+async function spanOf(bytes: number, call: () => PromiseLike<unknown>): Promise<number> {
+  await comm.barrier();
+  const n = itersFor(bytes);
+  const t0 = performance.now();
+  for (let i = 0; i < n; i++) await call();
+  span[0] = ((performance.now() - t0) * 1000) / n;
+  await comm.allReduce(span, { op: 'max' });
+  return span[0]!;
+}
+
+const emit = (coll: string, size: number, us: number, spanUs?: number): void => {
+  const line = { coll, size, us: Number(us.toFixed(1)), ...(spanUs === undefined ? {} : { spanUs: Number(spanUs.toFixed(1)) }), iters: itersFor(size) };
+  if (comm.rank === 0) process.stdout.write(`${JSON.stringify(line)}\n`);
 };
+const rooted = async (coll: string, bytes: number, call: () => PromiseLike<unknown>): Promise<void> =>
+  emit(coll, bytes, await time(bytes, call), await spanOf(bytes, call));
 
 for (const bytes of SIZES) {
   const count = Math.max(1, Math.floor(bytes / 4));
@@ -54,9 +73,9 @@ for (const bytes of SIZES) {
   // Root 0, as gloo_algos: a broadcast's and a reduce's buffer is `bytes`, a gather's
   // output and a scatter's input too.
   const root = comm.rank === 0;
-  emit('broadcast', bytes, await time(bytes, () => comm.broadcast(input.subarray(0, count), { root: 0 })));
-  emit('reduce', bytes, await time(bytes, () => comm.reduce(input.subarray(0, count), { root: 0, out: output.subarray(0, count) })));
-  emit('gather', bytes, await time(bytes, () => comm.gather(input.subarray(0, per), root ? output.subarray(0, per * P) : null, { root: 0 })));
-  emit('scatter', bytes, await time(bytes, () => comm.scatter(root ? input.subarray(0, per * P) : null, output.subarray(0, per), { root: 0 })));
+  await rooted('broadcast', bytes, () => comm.broadcast(input.subarray(0, count), { root: 0 }));
+  await rooted('reduce', bytes, () => comm.reduce(input.subarray(0, count), { root: 0, out: output.subarray(0, count) }));
+  await rooted('gather', bytes, () => comm.gather(input.subarray(0, per), root ? output.subarray(0, per * P) : null, { root: 0 }));
+  await rooted('scatter', bytes, () => comm.scatter(root ? input.subarray(0, per * P) : null, output.subarray(0, per), { root: 0 }));
 }
 await comm.destroy();

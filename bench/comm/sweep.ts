@@ -11,6 +11,10 @@
  * best median), `within spread` (slower by median, but the addon's fastest round
  * is no slower than the best algorithm's slowest: the ranges overlap), or `SLOWER`. Sizes: the all-reduce buffer, the gathered all-gather output, the
  * reduce-scatter and all-to-all input (per rank); a size below one float32 per rank moves one.
+ * Broadcast, reduce, gather and scatter (root 0) are also timed as every rank sees them
+ * (spanUs: n calls back to back from a barrier, the slowest rank's time over n, as
+ * nccl-tests times a rank's loop of calls): rank 0's per-call time is its root's alone,
+ * and a raw Gloo root returns once its sends are written, ahead of the ranks receiving.
  * A benchmark, not a test; table and JSON.
  *
  *   node --import tsx bench/comm/sweep.ts [--ranks 2,4] [--min 8] [--max 256M] [--step 4]
@@ -55,7 +59,7 @@ for (let b = MIN; b <= MAX; b = b < MAX && b * STEP > MAX ? MAX : b * STEP) SIZE
 
 const COLLS = ['allreduce', 'allgather', 'reducescatter', 'alltoall', 'broadcast', 'reduce', 'gather', 'scatter'];
 
-interface Point { coll: string; algo?: string; size: number; us: number }
+interface Point { coll: string; algo?: string; size: number; us: number; spanUs?: number }
 const key = (coll: string, size: number): string => `${coll}/${size}`;
 
 async function addonRound(ranks: number): Promise<Point[]> {
@@ -82,15 +86,29 @@ async function glooRound(bin: string, ranks: number): Promise<Point[]> {
 
 const r1 = (x: number): number => Number(x.toFixed(1));
 
+/** `faster` (median at or below the baseline's), `within spread` (the ranges over rounds overlap) or `SLOWER`. */
+function judge(ours: number[], theirs: number[]): string {
+  if (median(ours) <= median(theirs)) return 'faster';
+  return Math.min(...ours) <= Math.max(...theirs) ? 'within spread' : 'SLOWER';
+}
+
 async function sweep(bin: string, ranks: number): Promise<SweepRow[]> {
   const addon = new Map<string, number[]>();
   const raw = new Map<string, Map<string, number[]>>();
+  // The rooted collectives' spans (Point.spanUs), per round: the addon's and raw Gloo's.
+  const addonSpan = new Map<string, number[]>();
+  const rawSpan = new Map<string, number[]>();
+  const add = (m: Map<string, number[]>, k: string, v: number): void => void m.set(k, [...(m.get(k) ?? []), v]);
   for (let round = 0; round < ROUNDS; round++) {
-    for (const p of await addonRound(ranks)) addon.set(key(p.coll, p.size), [...(addon.get(key(p.coll, p.size)) ?? []), p.us]);
+    for (const p of await addonRound(ranks)) {
+      add(addon, key(p.coll, p.size), p.us);
+      if (p.spanUs !== undefined) add(addonSpan, key(p.coll, p.size), p.spanUs);
+    }
     for (const p of await glooRound(bin, ranks)) {
       const algos = raw.get(key(p.coll, p.size)) ?? new Map<string, number[]>();
       algos.set(p.algo!, [...(algos.get(p.algo!) ?? []), p.us]);
       raw.set(key(p.coll, p.size), algos);
+      if (p.spanUs !== undefined) add(rawSpan, key(p.coll, p.size), p.spanUs);
     }
     process.stderr.write(`sweep: ${ranks} ranks, round ${round + 1}/${ROUNDS} done\n`);
   }
@@ -108,13 +126,21 @@ async function sweep(bin: string, ranks: number): Promise<SweepRow[]> {
       const am = median(a);
       const [amin, amax] = [Math.min(...a), Math.max(...a)];
       const [bmin, bmax] = [Math.min(...best.us), Math.max(...best.us)];
-      const verdict = am <= best.med ? 'faster' : amin <= bmax ? 'within spread' : 'SLOWER';
+      const verdict = judge(a, best.us);
+      const as = addonSpan.get(key(coll, size));
+      const rs = rawSpan.get(key(coll, size));
+      const span = as && rs ? {
+        addonUs: r1(median(as)), addonMin: r1(Math.min(...as)), addonMax: r1(Math.max(...as)),
+        rawUs: r1(median(rs)), rawMin: r1(Math.min(...rs)), rawMax: r1(Math.max(...rs)),
+        ratio: Number((median(as) / median(rs)).toFixed(2)), verdict: judge(as, rs),
+      } : undefined;
       rows.push({
         ranks, coll, size, addonUs: r1(am), addonMin: r1(amin), addonMax: r1(amax),
         bestAlgo: best.algo, bestUs: r1(best.med), bestMin: r1(bmin), bestMax: r1(bmax),
         ratio: Number((am / best.med).toFixed(2)), verdict,
         ownCppUs: own ? r1(own.med) : undefined,
         raw: Object.fromEntries(all.map((x) => [x.algo, { us: r1(x.med), min: r1(Math.min(...x.us)), max: r1(Math.max(...x.us)) }])),
+        span,
       });
     }
   }
@@ -136,6 +162,7 @@ async function main(): Promise<void> {
         size: human(r.size), addonUs: r.addonUs, addonSpread: `${r.addonMin}-${r.addonMax}`,
         bestRawUs: r.bestUs, bestSpread: `${r.bestMin}-${r.bestMax}`, bestAlgo: r.bestAlgo, ratio: r.ratio, verdict: r.verdict,
         ownRingCppUs: r.ownCppUs,
+        ...(r.span ? { spanUs: r.span.addonUs, rawSpanUs: r.span.rawUs, spanRatio: r.span.ratio, spanVerdict: r.span.verdict } : {}),
       })));
     }
   }

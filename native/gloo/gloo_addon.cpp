@@ -62,7 +62,7 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
 
 // glooAlgoStats() -> {meshAllReduces, meshTwoRoundAllReduces, meshAllGathers, meshReduceScatters,
 // legacyAllReduces, legacyAllGathers, legacyReduceScatters, tcpRingCalls, glooAllGathers,
-// meshAllToAlls, shmAllToAlls, tcpAllToAlls, meshRooted, shmRooted, tcpRooted}: calls of
+// meshAllToAlls, shmAllToAlls, tcpAllToAlls, meshRooted, shmRooted, tcpRooted, tcpOnCaller}: calls of
 // this process that took the mesh round, one of Gloo's legacy classes, the backend's own
 // ring or gloo::allgather (gloo_tuning.h), and all-to-alls (gloo_alltoall.cpp) and
 // broadcasts, reduces, gathers and scatters (gloo_rooted.cpp) in the TCP round, through the
@@ -83,6 +83,7 @@ Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   o.Set("meshAllToAlls", static_cast<double>(s.meshAllToAlls.load()));
   o.Set("shmAllToAlls", static_cast<double>(s.shmAllToAlls.load()));
   o.Set("tcpAllToAlls", static_cast<double>(s.tcpAllToAlls.load()));
+  o.Set("tcpOnCaller", static_cast<double>(s.tcpOnCaller.load()));
   o.Set("meshRooted", static_cast<double>(s.meshRooted.load()));
   o.Set("shmRooted", static_cast<double>(s.shmRooted.load()));
   o.Set("tcpRooted", static_cast<double>(s.tcpRooted.load()));

@@ -5,6 +5,7 @@
 // catch), so the byte layout of every call is compared before any data moves.
 // checkCollectives decides only whether dtype, count and op are compared as well.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -239,6 +240,52 @@ bool GlooBackend::prepost(Op& op) {
     op.prepostError = std::current_exception();
   }
   op.preposted = true;
+  return true;
+}
+
+// NCCL_NODE_TCP_CALLER_WAIT_US (default 1000, 0: never): how long a small call whose
+// round completes it waits for its peers' messages on the calling thread. Asleep in
+// poll(), not spinning, so ranks that outnumber the cores lose nothing to it; the wait
+// spares the two thread hand-offs of the worker's path (to it and back), which on this
+// project's 2-core test host cost more than the round: a 2-rank awaited 8-byte
+// all-reduce over loopback took 46-51 µs through the worker, the same round on the
+// calling thread 23-25 (bench/README.md).
+std::chrono::nanoseconds GlooBackend::tcpCallerWait() {
+  const char* v = std::getenv("NCCL_NODE_TCP_CALLER_WAIT_US");
+  const long long us = v ? std::max(0LL, std::atoll(v)) : 1000;
+  return std::chrono::microseconds(us);
+}
+
+// From the engine on the calling thread, right after prepost() put op's message on the
+// wire: a call the round completes (a barrier, or data small enough to ride in it, as
+// the segment's round does within a host) waits there for its peers for a bounded
+// time, and if they are in, completes as agree() would on the worker. The bound adapts
+// as the segment's poll does (finishOnCaller in gloo_shm.cpp): restored when the peers
+// were in, quartered when they were not, so a rank whose peers come late stops waiting
+// for them. A round not complete by then goes on in the worker from where it stopped.
+bool GlooBackend::finishTcpOnCaller(Op& op) {
+  constexpr size_t kCallerBytes = 32 * 1024;
+  if (!op.preposted || op.prepostError || op.rejected || callerWait_.count() == 0 || !mesh_ || op.count == 0 ||
+      op.count * elementSize(op.dtype) > kCallerBytes) {
+    return false;
+  }
+  const MeshBody body = meshBody(op);
+  if (op.kind != OpKind::Barrier && !(body.carried && !body.twoRounds)) return false;
+  try {
+    try {
+      if (!mesh_->waitFor(waitNow_, op.timeout)) {
+        waitNow_ /= 4;
+        return false;
+      }
+      waitNow_ = callerWait_;
+      glooAlgoStats().tcpOnCaller++;
+      agree(op);  // the round is in: the verdict and the result, no further wait
+    } catch (...) {
+      rethrow(op, std::current_exception());  // as run() does: a failed transfer breaks the communicator
+    }
+  } catch (const Error& e) {
+    op.fail(e.code(), e.what());
+  }
   return true;
 }
 

@@ -88,7 +88,10 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
     setupShm(timeout);
     // The round's slots (up to 4 MiB a rank) are touched now rather than in a first call,
     // and not at all where every call takes shared memory.
-    if (!shmSingleHost()) mesh_->prepare();
+    if (!shmSingleHost()) {
+      mesh_->prepare();
+      callerWait_ = waitNow_ = tcpCallerWait();
+    }
   } catch (const Error&) {
     broken_ = true;
     throw;

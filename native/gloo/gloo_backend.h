@@ -68,6 +68,8 @@ class GlooBackend : public Backend {
   bool sharesRejections() const override { return true; }
   bool prepost(Op& op) override;
   bool finishOnCaller(Op& op) override;
+  bool finishTcpOnCaller(Op& op);
+  static std::chrono::nanoseconds tcpCallerWait();
 
  private:
   bool agree(const Op& op);
@@ -188,6 +190,10 @@ class GlooBackend : public Backend {
   // (NCCL_NODE_SHM_CALLER_SPIN_US); 0 when the host's ranks outnumber its cores.
   std::chrono::nanoseconds callerSpin_{0};
   std::chrono::nanoseconds spinNow_{0};  // JS thread: the bound now (finishOnCaller)
+  // Over TCP: how long finishOnCaller() waits in poll() for the agreement round's
+  // messages on the calling thread (NCCL_NODE_TCP_CALLER_WAIT_US), and the bound now.
+  std::chrono::nanoseconds callerWait_{0};
+  std::chrono::nanoseconds waitNow_{0};
 };
 
 }  // namespace ncclnode

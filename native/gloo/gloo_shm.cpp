@@ -431,6 +431,7 @@ bool GlooBackend::shmPrepost(Op& op) {
 // ranks' bounds shrank together and stayed short for hundreds of calls, each handed
 // off; 0.971-0.9997 of calls on the caller against 0.9995-0.9998.)
 bool GlooBackend::finishOnCaller(Op& op) {
+  if (!shmSingleHost()) return finishTcpOnCaller(op);
   if (shmPosted_ == 0 || !op.preposted || callerSpin_.count() == 0) return false;
   if (!shm::arrivedWithin(*shm_, shmPosted_, spinNow_, &aborted_)) {
     spinNow_ /= 4;

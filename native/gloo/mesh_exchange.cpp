@@ -85,6 +85,7 @@ void MeshExchange::post(const void* head, size_t headBytes, const void* body, si
     for (int p = 0; p < size; ++p) uneven = uneven || (p != rank && bodyFor(p) != bodyBytes);
     if (uneven) heads_.resize(static_cast<size_t>(size) * (8 + headBytes));
     inFlight_ = true;
+    phase_ = Phase::Posted;
     for (int i = 1; i < size; ++i) {
       net::Xfer x;
       x.peer = (rank + i) % size;  // staggered, so no peer is everyone's first
@@ -120,33 +121,49 @@ void MeshExchange::post(const void* head, size_t headBytes, const void* body, si
   }
 }
 
-void MeshExchange::waitTcp(std::chrono::milliseconds timeout) {
-  const auto deadline = net::Clock::now() + timeout;
-  std::vector<net::Xfer> recvs;
-  for (int i = 1; i < size_; ++i) {
-    net::Xfer x;
-    x.peer = (rank_ - i + size_) % size_;
-    x.data = slot(x.peer) - 8;
-    x.bytes = 8;
-    recvs.push_back(x);
-  }
-  // The lengths first (with this round's sends), then each peer's bytes.
-  tcp_->transfer(sends_.data(), sends_.size(), recvs.data(), recvs.size(), deadline);
-  for (auto& x : recvs) {
-    uint64_t len = 0;
-    std::memcpy(&len, x.data, 8);
-    if (len > cap_) {
-      throw net::TransportError(Code::Backend, "rank " + std::to_string(x.peer) + " sent a " + std::to_string(len) +
-                                                   "-byte mesh message where at most " + std::to_string(cap_) +
-                                                   " fit (a call this build does not know)");
+// The round's receives in two steps, each peer's 8-byte length (with this round's sends),
+// then each peer's bytes. The Xfers live in the exchange, so a bounded wait that ends
+// early (until) leaves the rest to the next call.
+bool MeshExchange::progressTcp(net::Clock::time_point deadline, net::Clock::time_point until) {
+  if (phase_ == Phase::Idle) return true;
+  if (phase_ == Phase::Posted) {
+    recvs_.clear();
+    for (int i = 1; i < size_; ++i) {
+      net::Xfer x;
+      x.peer = (rank_ - i + size_) % size_;
+      x.data = slot(x.peer) - 8;
+      x.bytes = 8;
+      recvs_.push_back(x);
     }
-    x.data += 8;
-    x.bytes = len;
-    x.done = 0;
+    phase_ = Phase::Lengths;
   }
-  tcp_->transfer(nullptr, 0, recvs.data(), recvs.size(), deadline);
+  if (phase_ == Phase::Lengths) {
+    if (!tcp_->transfer(sends_.data(), sends_.size(), recvs_.data(), recvs_.size(), deadline, {}, until)) return false;
+    for (auto& x : recvs_) {
+      uint64_t len = 0;
+      std::memcpy(&len, x.data, 8);
+      if (len > cap_) {
+        throw net::TransportError(Code::Backend, "rank " + std::to_string(x.peer) + " sent a " + std::to_string(len) +
+                                                     "-byte mesh message where at most " + std::to_string(cap_) +
+                                                     " fit (a call this build does not know)");
+      }
+      x.data += 8;
+      x.bytes = len;
+      x.done = 0;
+    }
+    phase_ = Phase::Bodies;
+  }
+  if (!tcp_->transfer(nullptr, 0, recvs_.data(), recvs_.size(), deadline, {}, until)) return false;
   tcp_->checkAborted();
+  phase_ = Phase::Idle;
   inFlight_ = false;
+  return true;
+}
+
+bool MeshExchange::waitFor(std::chrono::nanoseconds bound, std::chrono::milliseconds timeout) {
+  if (!tcp_ || size_ == 1) return false;
+  const auto now = net::Clock::now();
+  return progressTcp(now + timeout, now + bound);
 }
 
 void MeshExchange::wait(std::chrono::milliseconds timeout) {
@@ -154,7 +171,7 @@ void MeshExchange::wait(std::chrono::milliseconds timeout) {
   const int size = size_;
   if (size == 1) return;
   if (tcp_) {
-    waitTcp(timeout);
+    progressTcp(net::Clock::now() + timeout, net::Clock::time_point::max());
     return;
   }
   // One deadline for the whole round, not one timeout per peer. Never pass Gloo a

@@ -58,6 +58,10 @@ class MeshExchange {
   void post(const void* head, size_t headBytes, const void* body, size_t bodyBytes, size_t bodyStride = 0,
             size_t bodyEnd = SIZE_MAX, int bodyTo = -1);
   void wait(std::chrono::milliseconds timeout);
+  // Over TCP: wait() for at most `bound` (within the round's timeout): true when the round
+  // completed, false when the bound passed first, the round's progress kept for the next
+  // waitFor() or wait() (on any thread, one at a time). Throws as wait() does.
+  bool waitFor(std::chrono::nanoseconds bound, std::chrono::milliseconds timeout);
 
   // Allocates and touches the slots (one per rank, up to capacity() each): at once over
   // Gloo's buffers; over TCP on the first round, or earlier where the caller knows the
@@ -78,7 +82,8 @@ class MeshExchange {
  private:
   // Each rank's slot: an 8-byte length (the TCP frame header), then up to cap bytes.
   uint8_t* slot(int r) const { return const_cast<uint8_t*>(scratch_.data()) + static_cast<size_t>(r) * stride_ + 8; }
-  void waitTcp(std::chrono::milliseconds timeout);
+  // Over TCP: moves the round on until it completes (true) or `until` passes (false).
+  bool progressTcp(std::chrono::steady_clock::time_point deadline, std::chrono::steady_clock::time_point until);
 
   std::shared_ptr<gloo::Context> ctx_;
   net::TcpMesh* tcp_ = nullptr;
@@ -89,6 +94,9 @@ class MeshExchange {
   std::vector<uint8_t> scratch_;  // size x stride: one message per rank
   std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
   std::vector<net::Xfer> sends_;  // TCP: this round's sends still in progress
+  std::vector<net::Xfer> recvs_;  // TCP: this round's receives (lengths, then bodies)
+  enum class Phase { Idle, Posted, Lengths, Bodies };
+  Phase phase_ = Phase::Idle;     // TCP: where this round's receives stand
   std::vector<uint8_t> heads_;    // TCP: per-peer frame headers where the bodies' lengths differ
   std::atomic<bool> inFlight_{false};
 };

@@ -316,8 +316,8 @@ void TcpMesh::trySend(Xfer* sends, size_t nSends, size_t upTo) {
   for (size_t i = 0; i < nSends; ++i) sendSome(sends[i], std::min(sends[i].bytes, upTo), true);
 }
 
-void TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, Clock::time_point deadline,
-                       const std::function<void(size_t)>& onRecv) {
+bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, Clock::time_point deadline,
+                       const std::function<void(size_t)>& onRecv, Clock::time_point until) {
   std::vector<pollfd> pfds;
   while (true) {
     if (aborted_) throw TransportError(Code::CommAborted, "communicator was aborted");
@@ -351,7 +351,7 @@ void TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
       }
       if (x.done < x.bytes) pending = true;
     }
-    if (!pending) return;
+    if (!pending) return true;
     if (progressed) continue;
     pfds.clear();
     for (size_t i = 0; i < nSends; ++i) {
@@ -361,8 +361,9 @@ void TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
       if (recvs[i].done < recvs[i].bytes) pfds.push_back({fds_[static_cast<size_t>(recvs[i].peer)], POLLIN, 0});
     }
     pfds.push_back({wake_, POLLIN, 0});
-    const int ms = msLeft(deadline);
-    if (ms == 0) {
+    const auto now = Clock::now();
+    if (now >= until) return false;
+    if (now >= deadline) {
       int who = -1;
       for (size_t i = 0; i < nRecvs && who < 0; ++i) {
         if (recvs[i].done < recvs[i].bytes) who = recvs[i].peer;
@@ -372,7 +373,10 @@ void TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
       }
       throw TransportError(Code::Timeout, "rank " + std::to_string(who) + " (tcp)");
     }
-    const int rc = ::poll(pfds.data(), pfds.size(), ms);
+    // To the nanosecond: a bounded wait on the calling thread is microseconds long.
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(std::min(deadline, until) - now).count();
+    const timespec wait{static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
+    const int rc = ::ppoll(pfds.data(), pfds.size(), &wait, nullptr);
     if (rc < 0 && errno != EINTR) throw TransportError(Code::Backend, std::string("tcp: poll: ") + std::strerror(errno));
   }
 }

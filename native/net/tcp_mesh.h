@@ -74,9 +74,12 @@ class TcpMesh {
   // each read into recvs[i]. Throws TransportError: PeerLost when a peer closes or resets its
   // connection, Timeout past the deadline (the message names the peer), CommAborted after abort().
   // A failed transfer leaves the byte streams out of step: the caller marks the
-  // communicator broken.
-  void transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, Clock::time_point deadline,
-                const std::function<void(size_t)>& onRecv = {});
+  // communicator broken. With `until` before the deadline: returns false once it has
+  // passed with something still to move (a bounded wait, no failure: each Xfer's done
+  // says how far it got, and a later call with the same Xfers goes on from there);
+  // true when all is done.
+  bool transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, Clock::time_point deadline,
+                const std::function<void(size_t)>& onRecv = {}, Clock::time_point until = Clock::time_point::max());
 
   // One pass of nonblocking writes of at most the first upTo bytes of each transfer,
   // never waiting (the caller's thread posts a call's messages this way, as far as is

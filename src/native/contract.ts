@@ -338,6 +338,8 @@ export interface GlooAlgoStats {
   shmRooted: number;
   /** Broadcasts, reduces, gathers and scatters on the backend's own TCP connections. */
   tcpRooted: number;
+  /** Calls whose TCP agreement round completed them on the calling thread (its peers waited for briefly). */
+  tcpOnCaller: number;
 }
 
 export interface GlooShmStats {

@@ -1,6 +1,6 @@
 /**
  * Rank scripts that run named phases and report one row per phase (test/fixtures/
- * sync-allreduce.ts, prepared-allreduce.ts, shm-caller.ts): run them, expect every rank
+ * sync-allreduce.ts, prepared-allreduce.ts, caller.ts): run them, expect every rank
  * to exit 0, and find a phase's row.
  */
 import { expect } from 'vitest';

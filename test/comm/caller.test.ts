@@ -1,17 +1,24 @@
 import { describe, expect, it } from 'vitest';
 import { phaseOf as phase, runPhases } from '../helpers/phases.js';
 
-// Small all-reduces and barriers between ranks of one host complete on the calling
-// thread when the peers' parts arrive within a short poll (gloo_shm.cpp,
-// finishOnCaller), else on the worker. Both ways must give the reference's results,
-// the same verdicts, and never hold the JS thread beyond the poll's bound.
+// Small all-reduces and barriers complete on the calling thread when the peers' parts
+// arrive within a short bound, else on the worker: between ranks of one host through
+// the shared-memory segment (gloo_shm.cpp, finishOnCaller: a poll of the segment), and
+// over TCP (gloo_agreement.cpp, finishTcpOnCaller: a wait in poll() on the round's
+// sockets, whose progress the worker takes over when the bound passes). Both ways must
+// give the reference's results, the same verdicts, and never hold the JS thread beyond
+// the bound.
 type Row = { phase?: string; calls?: number; wrong?: number; failures?: string[]; heldMs?: number; onCaller?: number; codes?: string[]; after?: number[]; done?: boolean;
   lateHeldMs?: number[]; restoredHeldMs?: number };
 
-const run = (size: number, phases: string, env: Record<string, string> = {}): Promise<Row[][]> =>
-  runPhases('test/fixtures/shm-caller.ts', size, phases, { NCCL_NODE_SHM: '1', ...env }, 60_000);
+const PATHS = [
+  ['shared memory', { NCCL_NODE_SHM: '1' }, 'NCCL_NODE_SHM_CALLER_SPIN_US'],
+  ['TCP', { NCCL_NODE_SHM: '0' }, 'NCCL_NODE_TCP_CALLER_WAIT_US'],
+] as const;
 
-describe('small calls completed on the calling thread (shared memory)', () => {
+describe.each(PATHS)('small calls completed on the calling thread (%s)', (_path, pathEnv, boundVar) => {
+  const run = (size: number, phases: string, env: Record<string, string> = {}): Promise<Row[][]> =>
+    runPhases('test/fixtures/caller.ts', size, phases, { ...pathEnv, ...env }, 60_000);
   it('2 ranks back to back: every dtype and op equals the reference, and calls complete on the calling thread', async () => {
     const ranks = await run(2, 'tight,late,mismatch');
     for (const rows of ranks) {
@@ -35,8 +42,8 @@ describe('small calls completed on the calling thread (shared memory)', () => {
     expect(phase(ranks[0]!, 'late').onCaller).toBeLessThan(20);
   }, 90_000);
 
-  it('NCCL_NODE_SHM_CALLER_SPIN_US=0: the same results, every call through the worker', async () => {
-    const ranks = await run(2, 'tight,mismatch', { NCCL_NODE_SHM_CALLER_SPIN_US: '0' });
+  it(`${boundVar}=0: the same results, every call through the worker`, async () => {
+    const ranks = await run(2, 'tight,mismatch', { [boundVar]: '0' });
     for (const rows of ranks) {
       expect(phase(rows, 'tight').failures).toEqual([]);
       expect(phase(rows, 'tight').onCaller).toBe(0);
@@ -45,10 +52,10 @@ describe('small calls completed on the calling thread (shared memory)', () => {
   }, 90_000);
 
   it('the poll lasts its bound, a poll that gives up shrinks it, one that succeeds restores it', async () => {
-    // An 8 ms bound (NCCL_NODE_SHM_CALLER_SPIN_US) against a peer 30 ms late: the first
+    // An 8 ms bound against a peer 30 ms late: the first
     // late call polls the whole bound, no longer, and the next ones a quarter of the one
     // before; after calls whose peers were in at once, a late call polls the whole bound again.
-    const ranks = await run(2, 'bound', { NCCL_NODE_SHM_CALLER_SPIN_US: '8000' });
+    const ranks = await run(2, 'bound', { [boundVar]: '8000' });
     for (const rows of ranks) expect(phase(rows, 'bound').failures).toEqual([]);
     const r0 = phase(ranks[0]!, 'bound');
     const [first, second, third] = r0.lateHeldMs!;
