@@ -54,14 +54,20 @@ async function spanOf(bytes: number, call: () => PromiseLike<unknown>): Promise<
   return span[0]!;
 }
 
+let warming = true;
 const emit = (coll: string, size: number, us: number, spanUs?: number): void => {
+  if (warming) return;
   const line = { coll, size, us: Number(us.toFixed(1)), ...(spanUs === undefined ? {} : { spanUs: Number(spanUs.toFixed(1)) }), iters: itersFor(size) };
   if (comm.rank === 0) process.stdout.write(`${JSON.stringify(line)}\n`);
 };
 const rooted = async (coll: string, bytes: number, call: () => PromiseLike<unknown>): Promise<void> =>
   emit(coll, bytes, await time(bytes, call), await spanOf(bytes, call));
 
-for (const bytes of SIZES) {
+// One untimed pass over every collective at the first size, `ITERS` calls each, before
+// anything is timed: the first sizes would otherwise run while V8 compiles this loop and
+// the library's call path on one of the host's cores (raw Gloo from C++ has nothing to compile).
+for (const [i, bytes] of [SIZES[0]!, ...SIZES].entries()) {
+  warming = i === 0;
   const count = Math.max(1, Math.floor(bytes / 4));
   const per = Math.max(1, Math.floor(count / P));
   emit('allreduce', bytes, await time(bytes, () => comm.allReduce(input.subarray(0, count))));
