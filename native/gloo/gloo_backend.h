@@ -120,7 +120,8 @@ class GlooBackend : public Backend {
   using RoundRead = std::function<void(size_t at, size_t len, const shm::Reader& from)>;
   void shmRounds(const Op& op, size_t total, const uint8_t* mine, const RoundRead& read);
   // The root's block p to or from rank p over the own connections, at once.
-  void rootTransfer(const Op& op, uint8_t* base, uint8_t* mine, size_t bytes, bool toPeers);
+  void rootTransfer(const Op& op, uint8_t* base, uint8_t* mine, size_t bytes, bool toPeers,
+                    const std::function<void()>& ownCopy);
   void send(Op& op);
   void recv(Op& op);
   [[noreturn]] void rethrow(const Op& op, std::exception_ptr e);

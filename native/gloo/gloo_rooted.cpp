@@ -119,8 +119,11 @@ void GlooBackend::shmRounds(const Op& op, size_t total, const uint8_t* mine, con
 
 // Between the root and every peer at once over the own connections: the root's block p
 // (at base + p * bytes) goes to rank p (toPeers) or comes from it; a peer's `mine` the
-// other way.
-void GlooBackend::rootTransfer(const Op& op, uint8_t* base, uint8_t* mine, size_t bytes, bool toPeers) {
+// other way. The root's copy of its own block (ownCopy) runs while the bytes are under
+// way: after a first nonblocking write of its sends, or while its peers' blocks fill its
+// sockets' buffers, not after the transfer.
+void GlooBackend::rootTransfer(const Op& op, uint8_t* base, uint8_t* mine, size_t bytes, bool toPeers,
+                               const std::function<void()>& ownCopy) {
   std::vector<net::Xfer> xfers;
   if (cfg_.rank == op.root) {
     xfers.reserve(static_cast<size_t>(cfg_.size));
@@ -139,6 +142,10 @@ void GlooBackend::rootTransfer(const Op& op, uint8_t* base, uint8_t* mine, size_
     xfers.push_back(x);
   }
   const bool sends = toPeers == (cfg_.rank == op.root);
+  if (cfg_.rank == op.root) {
+    if (sends) tcp_->trySend(xfers.data(), xfers.size());
+    ownCopy();
+  }
   tcp_->transfer(sends ? xfers.data() : nullptr, sends ? xfers.size() : 0, sends ? nullptr : xfers.data(),
                  sends ? 0 : xfers.size(), deadlineOf(op));
   glooAlgoStats().tcpRooted++;
@@ -220,6 +227,9 @@ void GlooBackend::gather(Op& op) {
   // The root's input is apart from the peers' blocks of its output, or its own block.
   const auto* in = static_cast<const uint8_t*>(op.send.data);
   auto* recv = static_cast<uint8_t*>(op.recv.data);
+  const auto own = [&] {
+    if (root) std::memmove(recv + me * bytes, in, bytes);
+  };
   if (shmSingleHost()) {
     shmRounds(op, bytes, in, [&](size_t at, size_t len, const shm::Reader& from) {
       if (!root) return;
@@ -227,10 +237,10 @@ void GlooBackend::gather(Op& op) {
         if (r != cfg_.rank) std::memcpy(recv + static_cast<size_t>(r) * bytes + at, from(r), len);
       }
     });
+    own();
   } else {
-    rootTransfer(op, recv, const_cast<uint8_t*>(in), bytes, false);
+    rootTransfer(op, recv, const_cast<uint8_t*>(in), bytes, false, own);
   }
-  if (root) std::memmove(recv + me * bytes, in, bytes);
 }
 
 // Block r of the root's input to rank r. Through the segment the root posts its input a
@@ -242,6 +252,9 @@ void GlooBackend::scatter(Op& op) {
   const size_t me = static_cast<size_t>(cfg_.rank);
   const auto* send = static_cast<const uint8_t*>(op.send.data);
   auto* recv = static_cast<uint8_t*>(op.recv.data);
+  const auto own = [&] {
+    if (root) std::memmove(recv, send + me * bytes, bytes);
+  };
   if (shmSingleHost()) {
     shmRounds(op, bytes * static_cast<size_t>(cfg_.size), root ? send : nullptr,
               [&](size_t at, size_t len, const shm::Reader& from) {
@@ -251,10 +264,10 @@ void GlooBackend::scatter(Op& op) {
                 const size_t hi = std::min(at + len, (me + 1) * bytes);
                 if (lo < hi) std::memcpy(recv + (lo - me * bytes), from(op.root) + (lo - at), hi - lo);
               });
+    own();
   } else {
-    rootTransfer(op, const_cast<uint8_t*>(send), recv, bytes, true);
+    rootTransfer(op, const_cast<uint8_t*>(send), recv, bytes, true, own);
   }
-  if (root) std::memmove(recv, send + me * bytes, bytes);
 }
 
 }  // namespace ncclnode

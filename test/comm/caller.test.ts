@@ -9,7 +9,8 @@ import { phaseOf as phase, runPhases } from '../helpers/phases.js';
 // give the reference's results, the same verdicts, and never hold the JS thread beyond
 // the bound.
 type Row = { phase?: string; calls?: number; wrong?: number; failures?: string[]; heldMs?: number; onCaller?: number; codes?: string[]; after?: number[]; done?: boolean;
-  lateHeldMs?: number[]; restoredHeldMs?: number };
+  lateHeldMs?: number[]; restoredHeldMs?: number; failMs?: number[] };
+type DeathRow = Omit<Row, 'heldMs'> & { heldMs?: number[] };
 
 const PATHS = [
   ['shared memory', { NCCL_NODE_SHM: '1' }, 'NCCL_NODE_SHM_CALLER_SPIN_US'],
@@ -64,6 +65,24 @@ describe.each(PATHS)('small calls completed on the calling thread (%s)', (_path,
     expect(second).toBeLessThan(first! / 2); // 2 ms bound
     expect(third).toBeLessThan(first! / 2); // 0.5 ms bound
     expect(r0.restoredHeldMs).toBeGreaterThanOrEqual(7.5);
+  }, 60_000);
+
+  it('a peer that leaves while the others wait for it: the call fails with ERR_PEER_LOST, the next one at once', async () => {
+    // A 10 s bound: over TCP the waiting rank sits in poll() on the calling thread when
+    // its peer's connection closes, and must fail there, not wait out the bound; through
+    // the segment the poll gives up only at its bound, then the worker finds the peer gone.
+    const ranks = await run(3, 'death', { [boundVar]: '10000000', NCCL_NODE_TIMEOUT_MS: '30000' });
+    for (const r of [0, 2]) {
+      const death = phase(ranks[r]!, 'death') as unknown as DeathRow;
+      expect(death.codes, `rank ${r}`).toEqual(['ERR_PEER_LOST', 'ERR_COMM_ABORTED']);
+      expect(death.failMs![1], `rank ${r}: the second call fails at once`).toBeLessThan(1000);
+      if (boundVar === 'NCCL_NODE_TCP_CALLER_WAIT_US') {
+        // Found by the wait on the calling thread (it held the call until the peer left,
+        // 300 ms in), not by the bound running out, nor handed to the worker.
+        expect(death.heldMs![0], `rank ${r}`).toBeGreaterThan(150);
+        expect(death.failMs![0], `rank ${r}`).toBeLessThan(5000);
+      }
+    }
   }, 60_000);
 
   it('a peer 3 s late: the call returns its promise at once and completes when the peer comes', async () => {
