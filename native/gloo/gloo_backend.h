@@ -188,8 +188,10 @@ class GlooBackend : public Backend {
   std::unique_ptr<net::TcpMesh> leaders_;     // one rank per host, when the group spans hosts
   uint64_t shmPosted_ = 0;  // the segment round prepost() started for the next op, 0: none
   // How long finishOnCaller() waits for the host's other ranks on the calling thread
-  // (NCCL_NODE_SHM_CALLER_SPIN_US); 0 when the host's ranks outnumber its cores.
+  // (NCCL_NODE_SHM_CALLER_SPIN_US), and whether it yields the core between looks (the
+  // host's ranks outnumber its cores).
   std::chrono::nanoseconds callerSpin_{0};
+  bool callerYield_ = false;
   std::chrono::nanoseconds spinNow_{0};  // JS thread: the bound now (finishOnCaller)
   // Over TCP: how long finishOnCaller() waits in poll() for the agreement round's
   // messages on the calling thread (NCCL_NODE_TCP_CALLER_WAIT_US), and the bound now.

@@ -80,14 +80,20 @@ size_t chunkBytes() {
 // wait sleeping in steps of up to 500 us (shm_segment.cpp), so polling that long at most
 // doubles what a late peer costs, while a 50 us bound handed off 0.4-1.3 % of back-to-back
 // calls that then took 31-50 % of the time (bench/README.md, "Shared memory within a host").
-// Not at all when the host's ranks outnumber its cores: the rank polled for may be
-// waiting for this very core.
 std::chrono::nanoseconds callerSpin(int locals) {
   const char* v = std::getenv("NCCL_NODE_SHM_CALLER_SPIN_US");
   const long long us = v ? std::max(0LL, std::atoll(v)) : 1000;
-  const unsigned cores = std::thread::hardware_concurrency();
-  if (locals < 2 || (cores != 0 && static_cast<unsigned>(locals) > cores)) return std::chrono::nanoseconds(0);
+  if (locals < 2) return std::chrono::nanoseconds(0);
   return std::chrono::microseconds(us);
+}
+
+// When the host's ranks outnumber its cores the rank polled for may be waiting for this
+// very core: the poll then yields it between looks (sched_yield) instead of holding it.
+// It used to be off there, every call going through the worker: 4 ranks on 2 cores,
+// awaited 8-byte all-reduces took 30-51 µs that way and 7-16 yielding (bench/README.md).
+bool callerYields(int locals) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores != 0 && static_cast<unsigned>(locals) > cores;
 }
 
 // The largest all-reduce the agreement round carries: every rank then reduces all of
@@ -198,6 +204,7 @@ void GlooBackend::setupShm(std::chrono::milliseconds timeout) {
   // connections (native/net/), a ring of one rank per host.
   if (hosts > 1 && group->localRank == 0) openTcp(hostOf[cfg_.rank], hosts, base + "leaders/tcp/", &leaders_, timeout);
   callerSpin_ = spinNow_ = callerSpin(group->locals);
+  callerYield_ = callerYields(group->locals);
   std::lock_guard<std::mutex> lock(ctxMu_);  // abort() may run on another thread
   shm_ = std::move(group);
 }
@@ -433,7 +440,7 @@ bool GlooBackend::shmPrepost(Op& op) {
 bool GlooBackend::finishOnCaller(Op& op) {
   if (!shmSingleHost()) return finishTcpOnCaller(op);
   if (shmPosted_ == 0 || !op.preposted || callerSpin_.count() == 0) return false;
-  if (!shm::arrivedWithin(*shm_, shmPosted_, spinNow_, &aborted_)) {
+  if (!shm::arrivedWithin(*shm_, shmPosted_, spinNow_, &aborted_, callerYield_)) {
     spinNow_ /= 4;
     return false;
   }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <sched.h>
+
 namespace ncclnode {
 namespace shm {
 
@@ -147,7 +149,8 @@ uint64_t tryPost(HostGroup& g, const void* head, size_t headBytes, const void* b
   return s;
 }
 
-bool arrivedWithin(const HostGroup& g, uint64_t step, std::chrono::nanoseconds spin, const std::atomic<bool>* abort) {
+bool arrivedWithin(const HostGroup& g, uint64_t step, std::chrono::nanoseconds spin, const std::atomic<bool>* abort,
+                   bool yield) {
   const Segment& seg = *g.seg;
   // The clock is read from the 32nd poll on, every 32 polls (a poll is a few loads of
   // shared lines, a clock read about as long as 20): peers that are already in, or in
@@ -160,7 +163,11 @@ bool arrivedWithin(const HostGroup& g, uint64_t step, std::chrono::nanoseconds s
       if (i == 32) until = now + spin;
       if (now >= until || seg.poisoned() || (abort && abort->load())) return false;
     }
-    cpuRelax();
+    if (yield) {
+      sched_yield();
+    } else {
+      cpuRelax();
+    }
   }
 }
 

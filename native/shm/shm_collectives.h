@@ -63,11 +63,13 @@ void exchange(HostGroup& g, const void* head, size_t headBytes, const void* body
 // finished there or on the worker. tryPost() posts head + body as the next round's
 // message when that round's slot is free (every rank has finished the round two
 // back) and returns its step, else 0, without waiting. arrivedWithin() polls, never
-// sleeping, for at most `spin` until every rank has posted round `step` (false at once
+// sleeping (with yield, giving the core to any other thread that wants it between looks),
+// for at most `spin` until every rank has posted round `step` (false at once
 // on a poisoned segment or an abort). finish() waits for them and completes the round
 // as exchange() does.
 uint64_t tryPost(HostGroup& g, const void* head, size_t headBytes, const void* body, size_t bodyBytes);
-bool arrivedWithin(const HostGroup& g, uint64_t step, std::chrono::nanoseconds spin, const std::atomic<bool>* abort);
+bool arrivedWithin(const HostGroup& g, uint64_t step, std::chrono::nanoseconds spin, const std::atomic<bool>* abort,
+                   bool yield = false);
 void finish(HostGroup& g, uint64_t step, std::chrono::milliseconds timeout, const std::atomic<bool>* abort,
             const std::function<void(const Reader&)>& use);
 

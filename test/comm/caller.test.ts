@@ -43,6 +43,17 @@ describe.each(PATHS)('small calls completed on the calling thread (%s)', (_path,
     expect(phase(ranks[0]!, 'late').onCaller).toBeLessThan(20);
   }, 90_000);
 
+  it('4 ranks (more than the cores of a 2-core host, where the poll yields the core): the same results, on the calling thread too', async () => {
+    const ranks = await run(4, 'tight,mismatch');
+    for (const rows of ranks) {
+      const tight = phase(rows, 'tight');
+      expect(tight.failures).toEqual([]);
+      expect(tight.wrong).toBe(0);
+      expect(tight.onCaller).toBeGreaterThan(0);
+      expect(phase(rows, 'mismatch').codes).toEqual(['ERR_SIZE_MISMATCH']);
+    }
+  }, 90_000);
+
   it(`${boundVar}=0: the same results, every call through the worker`, async () => {
     const ranks = await run(2, 'tight,mismatch', { [boundVar]: '0' });
     for (const rows of ranks) {
