@@ -265,12 +265,14 @@ std::chrono::nanoseconds GlooBackend::tcpCallerWait() {
 // for them. A round not complete by then goes on in the worker from where it stopped.
 bool GlooBackend::finishTcpOnCaller(Op& op) {
   constexpr size_t kCallerBytes = 32 * 1024;
-  if (!op.preposted || op.prepostError || op.rejected || callerWait_.count() == 0 || !mesh_ || op.count == 0 ||
+  if (!op.preposted || op.prepostError || op.rejected || callerWait_.count() == 0 || !mesh_ ||
       op.count * elementSize(op.dtype) > kCallerBytes) {
     return false;
   }
+  // A barrier is the round itself; another call, when its data rides in it (a zero count
+  // moves nothing, but finishes in run(), after the round).
   const MeshBody body = meshBody(op);
-  if (op.kind != OpKind::Barrier && !(body.carried && !body.twoRounds)) return false;
+  if (op.kind != OpKind::Barrier && !(op.count > 0 && body.carried && !body.twoRounds)) return false;
   try {
     try {
       if (!mesh_->waitFor(waitNow_, op.timeout)) {

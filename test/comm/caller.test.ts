@@ -21,8 +21,11 @@ describe.each(PATHS)('small calls completed on the calling thread (%s)', (_path,
   const run = (size: number, phases: string, env: Record<string, string> = {}): Promise<Row[][]> =>
     runPhases('test/fixtures/caller.ts', size, phases, { ...pathEnv, ...env }, 60_000);
   it('2 ranks back to back: every dtype and op equals the reference, and calls complete on the calling thread', async () => {
-    const ranks = await run(2, 'tight,late,mismatch');
+    const ranks = await run(2, 'tight,late,mismatch,barriers');
     for (const rows of ranks) {
+      // A barrier is the round alone: it completes there too.
+      expect(phase(rows, 'barriers').calls).toBe(200);
+      expect(phase(rows, 'barriers').onCaller).toBeGreaterThan(0);
       const tight = phase(rows, 'tight');
       expect(tight.failures).toEqual([]);
       expect(tight.wrong).toBe(0);
