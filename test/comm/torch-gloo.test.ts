@@ -63,7 +63,7 @@ describe('over the own TCP connections, against torch.distributed on Gloo', () =
       expect(stats.meshAllReduces! + stats.meshAllGathers! + stats.meshReduceScatters!).toBeGreaterThan(0);
       // Beyond 2 ranks, mid-size all-reduces (65537 elements: blocks that do not divide evenly) take two rounds.
       if (size > 2) expect(stats.meshTwoRoundAllReduces).toBeGreaterThan(0);
-      // Small all-to-alls rode in the round; 65537-element blocks and every per-pair one went over the connections.
+      // Small all-to-alls rode in the round; 2500009-element inputs and every per-pair one went over the connections.
       expect(stats.meshAllToAlls).toBeGreaterThan(0);
       expect(stats.tcpAllToAlls).toBeGreaterThan(0);
       // Broadcast, reduce, gather and scatter: small ones in the round, 2.5 M elements on the connections.
