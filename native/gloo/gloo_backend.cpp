@@ -90,7 +90,7 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
     // and not at all where every call takes shared memory.
     if (!shmSingleHost()) {
       mesh_->prepare();
-      caller_.set(tcpCallerWait());
+      callerWait_ = waitNow_ = tcpCallerWait();
     }
   } catch (const Error&) {
     broken_ = true;
