@@ -426,6 +426,14 @@ export class Launcher {
   /** The store's host saw a node of the running attempt vanish (its launcher's connections closed). */
   private nodeLost(attempt: number, nodeRank: number, member: Ticket['members'][number], why = 'its store connection closed'): void {
     if (attempt !== this.attempt || (this.phase !== 'running' && this.phase !== 'finishing')) return;
+    if (this.server === undefined && this.ranks.every((r) => r.exit?.code === 0)) {
+      // This node's work is done and it waits for no one (the store's host waits for every
+      // done key, so a lost node still fails it). Node 0 leaves once every done key is in,
+      // and the news of its lease going can come before this launcher has seen its own last
+      // done write answered or has finished reaping: nothing is lost here.
+      if (this.phase === 'running') void this.finish();
+      return;
+    }
     this.fail({
       reason: 'node-lost',
       exitCode: 1,

@@ -165,6 +165,44 @@ describe('nccl-node run --rdzv-backend etcd', { timeout: 60_000 }, () => {
     expect(keys[0]!.lease).not.toBe('0');
   });
 
+  it('a node whose ranks all exited 0 ends 0, and stops nothing as failed, when node 0 finishes and leaves while it still reaps', async () => {
+    // A leads, so A is node 0 and hosts the store. Every rank leaves a shell that outlives
+    // SIGTERM (logging each), so each launcher reaps for its grace period after its ranks
+    // exited 0: A for 3 s once every done key is in, B for 8 s. B is stopped while A reaps
+    // and continued once A has revoked its lease and closed the store: B then sees node 0's
+    // lease gone and the store unreachable, with its own ranks' work done.
+    const log = path.join(reports, '..', `${path.basename(reports)}.linger`);
+    const env = { ETCD_LINGER_LOG: log };
+    const a = node('A', flags('job-late-reap', '2:2', ['--grace-period', '3']), env);
+    await waitForKey('/nccl-node/job-late-reap/leader');
+    const b = node('B', flags('job-late-reap', '2:2', ['--grace-period', '8']), env);
+    try {
+      await waitFor('attempt 0 on both nodes', () => attempt(0).length === 4);
+      expect(attempt(0)).toEqual([['A', 0, 4, 0, 10], ['A', 1, 4, 0, 10], ['B', 2, 4, 1, 10], ['B', 3, 4, 1, 10]]);
+      const alive = (pid: number): boolean => {
+        try {
+          process.kill(pid, 0);
+          return true;
+        } catch {
+          return false;
+        }
+      };
+      await waitFor('B\'s ranks to exit', () => readReports().filter((r) => r.tag === 'B').every((r) => !alive(r.pid)));
+      await new Promise((r) => setTimeout(r, 500)); // their done keys reach A's store
+      b.child.kill('SIGSTOP');
+      const endA = await a.done;
+      b.child.kill('SIGCONT');
+      const endB = await b.done;
+      expect({ a: endA.code, b: endB.code, err: endA.code === 0 && endB.code === 0 ? '' : a.stderr() + b.stderr() }).toEqual({ a: 0, b: 0, err: '' });
+      // One SIGTERM per leftover shell, from its launcher's clean end: a node-lost failure
+      // would have stopped B's groups a second time.
+      const terms = readFileSync(log, 'utf8').split('\n').filter(Boolean).map((l) => l.split(' ')[0]).sort();
+      expect(terms).toEqual(['A', 'A', 'B', 'B']);
+    } finally {
+      rmSync(log, { force: true });
+    }
+  });
+
   it('losing the node that hosts the attempt\'s store re-forms the gang with another host, which completes', async () => {
     // A longer last call than B takes to start: attempt 0 waits for B.
     const extra = ['--max-restarts', '1', '--rdzv-last-call', '4'];
