@@ -156,7 +156,10 @@ void GlooBackend::setupShm(std::chrono::milliseconds timeout) {
                                                          std::to_string(cfg_.storePort))) +
                                "-" + hex(fnv1a(cfg_.prefix)) + "-h" + std::to_string(hostOf[cfg_.rank]);
       std::random_device rd;
-      const uint64_t nonce = (static_cast<uint64_t>(rd()) << 32 | rd()) ^ static_cast<uint64_t>(getpid());
+      // The top bit set: a round's flag (step ^ nonce) then never looks like a chunk of
+      // fewer than 8 bytes over a cleared flag word (shm_collectives.cpp, clearFlag()).
+      const uint64_t nonce =
+          ((static_cast<uint64_t>(rd()) << 32 | rd()) ^ static_cast<uint64_t>(getpid())) | (uint64_t{1} << 63);
       std::string announce;
       try {
         group->seg = shm::Segment::create(name, group->locals, group->chunkBytes, nonce);

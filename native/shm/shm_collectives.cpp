@@ -13,6 +13,16 @@ Stats& stats() {
   return s;
 }
 
+namespace {
+// A round's message starts with a flag word (post() below); the chunked collectives put
+// their data at the same place. A chunk shorter than the word would leave the old flag's
+// other bytes there, and such a word differs from the flag of the round two steps later
+// in its low byte alone: one value in 256 read as that round's message while the slot
+// still held the old one. The word is cleared before the data goes in, so a slot holding
+// data never has a flag's top byte (setupShm() sets the nonce's top bit).
+void clearFlag(uint8_t* slot) { __atomic_store_n(reinterpret_cast<uint64_t*>(slot), 0, __ATOMIC_RELAXED); }
+}  // namespace
+
 void allReduce(HostGroup& g, const void* in, void* out, size_t count, DType dtype, RedOp op,
                std::chrono::milliseconds timeout, const std::atomic<bool>* abort, const InterHost& interHost,
                int root) {
@@ -53,6 +63,7 @@ void allReduce(HostGroup& g, const void* in, void* out, size_t count, DType dtyp
     const int b = static_cast<int>(s & 1);
     // Slot b was last used at step s-2: every rank must have finished it.
     if (s > 2) w.all(&RankCtl::done, s - 2);
+    clearFlag(seg.slot(me, b));
     std::memcpy(seg.slot(me, b), src + off * width, n * width);
     mine.posted.store(s, std::memory_order_release);
     w.all(&RankCtl::posted, s);
@@ -92,8 +103,9 @@ namespace {
 // in and brings a small all-reduce's whole message (flag, fingerprint, 8 bytes of data);
 // polling the rank's posted counter instead took one transfer for the counter and another
 // for the message after it, and the counter's line bounces with every done as well. The
-// nonce keeps what other collectives leave in a slot (they use its first word as data)
-// from reading as a flag: a value equal to step ^ nonce would have to be guessed. The
+// nonce keeps what other collectives leave in a slot (they use its first word as data,
+// cleared first: clearFlag()) from reading as a flag: eight bytes of data equal to
+// step ^ nonce would have to be guessed, and fewer leave a zero top byte. The
 // posted counter is still written, after the flag, for the waits that watch it.
 uint64_t roundFlag(const Segment& seg, uint64_t s) { return s ^ seg.nonce(); }
 uint64_t* flagOf(uint8_t* slot) { return reinterpret_cast<uint64_t*>(slot); }
@@ -210,6 +222,7 @@ void allGather(HostGroup& g, const void* in, void* out, size_t count, size_t wid
     const uint64_t s = ++g.step;
     const int b = static_cast<int>(s & 1);
     if (s > 2) w.all(&RankCtl::done, s - 2);
+    clearFlag(seg.slot(me, b));
     std::memcpy(seg.slot(me, b), src + off * width, n * width);
     mine.posted.store(s, std::memory_order_release);
     // Copy each peer's part as soon as it is there, not after the slowest.
@@ -235,6 +248,7 @@ void pieceRounds(HostGroup& g, Waiter& w, size_t rounds, Fill fill, Take take) {
     const uint64_t s = ++g.step;
     const int b = static_cast<int>(s & 1);
     if (s > 2) w.all(&RankCtl::done, s - 2);
+    clearFlag(seg.slot(g.localRank, b));
     fill(seg.slot(g.localRank, b), k);
     mine.posted.store(s, std::memory_order_release);
     w.all(&RankCtl::posted, s);
