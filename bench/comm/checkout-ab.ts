@@ -6,8 +6,10 @@
  * (bench/README.md) fall on both alike. Per block the time per call of a back-to-back
  * loop of 8-byte float32 sums: blocking `allReduceSync` (sync) or awaited `allReduce`
  * (awaited); or of awaited float32 `allToAll`s of --bytes per rank (alltoall), or
- * `broadcast`, `reduce` (sum), `gather` and `scatter` of --bytes per rank (a gather's
- * input, a scatter's output; the root rotates over the ranks call by call); on rank 0;
+ * `allGather`s and `reduceScatter`s (sum) of --bytes a rank's block (allgather,
+ * reducescatter), or `broadcast`, `reduce` (sum), `gather` and `scatter` of --bytes per
+ * rank (a gather's input, a scatter's output; the root rotates over the ranks call by
+ * call); on rank 0;
  * per case the median over blocks, and this checkout's blocks as ratios to the other's
  * block of the same round. --bytes takes a list: one case per size. A benchmark, not a
  * test; table and JSON.
@@ -15,7 +17,8 @@
  * linked from this one, `npx cmake-js compile --out build` there).
  *
  *   node --import tsx bench/comm/checkout-ab.ts --against ../base [--ranks 1,2]
- *        [--modes sync,awaited,alltoall,broadcast,reduce,gather,scatter] [--bytes 64,65536]
+ *        [--modes sync,awaited,alltoall,allgather,reducescatter,broadcast,reduce,gather,scatter]
+ *        [--bytes 64,65536]
  *        [--blocks 40] [--calls 20000] [--json out.json]
  */
 import { writeFileSync } from 'node:fs';
@@ -32,6 +35,8 @@ interface Side {
   allReduce(buf: Float32Array): PromiseLike<unknown>;
   allReduceSync(buf: Float32Array): Float32Array;
   allToAll(input: Float32Array, output: Float32Array): PromiseLike<unknown>;
+  allGather(input: Float32Array, output: Float32Array): PromiseLike<unknown>;
+  reduceScatter(input: Float32Array, output: Float32Array): PromiseLike<unknown>;
   broadcast(buf: Float32Array, o: { root: number }): PromiseLike<unknown>;
   reduce(buf: Float32Array, o: { root: number; out?: Float32Array }): PromiseLike<unknown>;
   gather(input: Float32Array, output: Float32Array | null, o: { root: number }): PromiseLike<unknown>;
@@ -57,7 +62,7 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
   const buf = new Float32Array(2).fill(1);
   const elements = Number(process.env.CHECKOUT_AB_BYTES) / 4;
   const [input, output] = [new Float32Array(elements).fill(1), new Float32Array(elements).fill(0)];
-  // The rooted calls' root-side buffers: a gather's output, a scatter's input (size x elements).
+  // size x elements: a gather's or an all-gather's output, a scatter's or a reduce-scatter's input.
   const [wide, reduced] = [new Float32Array(elements * mine.size).fill(1), new Float32Array(elements)];
   const n = mode === 'sync' ? calls : Math.max(1, Math.floor(calls / 4));
   const block = async (c: Side): Promise<number> => {
@@ -65,6 +70,8 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
     const me = c.rank;
     if (mode === 'sync') for (let i = 0; i < n; i++) c.allReduceSync(buf);
     else if (mode === 'alltoall') for (let i = 0; i < n; i++) await c.allToAll(input, output);
+    else if (mode === 'allgather') for (let i = 0; i < n; i++) await c.allGather(input, wide);
+    else if (mode === 'reducescatter') for (let i = 0; i < n; i++) await c.reduceScatter(wide, output);
     else if (mode === 'broadcast') for (let i = 0; i < n; i++) await c.broadcast(input, { root: i % c.size });
     else if (mode === 'reduce') for (let i = 0; i < n; i++) await c.reduce(input, { root: i % c.size, out: reduced });
     else if (mode === 'gather') for (let i = 0; i < n; i++) await c.gather(input, i % c.size === me ? wide : null, { root: i % c.size });
@@ -96,7 +103,7 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
   });
   if (!a.against) throw new Error('--against <path of another checkout, built> is required');
   const rows: Row[] = [];
-  const SIZED = new Set(['alltoall', 'broadcast', 'reduce', 'gather', 'scatter']);
+  const SIZED = new Set(['alltoall', 'allgather', 'reducescatter', 'broadcast', 'reduce', 'gather', 'scatter']);
   for (const ranks of a.ranks!.split(',').map(Number)) {
     for (const mode of a.modes!.split(',')) for (const bytes of SIZED.has(mode) ? a.bytes!.split(',') : ['8']) {
       const [pThis, pAgainst] = [await freePort(), await freePort()];

@@ -150,6 +150,7 @@ class GlooBackend : public Backend {
   };
   ShmMessage shmMessage(const Op& op) const;
   bool shmCarries(const Op& op) const;
+  size_t shmPostedBytes(const Op& op) const;
   size_t shmRoundCap() const;
   bool shmRoundCompletes(const Op& op) const;
   // mineInMemory: this rank's parts are read from op's own memory rather than from its
@@ -160,6 +161,7 @@ class GlooBackend : public Backend {
                    const std::vector<size_t>& recvAt, const std::vector<size_t>& recvLen, size_t longest);
   void shmReadAllToAll(const Op& op, const shm::Reader& from, bool mineInMemory);
   void shmReadReduced(const Op& op, const shm::Reader& from, bool mineInMemory);
+  void shmReadGathered(const Op& op, const shm::Reader& from, bool mineInMemory);
   void shmReadRooted(const Op& op, const shm::Reader& from, bool mineInMemory);  // gloo_rooted.cpp
   void shmFinish(const Op& op, uint64_t step, bool mineInMemory = false);
   bool shmPrepost(Op& op);

@@ -258,23 +258,34 @@ GlooBackend::ShmMessage GlooBackend::shmMessage(const Op& op) const {
     const bool rootOnly = op.kind == OpKind::Broadcast || op.kind == OpKind::Scatter;
     if (!rootOnly || cfg_.rank == op.root) {
       m.data = op.send.data;
-      m.bodyBytes = op.count * elementSize(op.dtype) * (op.kind == OpKind::Scatter ? cfg_.size : 1);
+      m.bodyBytes = shmPostedBytes(op);
     }
   }
   return m;
 }
 
-// An all-reduce whose data rides in the round, an all-to-all of equal blocks (each rank
-// posts its whole input and takes its own block from every peer's slot), or a rooted
-// collective (gloo_rooted.cpp): a broadcast's root posts its buffer, a scatter's root its
-// whole input, a reduce's and a gather's ranks their inputs, for the root to combine.
+// What a rank that posts its input puts in its slot: a scatter's and a reduce-scatter's
+// input holds a block for every rank.
+size_t GlooBackend::shmPostedBytes(const Op& op) const {
+  const bool blocks = op.kind == OpKind::Scatter || op.kind == OpKind::ReduceScatter;
+  return op.count * elementSize(op.dtype) * (blocks ? static_cast<size_t>(cfg_.size) : 1);
+}
+
+// An all-reduce whose data rides in the round, an all-gather or a reduce-scatter (each
+// rank posts its input; an all-gather copies every rank's, a reduce-scatter reduces block
+// `rank` of every rank's), an all-to-all of equal blocks (each rank posts its whole input
+// and takes its own block from every peer's slot), or a rooted collective
+// (gloo_rooted.cpp): a broadcast's root posts its buffer, a scatter's root its whole
+// input, a reduce's and a gather's ranks their inputs, for the root to combine.
 bool GlooBackend::shmCarries(const Op& op) const {
   if (op.rejected || op.count == 0) return false;
-  const size_t posted = op.count * elementSize(op.dtype) * (op.kind == OpKind::Scatter ? cfg_.size : 1);
-  if (posted > std::min(shmRoundCap(), shmRoundBytes(shm_->locals))) return false;
+  if (shmPostedBytes(op) > std::min(shmRoundCap(), shmRoundBytes(shm_->locals))) return false;
   switch (op.kind) {
     case OpKind::AllReduce:
       return forcedAllReduce_ == AllReduceAlgo::Auto;
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter:
+      return shmSingleHost();
     case OpKind::AllToAll:
       return op.sendCounts.empty() && shmSingleHost();
     case OpKind::Broadcast:
@@ -322,10 +333,20 @@ void GlooBackend::shmRead(const Op& op, const shm::Reader& from, bool mineInMemo
     case OpKind::AllToAll:
       shmReadAllToAll(op, from, mineInMemory);
       return;
+    case OpKind::AllGather:
+      shmReadGathered(op, from, mineInMemory);
+      shm::stats().allGathers++;
+      shm::stats().bytes += op.count * elementSize(op.dtype) * static_cast<size_t>(cfg_.size);
+      return;
     case OpKind::AllReduce:
       shmReadReduced(op, from, mineInMemory);
       shm::stats().allReduces++;
       shm::stats().bytes += op.count * elementSize(op.dtype);
+      return;
+    case OpKind::ReduceScatter:
+      shmReadReduced(op, from, mineInMemory);
+      shm::stats().reduceScatters++;
+      shm::stats().bytes += shmPostedBytes(op);
       return;
     default:
       shmReadRooted(op, from, mineInMemory);
@@ -334,13 +355,14 @@ void GlooBackend::shmRead(const Op& op, const shm::Reader& from, bool mineInMemo
 }
 
 // op.recv := every rank's posted input reduced in rank order (a small all-reduce, or a
-// small reduce on its root).
+// small reduce on its root); for a reduce-scatter, block `rank` of every rank's input.
 void GlooBackend::shmReadReduced(const Op& op, const shm::Reader& from, bool mineInMemory) {
   const size_t bytes = op.count * elementSize(op.dtype);
+  const size_t at = sizeof(Fingerprint) + (op.kind == OpKind::ReduceScatter ? static_cast<size_t>(cfg_.rank) * bytes : 0);
   const ReduceFn fn = reduceFunction(op.dtype, op.redop);
   auto* out = static_cast<uint8_t*>(op.recv.data);
-  const auto* mine = static_cast<const uint8_t*>(op.send.data);
-  auto part = [&](int r) { return r == cfg_.rank ? mine : from(r) + sizeof(Fingerprint); };
+  const auto* mine = static_cast<const uint8_t*>(op.send.data) + (at - sizeof(Fingerprint));
+  auto part = [&](int r) { return r == cfg_.rank ? mine : from(r) + at; };
   // In rank order, x0 op x1 op ..., on every rank alike. This rank's input is read from
   // its own memory unless the output overwrites it before its turn: in place on a rank
   // after the second, or input and output overlapping otherwise.
@@ -352,10 +374,23 @@ void GlooBackend::shmReadReduced(const Op& op, const shm::Reader& from, bool min
     fn(out, part(0), out, op.count);  // element by element: each input read before its output is written
     for (int r = 2; r < cfg_.size; ++r) fn(out, out, part(r), op.count);
   } else {
-    std::memcpy(out, from(0) + sizeof(Fingerprint), bytes);
-    for (int r = 1; r < cfg_.size; ++r) fn(out, out, from(r) + sizeof(Fingerprint), op.count);
+    std::memcpy(out, from(0) + at, bytes);
+    for (int r = 1; r < cfg_.size; ++r) fn(out, out, from(r) + at, op.count);
   }
   if (op.redop == RedOp::Avg) divideInPlace(out, op.dtype, op.count, cfg_.size);
+}
+
+// Block r of op.recv := rank r's posted input. This rank's own block first, from its
+// input on the calling thread (in place it is already there): the others come from the
+// slots, and writing them may overwrite an input that overlaps the output.
+void GlooBackend::shmReadGathered(const Op& op, const shm::Reader& from, bool mineInMemory) {
+  const size_t block = op.count * elementSize(op.dtype);
+  auto* out = static_cast<uint8_t*>(op.recv.data);
+  const uint8_t* own = mineInMemory ? static_cast<const uint8_t*>(op.send.data) : from(cfg_.rank) + sizeof(Fingerprint);
+  std::memmove(out + static_cast<size_t>(cfg_.rank) * block, own, block);
+  for (int r = 0; r < cfg_.size; ++r) {
+    if (r != cfg_.rank) std::memcpy(out + static_cast<size_t>(r) * block, from(r) + sizeof(Fingerprint), block);
+  }
 }
 
 // Block `rank` of every rank's posted input, in rank order. This rank's own block goes
@@ -420,7 +455,7 @@ bool GlooBackend::shmAgree(const Op& op) {
 // worker alone at 64-128 KiB on 2 ranks of 2 cores; bench/README.md).
 bool GlooBackend::shmPrepost(Op& op) {
   constexpr size_t kCallerBytes = 32 * 1024;
-  if (op.rejected || shmPosted_ != 0 || op.count * elementSize(op.dtype) > kCallerBytes || !shmRoundCompletes(op)) {
+  if (op.rejected || shmPosted_ != 0 || shmPostedBytes(op) > kCallerBytes || !shmRoundCompletes(op)) {
     return false;
   }
   const ShmMessage m = shmMessage(op);

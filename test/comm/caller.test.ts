@@ -21,8 +21,14 @@ describe.each(PATHS)('small calls completed on the calling thread (%s)', (_path,
   const run = (size: number, phases: string, env: Record<string, string> = {}): Promise<Row[][]> =>
     runPhases('test/fixtures/caller.ts', size, phases, { ...pathEnv, ...env }, 60_000);
   it('2 ranks back to back: every dtype and op equals the reference, and calls complete on the calling thread', async () => {
-    const ranks = await run(2, 'tight,late,mismatch,barriers');
+    const ranks = await run(2, 'tight,late,mismatch,barriers,gathers');
     for (const rows of ranks) {
+      // Small all-gathers and reduce-scatters ride in the round too.
+      const gathers = phase(rows, 'gathers');
+      expect(gathers.failures).toEqual([]);
+      expect(gathers.wrong).toBe(0);
+      expect(gathers.calls).toBe(240);
+      expect(gathers.onCaller).toBeGreaterThan(0);
       // A barrier is the round alone: it completes there too.
       expect(phase(rows, 'barriers').calls).toBe(200);
       expect(phase(rows, 'barriers').onCaller).toBeGreaterThan(0);
@@ -47,8 +53,10 @@ describe.each(PATHS)('small calls completed on the calling thread (%s)', (_path,
   }, 90_000);
 
   it('4 ranks (more than the cores of a 2-core host, where the poll yields the core): the same results, on the calling thread too', async () => {
-    const ranks = await run(4, 'tight,mismatch');
+    const ranks = await run(4, 'tight,mismatch,gathers');
     for (const rows of ranks) {
+      expect(phase(rows, 'gathers').failures).toEqual([]);
+      expect(phase(rows, 'gathers').wrong).toBe(0);
       const tight = phase(rows, 'tight');
       expect(tight.failures).toEqual([]);
       expect(tight.wrong).toBe(0);
