@@ -260,13 +260,12 @@ std::chrono::nanoseconds GlooBackend::tcpCallerWait() {
 // From the engine on the calling thread, right after prepost() put op's message on the
 // wire: a call the round completes (a barrier, or data small enough to ride in it, as
 // the segment's round does within a host) waits there for its peers for a bounded
-// time, and if they are in, completes as agree() would on the worker. The bound adapts
-// as the segment's poll does (finishOnCaller in gloo_shm.cpp): restored when the peers
-// were in, quartered when they were not, so a rank whose peers come late stops waiting
-// for them. A round not complete by then goes on in the worker from where it stopped.
+// time (caller_, adapting as the segment's poll does), and if they are in, completes as
+// agree() would on the worker. A round not complete by then goes on in the worker from
+// where it stopped.
 bool GlooBackend::finishTcpOnCaller(Op& op) {
   constexpr size_t kCallerBytes = 32 * 1024;
-  if (!op.preposted || op.prepostError || op.rejected || callerWait_.count() == 0 || !mesh_ ||
+  if (!op.preposted || op.prepostError || op.rejected || caller_.full.count() == 0 || !mesh_ ||
       op.count * elementSize(op.dtype) > kCallerBytes) {
     return false;
   }
@@ -276,11 +275,11 @@ bool GlooBackend::finishTcpOnCaller(Op& op) {
   if (op.kind != OpKind::Barrier && !(op.count > 0 && body.carried && !body.twoRounds)) return false;
   try {
     try {
-      if (!mesh_->waitFor(waitNow_, op.timeout)) {
-        waitNow_ /= 4;
+      if (!mesh_->waitFor(caller_.now, op.timeout)) {
+        caller_.missed();
         return false;
       }
-      waitNow_ = callerWait_;
+      caller_.met();
       glooAlgoStats().tcpOnCaller++;
       agree(op);  // the round is in: the verdict and the result, no further wait
     } catch (...) {

@@ -90,7 +90,7 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
     // and not at all where every call takes shared memory.
     if (!shmSingleHost()) {
       mesh_->prepare();
-      callerWait_ = waitNow_ = tcpCallerWait();
+      caller_.set(tcpCallerWait());
     }
   } catch (const Error&) {
     broken_ = true;

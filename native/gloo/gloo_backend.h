@@ -189,16 +189,21 @@ class GlooBackend : public Backend {
   std::unique_ptr<shm::HostGroup> shm_;       // null: every collective goes over TCP
   std::unique_ptr<net::TcpMesh> leaders_;     // one rank per host, when the group spans hosts
   uint64_t shmPosted_ = 0;  // the segment round prepost() started for the next op, 0: none
-  // How long finishOnCaller() waits for the host's other ranks on the calling thread
-  // (NCCL_NODE_SHM_CALLER_SPIN_US), and whether it yields the core between looks (the
-  // host's ranks outnumber its cores).
-  std::chrono::nanoseconds callerSpin_{0};
+  // How long finishOnCaller() waits for its peers on the calling thread before leaving a
+  // call to the worker (JS thread only): through the segment NCCL_NODE_SHM_CALLER_SPIN_US,
+  // over TCP NCCL_NODE_TCP_CALLER_WAIT_US; 0: never. The bound adapts: restored when the
+  // peers were in, quartered each time they were not, so a rank whose peers come late
+  // stops paying for the wait.
+  struct CallerBound {
+    std::chrono::nanoseconds full{0};
+    std::chrono::nanoseconds now{0};
+    void set(std::chrono::nanoseconds bound) { full = now = bound; }
+    void met() { now = full; }
+    void missed() { now /= 4; }
+  } caller_;
+  // Through the segment: the poll yields the core between looks (the host's ranks
+  // outnumber its cores).
   bool callerYield_ = false;
-  std::chrono::nanoseconds spinNow_{0};  // JS thread: the bound now (finishOnCaller)
-  // Over TCP: how long finishOnCaller() waits in poll() for the agreement round's
-  // messages on the calling thread (NCCL_NODE_TCP_CALLER_WAIT_US), and the bound now.
-  std::chrono::nanoseconds callerWait_{0};
-  std::chrono::nanoseconds waitNow_{0};
 };
 
 }  // namespace ncclnode

@@ -206,7 +206,7 @@ void GlooBackend::setupShm(std::chrono::milliseconds timeout) {
   // The hosts' leaders combine their partial results over the backend's own
   // connections (native/net/), a ring of one rank per host.
   if (hosts > 1 && group->localRank == 0) openTcp(hostOf[cfg_.rank], hosts, base + "leaders/tcp/", &leaders_, timeout);
-  callerSpin_ = spinNow_ = callerSpin(group->locals);
+  caller_.set(callerSpin(group->locals));  // over TCP between hosts, connect() sets its own
   callerYield_ = callerYields(group->locals);
   std::lock_guard<std::mutex> lock(ctxMu_);  // abort() may run on another thread
   shm_ = std::move(group);
@@ -477,12 +477,12 @@ bool GlooBackend::shmPrepost(Op& op) {
 // off; 0.971-0.9997 of calls on the caller against 0.9995-0.9998.)
 bool GlooBackend::finishOnCaller(Op& op) {
   if (!shmSingleHost()) return finishTcpOnCaller(op);
-  if (shmPosted_ == 0 || !op.preposted || callerSpin_.count() == 0) return false;
-  if (!shm::arrivedWithin(*shm_, shmPosted_, spinNow_, &aborted_, callerYield_)) {
-    spinNow_ /= 4;
+  if (shmPosted_ == 0 || !op.preposted || caller_.full.count() == 0) return false;
+  if (!shm::arrivedWithin(*shm_, shmPosted_, caller_.now, &aborted_, callerYield_)) {
+    caller_.missed();
     return false;
   }
-  spinNow_ = callerSpin_;
+  caller_.met();
   shm::stats().onCaller++;
   const uint64_t step = shmPosted_;
   shmPosted_ = 0;

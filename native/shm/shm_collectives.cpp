@@ -241,8 +241,11 @@ namespace {
 // rank's is in, take(b, k) reads them (slot b of every rank). What reduce-scatter and
 // all-to-all share: each rank's message is its piece of every rank's block.
 template <typename Fill, typename Take>
-void pieceRounds(HostGroup& g, Waiter& w, size_t rounds, Fill fill, Take take) {
+void pieceRounds(HostGroup& g, std::chrono::milliseconds timeout, const std::atomic<bool>* abort, size_t rounds,
+                 Fill fill, Take take) {
   Segment& seg = *g.seg;
+  Waiter w(seg, g.localRank, std::chrono::steady_clock::now() + timeout, abort, timeout);
+  w.enter();
   RankCtl& mine = seg.ctl(g.localRank);
   for (size_t k = 0; k < rounds; ++k) {
     const uint64_t s = ++g.step;
@@ -263,8 +266,6 @@ void reduceScatter(HostGroup& g, const void* in, void* out, size_t count, DType 
   Segment& seg = *g.seg;
   const int L = g.locals;
   const int me = g.localRank;
-  Waiter w(seg, me, std::chrono::steady_clock::now() + timeout, abort, timeout);
-  w.enter();
   const size_t width = elementSize(dtype);
   // A slot holds this rank's piece of every rank's block for one step.
   const size_t chunkElems = std::max<size_t>(1, g.chunkBytes / width / L);
@@ -275,7 +276,7 @@ void reduceScatter(HostGroup& g, const void* in, void* out, size_t count, DType 
   stats().bytes += count * width * L;
   auto piece = [&](size_t k) { return std::min(chunkElems, count - k * chunkElems); };
   pieceRounds(
-      g, w, (count + chunkElems - 1) / chunkElems,
+      g, timeout, abort, (count + chunkElems - 1) / chunkElems,
       [&](uint8_t* slot, size_t k) {
         const size_t off = k * chunkElems, n = piece(k);
         for (int d = 0; d < L; ++d) {
@@ -302,19 +303,16 @@ void allToAll(HostGroup& g, const void* in, const Blocks& sent, void* out, const
   Segment& seg = *g.seg;
   const int L = g.locals;
   const int me = g.localRank;
-  Waiter w(seg, me, std::chrono::steady_clock::now() + timeout, abort, timeout);
-  w.enter();
   // Each peer's piece at a fixed place in the slot, whatever the blocks' lengths.
   const size_t piece = std::max<size_t>(64, g.chunkBytes / static_cast<size_t>(L) / 64 * 64);
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   // Bytes [k * piece, ...) of a block of len bytes in round k.
   auto cut = [&](size_t len, size_t k) { return len > k * piece ? std::min(piece, len - k * piece) : 0; };
-  std::memmove(dst + received.at[me], src + sent.at[me], received.len[me]);
   stats().allToAlls++;
   for (int j = 0; j < L; ++j) stats().bytes += received.len[j];
   pieceRounds(
-      g, w, (longest + piece - 1) / piece,
+      g, timeout, abort, (longest + piece - 1) / piece,
       [&](uint8_t* slot, size_t k) {
         for (int d = 0; d < L; ++d) {
           const size_t n = d == me ? 0 : cut(sent.len[d], k);
@@ -327,6 +325,9 @@ void allToAll(HostGroup& g, const void* in, const Blocks& sent, void* out, const
           if (n) std::memcpy(dst + received.at[j] + k * piece, seg.slot(j, b) + static_cast<size_t>(me) * piece, n);
         }
       });
+  // This rank's own block last: the rounds write only the others' blocks, so in place
+  // (the same layout) it is still where the input had it.
+  std::memmove(dst + received.at[me], src + sent.at[me], received.len[me]);
 }
 
 }  // namespace shm
