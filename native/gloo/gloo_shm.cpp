@@ -449,13 +449,14 @@ bool GlooBackend::shmAgree(const Op& op) {
 
 // From prepost() on the calling thread: a call the round completes goes into the
 // segment now, when its slot is free, so that finishOnCaller() can complete it there.
-// Up to 32 KiB only: beyond, reducing every rank's copy on this thread takes long
+// Up to 32 KiB a rank's block (an all-reduce's buffer, a reduce-scatter's output) only:
+// beyond, reducing every rank's copy on this thread takes long
 // enough that a peer falls behind into its own hand-offs, and each rank's spinning
 // JS thread then holds the core a peer's worker needs (measured 3x slower than the
 // worker alone at 64-128 KiB on 2 ranks of 2 cores; bench/README.md).
 bool GlooBackend::shmPrepost(Op& op) {
   constexpr size_t kCallerBytes = 32 * 1024;
-  if (op.rejected || shmPosted_ != 0 || shmPostedBytes(op) > kCallerBytes || !shmRoundCompletes(op)) {
+  if (op.rejected || shmPosted_ != 0 || op.count * elementSize(op.dtype) > kCallerBytes || !shmRoundCompletes(op)) {
     return false;
   }
   const ShmMessage m = shmMessage(op);
