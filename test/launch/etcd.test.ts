@@ -190,8 +190,10 @@ describe('nccl-node run --rdzv-backend etcd', { timeout: 60_000 }, () => {
       await waitFor('B\'s ranks to exit', () => readReports().filter((r) => r.tag === 'B').every((r) => !alive(r.pid)));
       await new Promise((r) => setTimeout(r, 500)); // their done keys reach A's store
       b.child.kill('SIGSTOP');
-      const endA = await a.done;
+      // Were they not in yet, A would wait for them: B goes on after 15 s regardless.
+      await Promise.race([a.done, new Promise((r) => setTimeout(r, 15_000))]);
       b.child.kill('SIGCONT');
+      const endA = await a.done;
       const endB = await b.done;
       expect({ a: endA.code, b: endB.code, err: endA.code === 0 && endB.code === 0 ? '' : a.stderr() + b.stderr() }).toEqual({ a: 0, b: 0, err: '' });
       // One SIGTERM per leftover shell, from its launcher's clean end: a node-lost failure
