@@ -159,9 +159,8 @@ class GlooBackend : public Backend {
   void shmRead(const Op& op, const shm::Reader& from, bool mineInMemory);
   void shmAllToAll(const Op& op, const std::vector<size_t>& sendAt, const std::vector<size_t>& sendLen,
                    const std::vector<size_t>& recvAt, const std::vector<size_t>& recvLen, size_t longest);
-  void shmReadAllToAll(const Op& op, const shm::Reader& from, bool mineInMemory);
   void shmReadReduced(const Op& op, const shm::Reader& from, bool mineInMemory);
-  void shmReadGathered(const Op& op, const shm::Reader& from, bool mineInMemory);
+  void shmReadBlocks(const Op& op, const shm::Reader& from, bool mineInMemory, size_t block, size_t at);
   void shmReadRooted(const Op& op, const shm::Reader& from, bool mineInMemory);  // gloo_rooted.cpp
   void shmFinish(const Op& op, uint64_t step, bool mineInMemory = false);
   bool shmPrepost(Op& op);

@@ -330,11 +330,14 @@ void GlooBackend::shmRead(const Op& op, const shm::Reader& from, bool mineInMemo
   });
   if (!shmCarries(op)) return;
   switch (op.kind) {
-    case OpKind::AllToAll:
-      shmReadAllToAll(op, from, mineInMemory);
+    case OpKind::AllToAll: {
+      const size_t block = op.count / static_cast<size_t>(cfg_.size) * elementSize(op.dtype);
+      shmReadBlocks(op, from, mineInMemory, block, static_cast<size_t>(cfg_.rank) * block);
+      glooAlgoStats().shmAllToAlls++;
       return;
+    }
     case OpKind::AllGather:
-      shmReadGathered(op, from, mineInMemory);
+      shmReadBlocks(op, from, mineInMemory, op.count * elementSize(op.dtype), 0);
       shm::stats().allGathers++;
       shm::stats().bytes += op.count * elementSize(op.dtype) * static_cast<size_t>(cfg_.size);
       return;
@@ -380,33 +383,18 @@ void GlooBackend::shmReadReduced(const Op& op, const shm::Reader& from, bool min
   if (op.redop == RedOp::Avg) divideInPlace(out, op.dtype, op.count, cfg_.size);
 }
 
-// Block r of op.recv := rank r's posted input. This rank's own block first, from its
-// input on the calling thread (in place it is already there): the others come from the
-// slots, and writing them may overwrite an input that overlaps the output.
-void GlooBackend::shmReadGathered(const Op& op, const shm::Reader& from, bool mineInMemory) {
-  const size_t block = op.count * elementSize(op.dtype);
+// Block r of op.recv := `block` bytes at `at` in rank r's posted input, in rank order:
+// an all-gather's whole input (at 0), an all-to-all's block `rank` of it. This rank's own
+// block goes first: the others come from the slots, and writing them may overwrite an
+// input that overlaps the output (in place). Off the calling thread the own block comes
+// from the posted copy, as an all-reduce's does.
+void GlooBackend::shmReadBlocks(const Op& op, const shm::Reader& from, bool mineInMemory, size_t block, size_t at) {
   auto* out = static_cast<uint8_t*>(op.recv.data);
   const uint8_t* own = mineInMemory ? static_cast<const uint8_t*>(op.send.data) : from(cfg_.rank) + sizeof(Fingerprint);
-  std::memmove(out + static_cast<size_t>(cfg_.rank) * block, own, block);
+  std::memmove(out + static_cast<size_t>(cfg_.rank) * block, own + at, block);
   for (int r = 0; r < cfg_.size; ++r) {
-    if (r != cfg_.rank) std::memcpy(out + static_cast<size_t>(r) * block, from(r) + sizeof(Fingerprint), block);
+    if (r != cfg_.rank) std::memcpy(out + static_cast<size_t>(r) * block, from(r) + sizeof(Fingerprint) + at, block);
   }
-}
-
-// Block `rank` of every rank's posted input, in rank order. This rank's own block goes
-// first: the others come from the slots, and writing them may overwrite the input (in
-// place). Off the calling thread the own block comes from the posted copy, as an
-// all-reduce's does.
-void GlooBackend::shmReadAllToAll(const Op& op, const shm::Reader& from, bool mineInMemory) {
-  const size_t me = static_cast<size_t>(cfg_.rank);
-  const size_t part = op.count / static_cast<size_t>(cfg_.size) * elementSize(op.dtype);
-  auto* out = static_cast<uint8_t*>(op.recv.data);
-  const uint8_t* own = mineInMemory ? static_cast<const uint8_t*>(op.send.data) : from(cfg_.rank) + sizeof(Fingerprint);
-  std::memmove(out + me * part, own + me * part, part);
-  for (int r = 0; r < cfg_.size; ++r) {
-    if (r != cfg_.rank) std::memcpy(out + static_cast<size_t>(r) * part, from(r) + sizeof(Fingerprint) + me * part, part);
-  }
-  glooAlgoStats().shmAllToAlls++;
 }
 
 // Completes the round op's message went out in (step), or, with step 0, posts it and
@@ -450,10 +438,10 @@ bool GlooBackend::shmAgree(const Op& op) {
 // From prepost() on the calling thread: a call the round completes goes into the
 // segment now, when its slot is free, so that finishOnCaller() can complete it there.
 // Up to 32 KiB a rank's block (an all-reduce's buffer, a reduce-scatter's output) only:
-// beyond, reducing every rank's copy on this thread takes long
-// enough that a peer falls behind into its own hand-offs, and each rank's spinning
-// JS thread then holds the core a peer's worker needs (measured 3x slower than the
-// worker alone at 64-128 KiB on 2 ranks of 2 cores; bench/README.md).
+// beyond, reducing every rank's copy on this thread takes long enough that a peer falls
+// behind into its own hand-offs, and each rank's spinning JS thread then holds the core a
+// peer's worker needs (measured 3x slower than the worker alone at 64-128 KiB on 2 ranks
+// of 2 cores; bench/README.md).
 bool GlooBackend::shmPrepost(Op& op) {
   constexpr size_t kCallerBytes = 32 * 1024;
   if (op.rejected || shmPosted_ != 0 || op.count * elementSize(op.dtype) > kCallerBytes || !shmRoundCompletes(op)) {

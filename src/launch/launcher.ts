@@ -396,15 +396,19 @@ export class Launcher {
 
   private onWatchError(err: unknown, signal: AbortSignal): void {
     if (signal.aborted || this.phase === 'stopping' || this.phase === 'done') return;
-    if (this.ranks.every((r) => r.exit?.code === 0)) {
-      // Nothing is lost for a node whose ranks all succeeded. The store's host closes the store
-      // once every rank's done key is in, and that close, seen on a waiting connection, can
-      // overtake the reply to this node's own last done write, which travels on another.
-      if (this.phase === 'running') void this.finish();
-      return;
-    }
+    // Nothing is lost for a node whose ranks all succeeded. The store's host closes the store
+    // once every rank's done key is in, and that close, seen on a waiting connection, can
+    // overtake the reply to this node's own last done write, which travels on another.
+    if (this.endsCleanly()) return;
     // Only a launcher that does not host the store can lose it.
     this.fail(this.storeLost(err), true);
+  }
+
+  /** Whether every local rank exited 0; a launcher still running then goes on to finish(). */
+  private endsCleanly(): boolean {
+    if (!this.ranks.every((r) => r.exit?.code === 0)) return false;
+    if (this.phase === 'running') void this.finish();
+    return true;
   }
 
   private storeLost(err: unknown): FailureRecord {
@@ -426,14 +430,11 @@ export class Launcher {
   /** The store's host saw a node of the running attempt vanish (its launcher's connections closed). */
   private nodeLost(attempt: number, nodeRank: number, member: Ticket['members'][number], why = 'its store connection closed'): void {
     if (attempt !== this.attempt || (this.phase !== 'running' && this.phase !== 'finishing')) return;
-    if (this.server === undefined && this.ranks.every((r) => r.exit?.code === 0)) {
-      // This node's work is done and it waits for no one (the store's host waits for every
-      // done key, so a lost node still fails it). Node 0 leaves once every done key is in,
-      // and the news of its lease going can come before this launcher has seen its own last
-      // done write answered or has finished reaping: nothing is lost here.
-      if (this.phase === 'running') void this.finish();
-      return;
-    }
+    // A node that hosts no store waits for no one once its ranks all succeeded (the store's
+    // host waits for every done key, so a lost node still fails it). Node 0 leaves once every
+    // done key is in, and the news of its lease going can come before this launcher has seen
+    // its own last done write answered or has finished reaping: nothing is lost here.
+    if (this.server === undefined && this.endsCleanly()) return;
     this.fail({
       reason: 'node-lost',
       exitCode: 1,

@@ -164,3 +164,17 @@ export function allGatherCase(dtype: DType, ranks: number, rank: number, seed: n
   if (inPlace) input.set(makeInput(dtype, rank, seed, n) as never);
   return { want, out, input };
 }
+
+/**
+ * A reduce-scatter case: `input` is this rank's makeInput of ranks x n elements, `out`
+ * the output (in place: its block `rank` of `input`), and `want` block `rank` of every
+ * rank's input reduced in rank order.
+ */
+export function reduceScatterCase(dtype: DType, op: ReduceOp, ranks: number, rank: number, seed: number, n: number, inPlace: boolean) {
+  const inputs = Array.from({ length: ranks }, (_, r) => makeInput(dtype, r, seed, n * ranks));
+  const want = allocOf(dtype, n);
+  for (let i = 0; i < n; i++) setValue(want, dtype, i, reduceValues(dtype, op, inputs.map((x) => get(x, dtype, rank * n + i))));
+  const input = makeInput(dtype, rank, seed, n * ranks);
+  const out = inPlace ? input.subarray(rank * n, (rank + 1) * n) : allocOf(dtype, n);
+  return { want, out, input };
+}
