@@ -121,10 +121,15 @@ int main(int argc, char** argv) {
   // size (on 4 ranks of a 2-core host it takes seconds a call from 512 KiB on).
   const char* ringMax = std::getenv("GLOO_ALGOS_NEW_RING_MAX");
   const size_t ringLimit = ringMax ? std::strtoull(ringMax, nullptr, 10) : SIZE_MAX;
-  // GLOO_ALGOS_ALLTOALL_MAX=<bytes>: time gloo::alltoall only up to this size (on 4 ranks
-  // of a 2-core host it took 325 ms a call at 2 MiB, and can reach Gloo's timeout beyond).
+  // GLOO_ALGOS_ALLTOALL_MAX=<bytes>: time gloo::alltoall, alone and under the reduce-scatter's
+  // alltoall-reduce, only up to this size (on 4 ranks of a 2-core host it took 325 ms a
+  // call at 2 MiB, 11 s at 64 MiB, and reached Gloo's 30 s timeout at 128 MiB).
   const char* a2aMax = std::getenv("GLOO_ALGOS_ALLTOALL_MAX");
   const size_t a2aLimit = a2aMax ? std::strtoull(a2aMax, nullptr, 10) : SIZE_MAX;
+  // GLOO_ALGOS_ROOTED_MAX=<bytes>: time the rooted collectives only up to this size (on 4
+  // ranks of a 2-core host gloo::reduce moved about 2 MB/s at 128 MiB, the CPUs idle).
+  const char* rootedMax = std::getenv("GLOO_ALGOS_ROOTED_MAX");
+  const size_t rootedLimit = rootedMax ? std::strtoull(rootedMax, nullptr, 10) : SIZE_MAX;
 
   gloo::rendezvous::FileStore fileStore(args.dir);
   gloo::rendezvous::PrefixStore store("gloo_algos", fileStore);
@@ -198,8 +203,10 @@ int main(int argc, char** argv) {
     report(rank, "allgather", "own-tcp-ring", bytes, us, n);
 
     // Reduce-scatter: `bytes` is the per-rank input, each rank keeps bytes/P.
-    us = timeIt(ctx, n, [&] { bench::allToAllReduce(ctx, buf.data(), out.data(), per, kTimeout); });
-    report(rank, "reducescatter", "alltoall-reduce", bytes, us, n);
+    if (bytes <= a2aLimit) {
+      us = timeIt(ctx, n, [&] { bench::allToAllReduce(ctx, buf.data(), out.data(), per, kTimeout); });
+      report(rank, "reducescatter", "alltoall-reduce", bytes, us, n);
+    }
     {
       std::vector<int> recv(P, per);
       gloo::ReduceScatterHalvingDoubling<float> a(ctx, ptrs, per * P, recv);
@@ -219,6 +226,7 @@ int main(int argc, char** argv) {
 
     // The rooted collectives, root 0: a broadcast's and a reduce's buffer is `bytes`, a
     // gather's output and a scatter's input (per / P a rank) too.
+    if (bytes > rootedLimit) continue;
     timeRooted(ctx, rank, "broadcast", bytes, n, [&] {
       gloo::BroadcastOptions o(ctx);
       if (rank == 0) o.setInput(buf.data(), count);

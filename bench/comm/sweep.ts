@@ -19,7 +19,7 @@
  *
  *   node --import tsx bench/comm/sweep.ts [--ranks 2,4] [--min 8] [--max 256M] [--step 4]
  *        [--iters 100] [--rounds 3] [--shm] [--json bench/comm/sweep.json] [--write-tuning path]
- *        [--new-ring-max 4M] [--alltoall-max 2M]
+ *        [--new-ring-max 4M] [--alltoall-max 2M] [--rooted-max 64M]
  *
  * --write-tuning writes an NCCL_NODE_GLOO_TUNING file (docs/gloo.md): per
  * collective and rank count, the raw Gloo algorithm where it beat the addon beyond
@@ -50,8 +50,12 @@ const TUNING_OUT = arg('--write-tuning', '');
 // against the other algorithms.
 const NEW_RING_MAX = process.argv.includes('--new-ring-max') ? String(bytesOf(arg('--new-ring-max', '0'))) : undefined;
 // --alltoall-max: time raw gloo::alltoall only up to this size (on 4 ranks of a 2-core
-// host it took 325 ms a call at 2 MiB); larger all-to-all sizes get no row.
+// host it took 325 ms a call at 2 MiB, 11 s at 64 MiB); larger all-to-all sizes get no
+// row, and the reduce-scatter's baseline beyond it is legacy halving-doubling alone.
 const ALLTOALL_MAX = process.argv.includes('--alltoall-max') ? String(bytesOf(arg('--alltoall-max', '0'))) : undefined;
+// --rooted-max: time raw Gloo's broadcast, reduce, gather and scatter only up to this size
+// (on 4 ranks of a 2-core host gloo::reduce moved about 2 MB/s at 128 MiB).
+const ROOTED_MAX = process.argv.includes('--rooted-max') ? String(bytesOf(arg('--rooted-max', '0'))) : undefined;
 
 // The sizes gloo_algos visits for (min, max, step): x step, the last one max.
 const SIZES: number[] = [];
@@ -78,7 +82,8 @@ async function glooRound(bin: string, ranks: number): Promise<Point[]> {
     return await gang<Point>(ranks, (rank) =>
       [bin, [String(rank), String(ranks), dir, String(ITERS), String(MIN), String(MAX), String(STEP)],
       { ...process.env, ...(NEW_RING_MAX ? { GLOO_ALGOS_NEW_RING_MAX: NEW_RING_MAX } : {}),
-        ...(ALLTOALL_MAX ? { GLOO_ALGOS_ALLTOALL_MAX: ALLTOALL_MAX } : {}) }]);
+        ...(ALLTOALL_MAX ? { GLOO_ALGOS_ALLTOALL_MAX: ALLTOALL_MAX } : {}),
+        ...(ROOTED_MAX ? { GLOO_ALGOS_ROOTED_MAX: ROOTED_MAX } : {}) }]);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -117,7 +122,7 @@ async function sweep(bin: string, ranks: number): Promise<SweepRow[]> {
     for (const size of SIZES) {
       const a = addon.get(key(coll, size))!;
       const timed = raw.get(key(coll, size));
-      if (!timed) continue;  // not timed raw (--alltoall-max)
+      if (!timed) continue;  // not timed raw (--alltoall-max, --rooted-max)
       const all = [...timed.entries()].map(([algo, us]) => ({ algo, us, med: median(us) }));
       // gloo_algos also times the addon's own ring from C++ ("own-..."): shown apart, never the baseline.
       const algos = all.filter((x) => !x.algo.startsWith('own-'));
@@ -169,7 +174,7 @@ async function main(): Promise<void> {
   const doc = {
     bench: 'comm-sweep', path: SHM ? 'shm' : 'tcp', dtype: 'float32', op: 'sum', rounds: ROUNDS, iters: ITERS, step: STEP,
     tuning: process.env.NCCL_NODE_GLOO_TUNING ?? null, newRingMax: NEW_RING_MAX ? Number(NEW_RING_MAX) : null,
-    alltoallMax: ALLTOALL_MAX ? Number(ALLTOALL_MAX) : null,
+    alltoallMax: ALLTOALL_MAX ? Number(ALLTOALL_MAX) : null, rootedMax: ROOTED_MAX ? Number(ROOTED_MAX) : null,
     node: process.version, rows,
   };
   writeFileSync(JSON_OUT, `${JSON.stringify(doc, null, 1)}\n`);

@@ -133,6 +133,7 @@ void GlooBackend::finishMesh(const Op& op, const MeshBody& body) {
   auto* recv = static_cast<uint8_t*>(op.recv.data);
   const bool reduces = op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter;
   const ReduceFn fn = reduces ? reduceFunction(op.dtype, op.redop) : nullptr;
+  auto peer = [&](int r) { return mesh_->from(r) + head; };
   switch (op.kind) {
     case OpKind::Broadcast:
     case OpKind::Reduce:
@@ -141,21 +142,13 @@ void GlooBackend::finishMesh(const Op& op, const MeshBody& body) {
       finishMeshRooted(op);
       return;
     case OpKind::AllGather:
-      for (int r = 0; r < cfg_.size; ++r) {
-        const uint8_t* from = r == cfg_.rank ? send : mesh_->from(r) + head;
-        // memmove: an in-place all-gather's input is its own block of the output.
-        std::memmove(recv + static_cast<size_t>(r) * block, from, block);
-      }
+      placeBlocks(recv, send, cfg_.rank, cfg_.size, block, peer);
       glooAlgoStats().meshAllGathers++;
       return;
     case OpKind::AllToAll: {
+      // Each peer sent this rank's block alone.
       const size_t part = block / static_cast<size_t>(cfg_.size);
-      // This rank's own block first: the peers' blocks wait in the round's slots, and
-      // writing them may overwrite the input (in place).
-      std::memmove(recv + static_cast<size_t>(cfg_.rank) * part, send + static_cast<size_t>(cfg_.rank) * part, part);
-      for (int r = 0; r < cfg_.size; ++r) {
-        if (r != cfg_.rank) std::memcpy(recv + static_cast<size_t>(r) * part, mesh_->from(r) + head, part);
-      }
+      placeBlocks(recv, send + static_cast<size_t>(cfg_.rank) * part, cfg_.rank, cfg_.size, part, peer);
       glooAlgoStats().meshAllToAlls++;
       return;
     }

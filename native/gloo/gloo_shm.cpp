@@ -383,18 +383,13 @@ void GlooBackend::shmReadReduced(const Op& op, const shm::Reader& from, bool min
   if (op.redop == RedOp::Avg) divideInPlace(out, op.dtype, op.count, cfg_.size);
 }
 
-// Block r of op.recv := `block` bytes at `at` in rank r's posted input, in rank order:
-// an all-gather's whole input (at 0), an all-to-all's block `rank` of it. This rank's own
-// block goes first: the others come from the slots, and writing them may overwrite an
-// input that overlaps the output (in place). Off the calling thread the own block comes
-// from the posted copy, as an all-reduce's does.
+// Block r of op.recv := `block` bytes at `at` in rank r's posted input (placeBlocks):
+// an all-gather's whole input (at 0), an all-to-all's block `rank` of it. Off the
+// calling thread this rank's own block comes from its posted copy, as an all-reduce's does.
 void GlooBackend::shmReadBlocks(const Op& op, const shm::Reader& from, bool mineInMemory, size_t block, size_t at) {
   auto* out = static_cast<uint8_t*>(op.recv.data);
   const uint8_t* own = mineInMemory ? static_cast<const uint8_t*>(op.send.data) : from(cfg_.rank) + sizeof(Fingerprint);
-  std::memmove(out + static_cast<size_t>(cfg_.rank) * block, own + at, block);
-  for (int r = 0; r < cfg_.size; ++r) {
-    if (r != cfg_.rank) std::memcpy(out + static_cast<size_t>(r) * block, from(r) + sizeof(Fingerprint) + at, block);
-  }
+  placeBlocks(out, own + at, cfg_.rank, cfg_.size, block, [&](int r) { return from(r) + sizeof(Fingerprint) + at; });
 }
 
 // Completes the round op's message went out in (step), or, with step 0, posts it and

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstring>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -108,5 +109,18 @@ using MeshReduceFn = void (*)(void* out, const void* a, const void* b, size_t n)
 // contribution, read from its own memory; it may be out itself, an in-place call).
 void reduceInRankOrder(const MeshExchange& mesh, size_t offset, int rank, const void* own, int worldSize,
                        MeshReduceFn fn, void* out, size_t count, size_t elementBytes);
+
+// Block r of out := `block` bytes of rank r's message (peer(r)), this rank's own block
+// first, from `own`: the peers' blocks come from the round's messages (a TCP round's
+// receive slots or the shared segment's), and writing them may overwrite an input that
+// overlaps the output (an in-place all-gather or all-to-all). Both rounds' all-gather
+// and all-to-all results are made by this one function.
+template <class Peer>
+void placeBlocks(uint8_t* out, const uint8_t* own, int rank, int worldSize, size_t block, const Peer& peer) {
+  std::memmove(out + static_cast<size_t>(rank) * block, own, block);
+  for (int r = 0; r < worldSize; ++r) {
+    if (r != rank) std::memcpy(out + static_cast<size_t>(r) * block, peer(r), block);
+  }
+}
 
 }  // namespace ncclnode
