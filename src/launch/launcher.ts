@@ -399,13 +399,13 @@ export class Launcher {
     // Nothing is lost for a node whose ranks all succeeded. The store's host closes the store
     // once every rank's done key is in, and that close, seen on a waiting connection, can
     // overtake the reply to this node's own last done write, which travels on another.
-    if (this.endsCleanly()) return;
+    if (this.finishIfAllSucceeded()) return;
     // Only a launcher that does not host the store can lose it.
     this.fail(this.storeLost(err), true);
   }
 
-  /** Whether every local rank exited 0; a launcher still running then goes on to finish(). */
-  private endsCleanly(): boolean {
+  /** When every local rank exited 0: a launcher still running goes on to finish(); true. Else false. */
+  private finishIfAllSucceeded(): boolean {
     if (!this.ranks.every((r) => r.exit?.code === 0)) return false;
     if (this.phase === 'running') void this.finish();
     return true;
@@ -434,7 +434,7 @@ export class Launcher {
     // host waits for every done key, so a lost node still fails it). Node 0 leaves once every
     // done key is in, and the news of its lease going can come before this launcher has seen
     // its own last done write answered or has finished reaping: nothing is lost here.
-    if (this.server === undefined && this.endsCleanly()) return;
+    if (this.server === undefined && this.finishIfAllSucceeded()) return;
     this.fail({
       reason: 'node-lost',
       exitCode: 1,

@@ -174,7 +174,8 @@ export function reduceScatterCase(dtype: DType, op: ReduceOp, ranks: number, ran
   const inputs = Array.from({ length: ranks }, (_, r) => makeInput(dtype, r, seed, n * ranks));
   const want = allocOf(dtype, n);
   for (let i = 0; i < n; i++) setValue(want, dtype, i, reduceValues(dtype, op, inputs.map((x) => get(x, dtype, rank * n + i))));
-  const input = makeInput(dtype, rank, seed, n * ranks);
+  // This rank's own input, taken after `want` is computed (an in-place call overwrites it).
+  const input = inputs[rank]!;
   const out = inPlace ? input.subarray(rank * n, (rank + 1) * n) : allocOf(dtype, n);
   return { want, out, input };
 }
