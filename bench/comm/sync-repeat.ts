@@ -2,7 +2,7 @@
  * The blocking all-reduce on one array, one rank (no exchange: the call alone), three ways
  * in alternating blocks in one process: allReduceSync repeated on the same array (prepared
  * from its second call, src/comm/repeated-calls.ts), allReduceSync with every call checked
- * and built anew (a communicator made with NCCL_NODE_SYNC_PREPARE=0), and the same call
+ * and built anew (a communicator made with NCCL_NODE_PREPARE_REPEATED=0), and the same call
  * prepared once (prepareAllReduce, run()). Median µs per call over the blocks, the ratios,
  * a table and JSON. The 2-rank figures, with the round between ranks and Open MPI beside
  * them, are bench/shm/allreduce.ts's shmSync, shmSyncFull and shmPrepared columns.
@@ -27,9 +27,9 @@ const CALLS = Number(a.calls);
 const ELEMS = Number(a.elems);
 
 const repeatedComm = await init({ backend: 'gloo', rank: 0, worldSize: 1, token: 'sync-repeat' });
-process.env.NCCL_NODE_SYNC_PREPARE = '0';
+process.env.NCCL_NODE_PREPARE_REPEATED = '0';
 const fullComm = await init({ backend: 'gloo', rank: 0, worldSize: 1, token: 'sync-repeat' });
-delete process.env.NCCL_NODE_SYNC_PREPARE;
+delete process.env.NCCL_NODE_PREPARE_REPEATED;
 
 const buf = new Float32Array(ELEMS).fill(1);
 const prepared = repeatedComm.prepareAllReduce(buf);
@@ -48,7 +48,7 @@ for (const f of Object.values(ways)) block(f);  // compiled before the first tim
 const us: Record<string, number[]> = Object.fromEntries(Object.keys(ways).map((k) => [k, []]));
 for (let b = 0; b < BLOCKS; b++) for (const [k, f] of Object.entries(ways)) us[k]!.push(block(f));
 prepared.free();
-if (repeatedComm._repeatedSyncCalls?.prepared !== 1) throw new Error('the repeated calls were not prepared');
+if (repeatedComm._repeatedCalls?.prepared !== 1) throw new Error('the repeated calls were not prepared');
 await repeatedComm.destroy();
 await fullComm.destroy();
 

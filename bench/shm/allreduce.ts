@@ -9,7 +9,7 @@
  * transport on loopback, all measured by this script on the same machine. float32 sum, in place,
  * each call awaited before the next (shmSync: the blocking allReduceSync() instead, on
  * the same array each time, so prepared from its second call (src/comm/repeated-calls.ts);
- * shmSyncFull: the same with NCCL_NODE_SYNC_PREPARE=0, every call checked and built anew;
+ * shmSyncFull: the same with NCCL_NODE_PREPARE_REPEATED=0, every call checked and built anew;
  * shmPrepared: that call prepared once with prepareAllReduce() and made with run());
  * per run the median per-call time on rank 0 (each call timed from the end of the one
  * before, here and in the C++ baselines). The
@@ -186,7 +186,7 @@ async function main(): Promise<void> {
   for (let round = 0; round < ROUNDS; round++) {
     for (const p of await addonSweep(true)) add(runs.shm, p.size, p.us);
     for (const p of await addonSweep(true, { BENCH_SYNC: '1' })) add(runs.shmSync, p.size, p.us);
-    for (const p of await addonSweep(true, { BENCH_SYNC: '1', NCCL_NODE_SYNC_PREPARE: '0' })) add(runs.shmSyncFull, p.size, p.us);
+    for (const p of await addonSweep(true, { BENCH_SYNC: '1', NCCL_NODE_PREPARE_REPEATED: '0' })) add(runs.shmSyncFull, p.size, p.us);
     for (const p of await addonSweep(true, { BENCH_SYNC: 'prepared' })) add(runs.shmPrepared, p.size, p.us);
     // The same path with small calls always finished by the worker thread (docs/gloo.md,
     // "Small calls on the calling thread"), as before that existed.
@@ -241,7 +241,7 @@ async function main(): Promise<void> {
   console.log(`# all-reduce float32 sum, ${RANKS} ranks on one host, in place; median microseconds per awaited call, median of ${ROUNDS} round(s)`);
   console.log('# shm: NCCL_NODE_SHM=1 (shared memory), tcp: NCCL_NODE_SHM=0 (Gloo TCP loopback), glooBest: raw Gloo from C++, fastest algorithm');
   console.log('# shmSync: the same calls through the blocking allReduceSync() on one array (prepared from its second call)');
-  console.log('# shmSyncFull: the same with NCCL_NODE_SYNC_PREPARE=0 (every call checked and built anew); shmSyncOverFull and *OverMpiShm: median of the per-round ratios');
+  console.log('# shmSyncFull: the same with NCCL_NODE_PREPARE_REPEATED=0 (every call checked and built anew); shmSyncOverFull and *OverMpiShm: median of the per-round ratios');
   console.log('# shmPrepared: the same blocking call prepared once (prepareAllReduce) and run() each time');
   console.log('# shmWorker: the same with NCCL_NODE_SHM_CALLER_SPIN_US=0 (every call finished by the worker thread)');
   console.log('# mpiShm / mpiTcp: Open MPI MPI_Allreduce from C++ over vader (shared memory) / tcp (loopback); ranges: min-max over rounds');

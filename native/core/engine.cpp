@@ -122,10 +122,46 @@ bool Engine::runBlocking(Pending& p) {
     if (execute(p)) return false;
   }
   if (!op.failed) return true;
+  throw Error(op.errorCode, failureOf(op));
+}
+
+std::string Engine::failureOf(const Op& op) const {
   std::ostringstream s;
   s << opKindName(op.kind) << " failed on rank " << rank_ << " of " << size_ << " (collective #" << op.seq
     << "): " << op.errorMessage;
-  throw Error(op.errorCode, s.str());
+  return s.str();
+}
+
+bool Engine::startKept(Napi::Env env, Pending& kept, const std::function<void(Pending&)>& pin, Napi::Value* result) {
+  Op& op = *kept.op;
+  if (onCaller_ && inFlight_ == 0 && backend_ && !aborted_ && !destroyed_ && !backend_->broken()) {
+    // Nothing unsettled: nothing queued, the worker idle (as in runBlocking).
+    op.owner = &kept;
+    bool done = false;
+    if (backend_->prepost(op)) {
+      done = finishHere(op);
+    } else if (runsOnCaller(op)) {
+      if (execute(kept)) return false;
+      done = true;
+    }
+    if (done) {
+      if (!op.failed) {
+        *result = env.Undefined();
+      } else {
+        auto failed = Napi::Promise::Deferred::New(env);
+        failed.Reject(makeError(env, op.errorCode, failureOf(op)).Value());
+        *result = failed.Promise();
+      }
+      return true;
+    }
+  }
+  // Preposted and not finished here (a late peer), or behind calls still unsettled:
+  // the worker finishes a copy, from where the prepost left it.
+  auto copy = std::make_unique<Pending>();
+  copy->op = op.copyOfCall();
+  copy->awaited = true;
+  *result = enqueue(env, std::move(copy), &pin);
+  return true;
 }
 
 // After prepost(): the backend's bounded attempt to complete op on this thread.
@@ -151,7 +187,7 @@ Napi::Value Engine::enqueue(Napi::Env env, std::unique_ptr<Pending> p, const std
     if (p->destroy) destroyed_ = true;
     // Nothing ahead of it: let the backend put this rank's part on the wire now,
     // from this thread, instead of after the worker wakes up.
-    if (queue_.empty() && !busy_ && backend_ && !aborted_ && !p->connect && !p->destroy &&
+    if (queue_.empty() && !busy_ && backend_ && !aborted_ && !p->connect && !p->destroy && !p->op->preposted &&
         p->op->kind != OpKind::Split && !backend_->concurrent(*p->op) &&
         (!p->op->rejected || backend_->sharesRejections())) {
       posted = backend_->prepost(*p->op);

@@ -68,6 +68,15 @@ class Engine {
   // again): true when it completed; false when the backend kept it in flight after
   // all, which then owns p (the caller must release it).
   bool runBlocking(Pending& p);
+  // A prepared call made without blocking (PreparedCall::start): `kept`, already in the
+  // sequence, completes on this thread as submitCall() completes a call there (nothing
+  // of this communicator unsettled, the prepost and the bounded finishHere, or a group
+  // of one); otherwise a copy of its op is queued as submitCall() queues a call (pin
+  // taking the copy's references), and `kept` stays as it was for the next run.
+  // *result is then what submitCall() returns: undefined (completed), a rejected
+  // promise (failed here) or the copy's promise. False when the backend kept `kept` in
+  // flight after all, which then owns it (never for a blocking() backend).
+  bool startKept(Napi::Env env, Pending& kept, const std::function<void(Pending&)>& pin, Napi::Value* result);
   bool blocking() const { return backend_ && backend_->blocking(); }
   // Queues the stand-in of a call this rank rejected (Op::rejected); nothing to await.
   void submitRejected(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>* pin = nullptr);
@@ -96,6 +105,8 @@ class Engine {
   // JS thread, after the backend preposted op: whether it completed op here.
   bool finishHere(Op& op);
   void noteFailure(const Op& op);
+  // "allReduce failed on rank R of N (collective #S): why", for a collective that failed.
+  std::string failureOf(const Op& op) const;
   void completeLater(Op& op);
   void leaveConcurrent();
   void runConcurrently(Pending* p);

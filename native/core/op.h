@@ -113,6 +113,11 @@ struct Op {
     errorCode = code;
     errorMessage = std::move(message);
   }
+
+  // The same call, to be queued in this one's place (a prepared call's op, kept for its
+  // next run, hands a copy to the worker: Engine::startKept): every argument, its place
+  // in the sequence and its prepost; nothing a run fills in.
+  std::unique_ptr<Op> copyOfCall() const;
 };
 
 }  // namespace ncclnode

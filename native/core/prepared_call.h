@@ -15,7 +15,7 @@ namespace ncclnode {
 
 class CommWrap;
 
-// The JS object of a prepared call: { run(), free() } (src/native/contract.ts,
+// The JS object of a prepared call: { run(), start(), free() } (src/native/contract.ts,
 // NativePreparedCall). p is built and checked by CommWrap::PrepareSync, its views
 // holding their memory; `send` and `recv` are the caller's arrays as passed (watched
 // for a detach at each run; undefined for none); `stamps` (two doubles, held)
@@ -26,7 +26,9 @@ class CommWrap;
 // ranks as submitSync's does. Either way the stamps hold when it was entered and
 // left, in milliseconds of the monotonic clock (CLOCK_MONOTONIC, as process.hrtime()):
 // two reads of it from JavaScript (performance.now()) cost about as much as the rest
-// of a small call's JavaScript. free(): lets the memory go; run() is refused after it.
+// of a small call's JavaScript. start(): the same call not blocking (MPI_Start): undefined
+// when it completed before returning (both stamps written), else a promise of its outcome
+// (the entry stamp only). free(): lets the memory go; run() and start() are refused after it.
 //
 // run and free are plain functions bound to the call, not methods of a wrapped
 // object: unwrapping (a private-symbol lookup) was a fifth of a run's native cost.

@@ -38,7 +38,7 @@ import {
 } from './call-options.js';
 import { Work } from './work.js';
 import { PreparedAllReduce, recordBlockingAllReduce } from './prepared.js';
-import { RepeatedCalls } from './repeated-calls.js';
+import { RepeatedCalls, type Slot } from './repeated-calls.js';
 import { registerBuffer, registerPinned, type Registration, type RegisterOptions } from './nccl/register.js';
 import type { DeviceBuffer, PinnedHostBuffer } from '../gpu/device-buffer.js';
 import { collectiveBytes, collectiveEnded, collectiveStarted, type CollectiveClock } from '../metrics/collectives.js';
@@ -130,7 +130,7 @@ export class Communicator {
   readonly #whereAllReduce: string;
   /** When this communicator's last operation ended, for the collective totals (metrics/collectives.ts). */
   readonly #clock: CollectiveClock = { lastEnd: 0 };
-  /** allReduceSync's recent calls, prepared when repeated (repeated-calls.ts); undefined when off. */
+  /** allReduce's and allReduceSync's recent calls on host arrays, prepared when repeated (repeated-calls.ts); undefined when off. */
   readonly #repeated: RepeatedCalls | undefined;
 
   constructor(init: CommunicatorInit) {
@@ -152,7 +152,9 @@ export class Communicator {
     this.#onClose = init.onClose;
     this.#callerStacks = init.callerStacks ?? process.env.NCCL_NODE_CALLER_STACKS === '1';
     this.#explain = init.explainFailure;
-    this.#repeated = process.env.NCCL_NODE_SYNC_PREPARE === '0' ? undefined : new RepeatedCalls();
+    // Only a backend that runs blocking calls prepares them (Gloo; NCCL's complete on the device).
+    this.#repeated = process.env.NCCL_NODE_PREPARE_REPEATED === '0' || !init.native.prepareSync
+      ? undefined : new RepeatedCalls();
   }
 
   /** Operations queued or running. */
@@ -170,9 +172,26 @@ export class Communicator {
     return this.#native.state;
   }
 
-  /** Reduces `buf` across ranks into `buf`, or into `out` when given. */
+  /**
+   * Reduces `buf` across ranks into `buf`, or into `out` when given.
+   *
+   * A call on a host array made again on the same memory with the same options (up to
+   * 64 KiB an array, not resizable), on a backend that prepares calls (Gloo), is prepared
+   * the second time and made as that prepared call's start() from then on, as
+   * allReduceSync's are (repeated-calls.ts): the same call, in the same sequence, without
+   * checking and converting its arguments again. NCCL_NODE_PREPARE_REPEATED=0 turns this off.
+   */
   allReduce(buf: Buffer, options?: AllReduceOptions<Buffer>): Work {
-    return this.#allReduce(buf, options, undefined);
+    const repeated = this.#closed === undefined ? this.#repeated : undefined;
+    if (repeated === undefined) return this.#allReduce(buf, options, undefined);
+    const host = buf as HostArray;
+    const hostOptions = options as AllReduceOptions<HostArray> | undefined;
+    const slot = repeated.find(host, hostOptions);
+    if (slot?.call === undefined && slot !== undefined) this.#prepareRepeated(slot, host, hostOptions, undefined);
+    if (slot?.call) return repeated.start(slot);
+    const work = this.#allReduce(buf, options, undefined);
+    if (!slot && ArrayBuffer.isView(buf)) repeated.remember(host, hostOptions);
+    return work;
   }
 
   #allReduce(buf: Buffer, options: AllReduceOptions<Buffer> | undefined, preMulScalar: number | undefined): Work {
@@ -210,7 +229,7 @@ export class Communicator {
    * not resizable) is prepared the second time, as prepareAllReduce() would, and made
    * as that prepared call from then on (repeated-calls.ts); the communicator then holds
    * that memory until 8 other calls have displaced it, or until destroy() or abort().
-   * NCCL_NODE_SYNC_PREPARE=0 turns this off.
+   * allReduce() shares these 8 calls. NCCL_NODE_PREPARE_REPEATED=0 turns this off.
    */
   allReduceSync<B extends HostArray>(buf: B, options?: AllReduceOptions<B>): B {
     // The same call as one made before on this memory: its prepared form (repeated-calls.ts).
@@ -219,15 +238,7 @@ export class Communicator {
     if (slot?.call) return repeated!.run(slot, (options?.out ?? buf) as B);
     const c = this.#blockingCall('allReduceSync', buf, options);
     if (slot && slot.call === undefined) {
-      // Seen a second time: prepared now, made as the prepared call from here on.
-      let call: PreparedAllReduce<HostArray> | null = null;
-      try {
-        call = this.#prepare(buf, c);
-      } catch {
-        // Left to the full path below, now and later (the slot remembers it failed).
-      }
-      repeated!.keep(slot, call);
-      if (call) return repeated!.run(slot, c.recv);
+      if (this.#prepareRepeated(slot, buf, options, c)) return repeated!.run(slot, c.recv);
     } else if (!slot) {
       repeated?.remember(buf, options);
     }
@@ -253,9 +264,26 @@ export class Communicator {
     return c.recv;
   }
 
-  /** @internal What allReduceSync's repeated-call memory did (tests); undefined when it is off. */
-  get _repeatedSyncCalls(): RepeatedCalls['stats'] | undefined {
+  /** @internal What the repeated-call memory of allReduce and allReduceSync did (tests); undefined when it is off. */
+  get _repeatedCalls(): RepeatedCalls['stats'] | undefined {
     return this.#repeated?.stats;
+  }
+
+  /**
+   * A call seen a second time is prepared now and made as the prepared call from then on;
+   * one that cannot be (a refusal, for this rank alone) is left to the full path, now and
+   * later (the slot remembers it failed). `c`: the call's arguments when already checked.
+   */
+  #prepareRepeated<B extends HostArray>(slot: Slot, buf: B, options: AllReduceOptions<B> | undefined,
+    c: BlockingCall<B> | undefined): boolean {
+    let call: PreparedAllReduce<HostArray> | null = null;
+    try {
+      call = this.#prepare(buf, c ?? this.#blockingCall('prepareAllReduce', buf, options, false));
+    } catch {
+      // The full path makes the call, and refuses it if it must.
+    }
+    this.#repeated!.keep(slot, call);
+    return call !== null;
   }
 
   /**
@@ -277,8 +305,12 @@ export class Communicator {
       OpKind.allReduce, DTYPE_CODE[c.dtype], REDUCE_OP_CODE[c.op ?? 'sum'], buf, c.recv, c.count, -1,
       c.timeoutMs ?? this.timeoutMs, stamps,
     );
-    return new PreparedAllReduce(native, stamps, this.#clock, this.flightRecord, c.recv, c.count, c.dtype,
-      collectiveBytes('allReduce', c.count, c.dtype, this.size));
+    const bytes = collectiveBytes('allReduce', c.count, c.dtype, this.size);
+    // start()'s Work, as a submitted call's: recorded, tracked, its failure explained.
+    const workOf = (started: Promise<unknown> | undefined, submitted: number, ended: number): Work =>
+      this.#workOf('allReduce', started, c.count, c.dtype, -1, bytes, submitted, ended,
+        this.#callerStacks ? new Error('allReduce') : undefined);
+    return new PreparedAllReduce(native, stamps, this.#clock, this.flightRecord, c.recv, c.count, c.dtype, bytes, workOf);
   }
 
   // allReduceSync's and prepareAllReduce's checks, inline rather than in #guard's closure:
@@ -769,13 +801,21 @@ export class Communicator {
     const before = stamps === undefined ? collectiveStarted() : 0;
     const native = this.#start(call, s);
     const submitted = stamps === undefined ? before : stamps[0]! - MONOTONIC_ORIGIN_MS;
+    const ended = native !== undefined ? 0 : stamps === undefined ? performance.now() : stamps[1]! - MONOTONIC_ORIGIN_MS;
+    return this.#workOf(call, native, s.count, s.dtype, s.root ?? -1, collectiveBytes(call, s.count, s.dtype, this.size),
+      submitted, ended, callSite);
+  }
+
+  /**
+   * The Work of a call entered at `submitted`: `native` undefined when it completed,
+   * successfully, at `ended` before the native call returned (native/core/engine.h,
+   * submitCall: nothing to await, so no promise reaction either), else its promise.
+   */
+  #workOf(call: OpName, native: Promise<unknown> | undefined, count: number, dtype: DType, root: number, bytes: number,
+    submitted: number, ended: number, callSite: Error | undefined): Work {
     const record = this.flightRecord;
-    const entry = record.begin(call, s.count, s.dtype, s.root ?? -1, submitted);
-    const bytes = collectiveBytes(call, s.count, s.dtype, this.size);
+    const entry = record.begin(call, count, dtype, root, submitted);
     if (native === undefined) {
-      // Completed, successfully, before submit() returned: nothing to await
-      // (native/core/engine.h, submitCall), so no promise reaction either.
-      const ended = stamps === undefined ? performance.now() : stamps[1]! - MONOTONIC_ORIGIN_MS;
       record.completed(entry, ended);
       collectiveEnded(this.#clock, call, bytes, submitted, true, ended);
       return Work.completed(call, this);
@@ -787,15 +827,15 @@ export class Communicator {
     const work = new Work(undefined, call, this, callSite);
     native.then(
       () => {
-        const ended = performance.now();
-        record.completed(entry, ended);
-        collectiveEnded(this.#clock, call, bytes, submitted, true, ended);
+        const at = performance.now();
+        record.completed(entry, at);
+        collectiveEnded(this.#clock, call, bytes, submitted, true, at);
         work._resolve();
       },
       (err: unknown) => {
-        const ended = performance.now();
-        record.failed(entry, err, ended);
-        collectiveEnded(this.#clock, call, bytes, submitted, false, ended);
+        const at = performance.now();
+        record.failed(entry, err, at);
+        collectiveEnded(this.#clock, call, bytes, submitted, false, at);
         if (explain === undefined) work._reject(err);
         else explain(err).then((why) => work._reject(why), (why: unknown) => work._reject(why));
       },

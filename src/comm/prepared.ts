@@ -1,17 +1,21 @@
 /**
- * A blocking all-reduce checked once and made again and again: the persistent form
- * of Communicator.allReduceSync (as MPI 4's MPI_Allreduce_init with MPI_Start). For the
- * small exchange every step makes (a loss, a gradient norm, a stop flag), where checking
- * arguments, reading the array's memory and building the native call cost more than
- * the shared-memory round itself (bench/shm/allreduce.ts: shmPrepared against shmSync).
+ * An all-reduce checked once and made again and again: the persistent form of
+ * Communicator.allReduceSync (run()) and allReduce (start()), as MPI 4's
+ * MPI_Allreduce_init with MPI_Start. For the small exchange every step makes (a loss, a
+ * gradient norm, a stop flag), where checking arguments, reading the array's memory and
+ * building the native call cost more than the shared-memory round itself
+ * (bench/shm/allreduce.ts: shmPrepared against shmSync).
  *
  * The prepared call holds its arrays' memory until free(): write the input into the
- * same array before each run(), read the result from it (or from `out`) after.
+ * same array before each run() or start(), read the result from it (or from `out`)
+ * after (for start(), once its Work settled).
  */
+import { performance } from 'node:perf_hooks';
 import type { DType, HostArray } from '../dtypes.js';
 import type { NativePreparedCall } from '../native.js';
 import { collectiveEnded, type CollectiveClock } from '../metrics/collectives.js';
 import type { FlightRecord } from './flight-record.js';
+import type { Work } from './work.js';
 import { MONOTONIC_ORIGIN_MS } from './monotonic.js';
 
 /**
@@ -32,6 +36,9 @@ export function recordBlockingAllReduce(record: FlightRecord, clock: CollectiveC
   collectiveEnded(clock, 'allReduce', bytes, started, true, ended);
 }
 
+/** @internal A started call's Work: `started` undefined when it completed at `ended`, else its promise. */
+export type StartedWork = (started: Promise<unknown> | undefined, submitted: number, ended: number) => Work;
+
 export class PreparedAllReduce<B extends HostArray> {
   readonly #native: NativePreparedCall;
   readonly #clock: CollectiveClock;  // the communicator's, for the collective totals
@@ -41,14 +48,16 @@ export class PreparedAllReduce<B extends HostArray> {
   readonly #dtype: DType;
   readonly #bytes: number;
   readonly #stamps: Float64Array;
+  readonly #workOf: StartedWork;
   #freed = false;
 
   /**
    * @internal Made by Communicator.prepareAllReduce: `stamps` is the Float64Array of 2
-   * the native call was prepared with, where each run() leaves its entry and exit times.
+   * the native call was prepared with, where each run() leaves its entry and exit times;
+   * `workOf` makes start()'s Work, as the communicator makes a submitted call's.
    */
   constructor(native: NativePreparedCall, stamps: Float64Array, clock: CollectiveClock, record: FlightRecord, result: B,
-    count: number, dtype: DType, bytes: number) {
+    count: number, dtype: DType, bytes: number, workOf: StartedWork) {
     this.#native = native;
     this.#stamps = stamps;
     this.#clock = clock;
@@ -57,6 +66,7 @@ export class PreparedAllReduce<B extends HostArray> {
     this.#count = count;
     this.#dtype = dtype;
     this.#bytes = bytes;
+    this.#workOf = workOf;
   }
 
   /** The array the result lands in: the input, or `out` when it was given. */
@@ -87,7 +97,28 @@ export class PreparedAllReduce<B extends HostArray> {
     return this.#result;
   }
 
-  /** Lets the arrays' memory go; run() is refused after it. Idempotent. */
+  /**
+   * The all-reduce, not blocking, as allReduce() makes it (MPI_Start): returns its Work,
+   * in the communicator's sequence like any call. Within a host, when nothing of the
+   * communicator is in flight and the other ranks are in, it completes before returning
+   * (a completed Work); otherwise it goes on on the communicator's thread and the JS
+   * thread is free meanwhile. Refused as run() is (thrown, the other ranks failing the
+   * same call). Keep the arrays as they are until the Work settles.
+   */
+  start(): Work {
+    let started: Promise<void> | undefined;
+    try {
+      started = this.#native.start();
+    } catch (err) {
+      recordBlockingAllReduce(this.#record, this.#clock, this.#count, this.#dtype, this.#bytes,
+        this.#stamps[0]! - MONOTONIC_ORIGIN_MS, performance.now(), true, err);
+    }
+    const stamps = this.#stamps;
+    return this.#workOf(started, stamps[0]! - MONOTONIC_ORIGIN_MS,
+      started === undefined ? stamps[1]! - MONOTONIC_ORIGIN_MS : 0);
+  }
+
+  /** Lets the arrays' memory go; run() and start() are refused after it. Idempotent. */
   free(): void {
     this.#freed = true;
     this.#native.free();

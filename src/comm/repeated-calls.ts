@@ -1,10 +1,11 @@
 /**
- * allReduceSync's memory of its recent calls: a small call made again on the same
- * memory with the same options (a loss, a norm or a stop flag reduced every step) is
- * prepared the second time (prepareAllReduce) and from then on made as that prepared
- * call's run(), which skips the argument checks, the reading of the arrays and the
- * building of the native call: within a host 0.4-0.6 of the call's time at 8-256 B
- * (bench/shm/allreduce.ts, shmSync against shmSyncFull).
+ * The memory of allReduceSync's and allReduce's recent calls on host arrays: a small call
+ * made again on the same memory with the same options (a loss, a norm or a stop flag
+ * reduced every step) is prepared the second time (prepareAllReduce) and from then on
+ * made as that prepared call's run() (allReduceSync) or start() (allReduce), which skip
+ * the argument checks, the reading of the arrays and the building of the native call:
+ * within a host 0.4-0.6 of the blocking call's time at 8-256 B (bench/shm/allreduce.ts,
+ * shmSync against shmSyncFull), and of the awaited call's (shm against shmFull).
  *
  * A call is "the same" when its arrays cover the same bytes of the same ArrayBuffers
  * (views made anew each time, as `buf.subarray(0, 1)`, match), with the same array type
@@ -12,12 +13,13 @@
  * growable (a prepared call holds it at its length) and at most MAX_BYTES per array:
  * above that the call's own cost is small beside the exchange, and a remembered call
  * holds its arrays' memory until it is evicted (SLOTS calls, least recently used
- * first) or the communicator is destroyed or aborted. NCCL_NODE_SYNC_PREPARE=0 turns
- * this off (every call checked and built anew, as before).
+ * first) or the communicator is destroyed or aborted. NCCL_NODE_PREPARE_REPEATED=0 turns
+ * this off (every call checked and built anew).
  */
 import type { HostArray } from '../dtypes.js';
 import type { AllReduceOptions } from './call-options.js';
 import type { PreparedAllReduce } from './prepared.js';
+import type { Work } from './work.js';
 
 export const MAX_BYTES = 64 * 1024;
 export const SLOTS = 8;
@@ -98,6 +100,12 @@ export class RepeatedCalls {
     return result;
   }
 
+  /** Starts the prepared call of a slot that holds one, not blocking; returns its Work. */
+  start(s: Slot): Work {
+    this.#runs++;
+    return s.call!.start();
+  }
+
   /**
    * Remembers a call that find() missed and the full path accepted, evicting (and
    * freeing) the least recently used slot when all are taken. Memory a prepared call
@@ -135,7 +143,7 @@ export class RepeatedCalls {
     this.#slots.length = 0;
   }
 
-  /** @internal For tests: calls prepared, runs of prepared calls, slots in use. */
+  /** @internal For tests: calls prepared, runs and starts of prepared calls, slots in use. */
   get stats(): { prepared: number; runs: number; slots: number } {
     return { prepared: this.#prepared, runs: this.#runs, slots: this.#slots.length };
   }

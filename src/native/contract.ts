@@ -49,7 +49,13 @@ export interface NativePreparedCall {
    * thrown. A refusal (freed, memory detached since) tells the other ranks.
    */
   run(): void;
-  /** Lets the memory go; run() is refused after it. */
+  /**
+   * The same call, not blocking (MPI_Start): undefined when it completed, successfully,
+   * before returning, else a promise of its outcome (failed here, or queued). Refused
+   * (thrown) as run() is.
+   */
+  start(): Promise<void> | undefined;
+  /** Lets the memory go; run() and start() are refused after it. */
   free(): void;
 }
 

@@ -41,7 +41,7 @@ describe.each([
 
   it('calls made again on the same memory run prepared from their second time: same results, errors and records as without', async () => {
     const on = await run(3, 'repeat', shm);
-    const off = await run(3, 'repeat', shm, { NCCL_NODE_SYNC_PREPARE: '0' });
+    const off = await run(3, 'repeat', shm, { NCCL_NODE_PREPARE_REPEATED: '0' });
     for (const [r, rows] of on.entries()) {
       const got = phase(rows, 'repeat');
       expect(got.failures).toEqual([]);
@@ -131,7 +131,7 @@ describe('allReduceSync where it cannot run', () => {
       const one = Array.from(gloo.allReduceSync(new Int32Array([5, -6]), { op: 'max' }));
       const kept = new Int32Array([7]);
       for (let i = 0; i < 3; i++) gloo.allReduceSync(kept);
-      const prepared = gloo._repeatedSyncCalls.prepared;
+      const prepared = gloo._repeatedCalls.prepared;
       await gloo.destroy();
       const destroyed = attempt(() => gloo.allReduceSync(new Int32Array(1)));
       const keptDestroyed = attempt(() => gloo.allReduceSync(kept));
