@@ -6,11 +6,14 @@
  * size), the blocking call's shared-memory round from C++ alone (build/shm_round: the floor
  * under allReduceSync), and, where Open MPI is installed (build/mpi_collectives, cmake/bench.cmake),
  * Open MPI's MPI_Allreduce over its shared-memory transport (vader) and its TCP
- * transport on loopback, all measured by this script on the same machine. float32 sum, in place,
- * each call awaited before the next (shmSync: the blocking allReduceSync() instead, on
- * the same array each time, so prepared from its second call (src/comm/repeated-calls.ts);
- * shmSyncFull: the same with NCCL_NODE_PREPARE_REPEATED=0, every call checked and built anew;
- * shmPrepared: that call prepared once with prepareAllReduce() and made with run());
+ * transport on loopback, all measured by this script on the same machine. float32 sum, in
+ * place, on the same array each time:
+ *   shm          each call awaited before the next; prepared from its second call and made
+ *                as the prepared call's start() (src/comm/repeated-calls.ts)
+ *   shmFull      the same with NCCL_NODE_PREPARE_REPEATED=0: every call checked and built anew
+ *   shmSync      the blocking allReduceSync() instead, prepared from its second call (run())
+ *   shmSyncFull  the same with NCCL_NODE_PREPARE_REPEATED=0
+ *   shmPrepared  that call prepared once with prepareAllReduce() and made with run();
  * per run the median per-call time on rank 0 (each call timed from the end of the one
  * before, here and in the C++ baselines). The
  * runs alternate --rounds times; a figure is the median of the rounds' medians, with
@@ -180,11 +183,12 @@ const range = (xs: number[]): string => (xs.length > 1 ? `${Math.min(...xs)}-${M
 
 async function main(): Promise<void> {
   const perSize = (): Map<number, number[]> => new Map();
-  const runs = { shm: perSize(), shmSync: perSize(), shmSyncFull: perSize(), shmPrepared: perSize(), shmWorker: perSize(), tcp: perSize(), gloo: perSize(), mpiShm: perSize(), mpiTcp: perSize(), roundCpp: perSize() };
+  const runs = { shm: perSize(), shmFull: perSize(), shmSync: perSize(), shmSyncFull: perSize(), shmPrepared: perSize(), shmWorker: perSize(), tcp: perSize(), gloo: perSize(), mpiShm: perSize(), mpiTcp: perSize(), roundCpp: perSize() };
   const glooAlgo = new Map<number, Map<string, number>>();
   const add = (m: Map<number, number[]>, size: number, us: number): void => void (m.get(size) ?? m.set(size, []).get(size)!).push(us);
   for (let round = 0; round < ROUNDS; round++) {
     for (const p of await addonSweep(true)) add(runs.shm, p.size, p.us);
+    for (const p of await addonSweep(true, { NCCL_NODE_PREPARE_REPEATED: '0' })) add(runs.shmFull, p.size, p.us);
     for (const p of await addonSweep(true, { BENCH_SYNC: '1' })) add(runs.shmSync, p.size, p.us);
     for (const p of await addonSweep(true, { BENCH_SYNC: '1', NCCL_NODE_PREPARE_REPEATED: '0' })) add(runs.shmSyncFull, p.size, p.us);
     for (const p of await addonSweep(true, { BENCH_SYNC: 'prepared' })) add(runs.shmPrepared, p.size, p.us);
@@ -219,7 +223,8 @@ async function main(): Promise<void> {
     // The algorithm that was fastest in most rounds.
     const algo = [...(glooAlgo.get(size) ?? new Map<string, number>())].sort((a, b) => b[1] - a[1])[0]?.[0] ?? null;
     return {
-      size, shmUs: s, shmRange: range(runs.shm.get(size)!), shmSyncUs: med(runs.shmSync, size),
+      size, shmUs: s, shmRange: range(runs.shm.get(size)!), shmFullUs: med(runs.shmFull, size),
+      shmOverFull: roundRatio(runs.shm, runs.shmFull, size), shmSyncUs: med(runs.shmSync, size),
       shmSyncRange: range(runs.shmSync.get(size)!), shmSyncFullUs: med(runs.shmSyncFull, size),
       shmSyncOverFull: roundRatio(runs.shmSync, runs.shmSyncFull, size), shmPreparedUs: med(runs.shmPrepared, size),
       shmPreparedRange: range(runs.shmPrepared.get(size)!), shmWorkerUs: med(runs.shmWorker, size), tcpUs: t,
@@ -228,7 +233,7 @@ async function main(): Promise<void> {
       glooBusGBs: g ? Number(bus(size, g).toFixed(3)) : null,
       tcpOverShm: Number((t / s).toFixed(2)), glooOverShm: g ? Number((g / s).toFixed(2)) : null,
       mpiShmUs: m, mpiShmRange: runs.mpiShm.has(size) ? range(runs.mpiShm.get(size)!) : null, mpiTcpUs: med(runs.mpiTcp, size),
-      shmOverMpiShm: m ? Number((s / m).toFixed(2)) : null,
+      shmOverMpiShm: roundRatio(runs.shm, runs.mpiShm, size),
       shmSyncOverMpiShm: roundRatio(runs.shmSync, runs.mpiShm, size),
       shmSyncFullOverMpiShm: roundRatio(runs.shmSyncFull, runs.mpiShm, size),
       shmPreparedOverMpiShm: roundRatio(runs.shmPrepared, runs.mpiShm, size),
@@ -240,6 +245,7 @@ async function main(): Promise<void> {
   const pad = (v: unknown): string => String(v ?? '-').padStart(13);
   console.log(`# all-reduce float32 sum, ${RANKS} ranks on one host, in place; median microseconds per awaited call, median of ${ROUNDS} round(s)`);
   console.log('# shm: NCCL_NODE_SHM=1 (shared memory), tcp: NCCL_NODE_SHM=0 (Gloo TCP loopback), glooBest: raw Gloo from C++, fastest algorithm');
+  console.log('# shm: the awaited call on one array (prepared from its second call); shmFull: the same with NCCL_NODE_PREPARE_REPEATED=0; shmOverFull: median of the per-round ratios');
   console.log('# shmSync: the same calls through the blocking allReduceSync() on one array (prepared from its second call)');
   console.log('# shmSyncFull: the same with NCCL_NODE_PREPARE_REPEATED=0 (every call checked and built anew); shmSyncOverFull and *OverMpiShm: median of the per-round ratios');
   console.log('# shmPrepared: the same blocking call prepared once (prepareAllReduce) and run() each time');
