@@ -187,7 +187,7 @@ export class Communicator {
     const host = buf as HostArray;
     const hostOptions = options as AllReduceOptions<HostArray> | undefined;
     const slot = repeated.find(host, hostOptions);
-    if (slot?.call === undefined && slot !== undefined) this.#prepareRepeated(slot, host, hostOptions, undefined);
+    if (slot !== undefined && slot.call === undefined) this.#prepareRepeated(slot, host, hostOptions, undefined);
     if (slot?.call) return repeated.start(slot);
     const work = this.#allReduce(buf, options, undefined);
     if (!slot && ArrayBuffer.isView(buf)) repeated.remember(host, hostOptions);
@@ -818,7 +818,7 @@ export class Communicator {
     if (native === undefined) {
       record.completed(entry, ended);
       collectiveEnded(this.#clock, call, bytes, submitted, true, ended);
-      return Work.completed(call, this);
+      return Work.completed();
     }
     // The flight record, the metrics, the failure's explanation and the Work in one
     // callback on the native promise: each callback is a promise reaction and a

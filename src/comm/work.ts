@@ -111,8 +111,9 @@ export class Work<T = void> extends Promise<T> {
    * a promise per call was half of an 8-byte awaited call's JavaScript), so two calls
    * that both completed at once return the same object.
    */
-  static completed(call: string, owner?: WorkOwner): Work<void> {
-    return (COMPLETED ??= new Work<void>(ALREADY_DONE, call, owner));
+  static completed(): Work<void> {
+    // No call or owner of its own: it never fails or times out, and it holds no communicator.
+    return (COMPLETED ??= new Work<void>(ALREADY_DONE, 'completed call'));
   }
 
   /** A Work that has already failed (argument errors found before submission). */

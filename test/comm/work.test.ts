@@ -10,8 +10,9 @@ const owner = { rank: 1, size: 4, settled: [] as unknown[], _settled(w: unknown)
 
 describe('Work', () => {
   it('is taken as a native promise by Promise.resolve() and await (no thenable job)', async () => {
-    const done = Work.completed('allReduce', owner);
+    const done = Work.completed();
     expect(done).toBeInstanceOf(Promise);
+    expect(Work.completed()).toBe(done);
     expect(Promise.resolve(done)).toBe(done);
     const pending = new Work<number>(undefined, 'broadcast', owner);
     expect(Promise.resolve(pending)).toBe(pending);
@@ -73,6 +74,6 @@ describe('Work', () => {
     const later = w.wait(1000);
     w._resolve();
     await expect(later).resolves.toBeUndefined();
-    await expect(Work.completed('barrier').wait(5)).resolves.toBeUndefined();
+    await expect(Work.completed().wait(5)).resolves.toBeUndefined();
   });
 });
