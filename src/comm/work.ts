@@ -28,11 +28,11 @@ let COMPLETED: Work<void> | undefined;
  * as it is (one microtask) instead of calling its then() as a foreign thenable's (three,
  * and two more promises). With one settled Work for the calls that complete before
  * returning (completed()), a small awaited all-reduce within a host takes 0.68 of the
- * time it took as a thenable (bench/comm/checkout-ab.ts, 1 and 2 ranks). then(), catch()
- * and finally() return plain promises.
+ * time it took as a thenable (bench/comm/checkout-ab.ts, 1 and 2 ranks). then(), catch(),
+ * finally() and Promise's statics called on Work (Work.all, ...) return plain promises.
  */
 export class Work<T = void> extends Promise<T> {
-  readonly #call: string;
+  readonly #call!: string;
   readonly #owner: WorkOwner | undefined;
   #done = false;
   #failed = false;
@@ -47,6 +47,11 @@ export class Work<T = void> extends Promise<T> {
    * @param callSite an Error made at the call, whose stack failures then carry.
    */
   constructor(native: Promise<T> | undefined | typeof ALREADY_DONE, call: string, owner?: WorkOwner, callSite?: Error) {
+    if (typeof native === 'function') {
+      // Promise's statics (Work.all, Work.resolve, ...) construct with an executor: they
+      // get a plain promise, as then() does.
+      return new Promise<T>(native as (resolve: (value: T) => void, reject: (err: unknown) => void) => void) as Work<T>;
+    }
     if (native === ALREADY_DONE) {
       // Nothing to settle: no resolvers kept, no failure to observe.
       super(resolved as unknown as (resolve: (value: T) => void) => void);

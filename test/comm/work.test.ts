@@ -26,6 +26,14 @@ describe('Work', () => {
     expect(order).toEqual(['one', 'work', 'two']);
   });
 
+  it('Promise\'s statics on Work give plain promises that work', async () => {
+    const all = Work.all([Work.completed(), Work.resolve(5)]);
+    expect(all).not.toBeInstanceOf(Work);
+    expect(await all).toEqual([undefined, 5]);
+    await expect(Work.reject(new Error('no')).catch((e: Error) => e.message)).resolves.toBe('no');
+    expect(await Work.race([new Promise(() => {}), Work.completed()])).toBeUndefined();
+  });
+
   it('settles through the issuer, tells its owner once, then() and catch() give plain promises', async () => {
     const ok = new Work<number>(undefined, 'allReduce', owner);
     expect(ok.isCompleted()).toBe(false);
