@@ -152,7 +152,9 @@ export class Communicator {
     this.#onClose = init.onClose;
     this.#callerStacks = init.callerStacks ?? process.env.NCCL_NODE_CALLER_STACKS === '1';
     this.#explain = init.explainFailure;
-    // Only a backend that runs blocking calls prepares them (Gloo; NCCL's complete on the device).
+    // A native communicator without prepared calls (a test double) remembers nothing. On
+    // NCCL, whose calls complete on the device, preparing a remembered call is refused
+    // (once: the slot keeps the refusal) and the call keeps the full path.
     this.#repeated = process.env.NCCL_NODE_PREPARE_REPEATED === '0' || !init.native.prepareSync
       ? undefined : new RepeatedCalls();
   }
