@@ -116,7 +116,8 @@ struct Op {
 
   // The same call, to be queued in this one's place (a prepared call's op, kept for its
   // next run, hands a copy to the worker: Engine::startKept): every argument, its place
-  // in the sequence and its prepost; nothing a run fills in.
+  // in the sequence and its prepost; nothing a run fills in. Field by field (splitResult
+  // makes Op move-only): a field added to Op that describes the call belongs there too.
   std::unique_ptr<Op> copyOfCall() const;
 };
 
