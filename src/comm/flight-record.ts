@@ -74,71 +74,146 @@ function capacity(): number {
   return Number.isInteger(n) && n >= 0 ? n : 2000;
 }
 
-/** One communicator's ring of operations. */
+const STATES: readonly OpState[] = ['scheduled', 'started', 'completed', 'failed', 'timeout', 'aborted'];
+const SCHEDULED = 0;
+const COMPLETED = 2;
+const FAILED = 3;
+const TIMEOUT = 4;
+const ABORTED = 5;
+
+// The numbers of one slot of the ring, side by side in one Float64Array.
+const ID = 0;
+const SEQ = 1;
+const COUNT = 2;
+const PEER = 3;
+const STATE = 4;
+const ENQUEUED = 5;  // performance.now() readings, ms; brought to wall-clock us when read
+const STARTED = 6;
+const ENDED = 7;  // 0 while running
+const FIELDS = 8;
+
+/**
+ * One communicator's ring of operations, written on every call (the small all-reduce a
+ * training step makes included). The ring is columns (numbers in one Float64Array, the
+ * call and dtype names in arrays of the strings callers pass) rather than an object per
+ * operation, so that recording allocates nothing: an object per call, held by the ring
+ * past young-generation collections, was garbage the collector had to copy and promote
+ * at every call rate. Entries are read as TraceEntry objects, made when read (since(),
+ * json()).
+ */
 export class FlightRecord {
-  readonly #ring: TraceEntry[] = [];
-  readonly #capacity = capacity();
+  readonly #capacity: number;
+  readonly #nums: Float64Array;
+  readonly #ops: string[];
+  readonly #dtypes: string[];
   #next = 0;
   #seq = 0;
-  #lastEnd = 0;
+  #lastEnd = 0;  // ms
   lastEnqueuedSeq = -1;
   lastCompletedSeq = -1;
 
-  constructor(public name: string, readonly rank: number, readonly size: number) {}
+  constructor(public name: string, readonly rank: number, readonly size: number) {
+    this.#capacity = capacity();
+    this.#nums = new Float64Array(this.#capacity * FIELDS);
+    this.#ops = new Array<string>(this.#capacity).fill('');
+    this.#dtypes = new Array<string>(this.#capacity).fill('');
+  }
 
-  /** Records a submitted operation; `done` settles when it finishes. */
-  op(op: string, count: number, dtype: string, peer: number, done: Promise<unknown>): TraceEntry {
-    const e = this.begin(op, count, dtype, peer);
-    done.then(() => this.completed(e), (err: unknown) => this.failed(e, err));
-    return e;
+  /** Records a submitted operation; `done` settles when it finishes. Returns its sequence number. */
+  op(op: string, count: number, dtype: string, peer: number, done: Promise<unknown>): number {
+    const id = this.begin(op, count, dtype, peer);
+    done.then(() => this.completed(id), (err: unknown) => this.failed(id, err));
+    return op === 'send' || op === 'recv' ? -1 : this.lastEnqueuedSeq;
   }
 
   /**
-   * Records a submitted operation whose end the caller reports: completed() or failed().
-   * `atMs`: when, as performance.now() read it (a caller that reads the clock anyway
-   * hands its reading over: a clock read costs about as much as the rest of this).
+   * Records a submitted operation whose end the caller reports (completed() or failed()
+   * with the id returned). `atMs`: when, as performance.now() read it (a caller that
+   * reads the clock anyway hands its reading over: a clock read costs about as much as
+   * the rest of this).
    */
-  begin(op: string, count: number, dtype: string, peer: number, atMs = performance.now()): TraceEntry {
+  begin(op: string, count: number, dtype: string, peer: number, atMs = performance.now()): number {
     return this.#add(op, count, dtype, peer, op === 'send' || op === 'recv', atMs);
   }
 
-  completed(e: TraceEntry, atMs = performance.now()): void {
-    this.#end(e, 'completed', atMs);
+  completed(id: number, atMs = performance.now()): void {
+    this.#end(id, COMPLETED, atMs);
   }
 
-  failed(e: TraceEntry, err: unknown, atMs = performance.now()): void {
+  failed(id: number, err: unknown, atMs = performance.now()): void {
     const code = (err as { code?: string } | null)?.code;
-    this.#end(e, code === 'ERR_TIMEOUT' ? 'timeout' : code === 'ERR_COMM_ABORTED' ? 'aborted' : 'failed', atMs);
-    if (code === 'ERR_TIMEOUT') timedOut(`${e.op} #${e.seq} on rank ${this.rank} of ${this.size} timed out`);
+    this.#end(id, code === 'ERR_TIMEOUT' ? TIMEOUT : code === 'ERR_COMM_ABORTED' ? ABORTED : FAILED, atMs);
+    if (code === 'ERR_TIMEOUT') {
+      const what = this.#holds(id)
+        ? `${this.#ops[id % this.#capacity]} #${this.#nums[(id % this.#capacity) * FIELDS + SEQ]}`
+        : `operation ${id} (no longer in the record)`;
+      timedOut(`${what} on rank ${this.rank} of ${this.size} timed out`);
+    }
   }
 
   /** A call this rank refused: it still took its sequence number (and failed at once). */
   refused(op: string): void {
     if (op === 'send' || op === 'recv') return;
     const now = performance.now();
-    this.#end(this.#add(op, 0, '', -1, false, now), 'failed', now);
+    this.#end(this.#add(op, 0, '', -1, false, now), FAILED, now);
   }
 
-  #add(op: string, count: number, dtype: string, peer: number, p2p: boolean, atMs: number): TraceEntry {
+  #holds(id: number): boolean {
+    return id < this.#next && id >= this.#next - this.#capacity;
+  }
+
+  #add(op: string, count: number, dtype: string, peer: number, p2p: boolean, atMs: number): number {
+    const id = this.#next++;
     const seq = p2p ? -1 : this.#seq++;
     if (!p2p) this.lastEnqueuedSeq = seq;
-    const e: TraceEntry = { id: this.#next++, seq, op, count, dtype, peer, state: 'scheduled', enqueuedUs: wallUs(atMs), startedUs: 0, endedUs: 0 };
-    if (this.#capacity > 0) this.#ring[e.id % this.#capacity] = e;
-    return e;
+    if (this.#capacity > 0) {
+      const slot = id % this.#capacity;
+      const n = this.#nums;
+      const at = slot * FIELDS;
+      n[at + ID] = id;
+      n[at + SEQ] = seq;
+      n[at + COUNT] = count;
+      n[at + PEER] = peer;
+      n[at + STATE] = SCHEDULED;
+      n[at + ENQUEUED] = atMs;
+      n[at + STARTED] = 0;
+      n[at + ENDED] = 0;
+      this.#ops[slot] = op;
+      this.#dtypes[slot] = dtype;
+    }
+    return id;
   }
 
-  #end(e: TraceEntry, state: OpState, atMs: number): void {
-    e.endedUs = wallUs(atMs);
-    e.startedUs = Math.max(e.enqueuedUs, Math.min(this.#lastEnd, e.endedUs));
-    e.state = state;
-    this.#lastEnd = e.endedUs;
-    if (state === 'completed' && e.seq >= 0) this.lastCompletedSeq = Math.max(this.lastCompletedSeq, e.seq);
+  #end(id: number, state: number, atMs: number): void {
+    // An operation that outlived its place in the ring still moves the clock on.
+    if (this.#holds(id)) {
+      const n = this.#nums;
+      const at = (id % this.#capacity) * FIELDS;
+      n[at + ENDED] = atMs;
+      n[at + STARTED] = Math.max(n[at + ENQUEUED]!, Math.min(this.#lastEnd, atMs));
+      n[at + STATE] = state;
+      const seq = n[at + SEQ]!;
+      if (state === COMPLETED && seq >= 0 && seq > this.lastCompletedSeq) this.lastCompletedSeq = seq;
+    }
+    this.#lastEnd = atMs;
   }
 
-  /** Entries with id >= `id` still in the ring, oldest first (live objects: they update as operations finish). */
+  #entry(id: number): TraceEntry {
+    const slot = id % this.#capacity;
+    const n = this.#nums;
+    const at = slot * FIELDS;
+    const ended = n[at + ENDED]!;
+    return {
+      id, seq: n[at + SEQ]!, op: this.#ops[slot]!, count: n[at + COUNT]!, dtype: this.#dtypes[slot]!, peer: n[at + PEER]!,
+      state: STATES[n[at + STATE]!]!, enqueuedUs: wallUs(n[at + ENQUEUED]!), startedUs: ended === 0 ? 0 : wallUs(n[at + STARTED]!),
+      endedUs: ended === 0 ? 0 : wallUs(ended),
+    };
+  }
+
+  /** Entries with id >= `id` still in the ring, oldest first (copies, as they are now). */
   since(id: number): TraceEntry[] {
     const out: TraceEntry[] = [];
-    for (let i = Math.max(id, this.#next - this.#capacity); i < this.#next; i++) out.push(this.#ring[i % this.#capacity]!);
+    for (let i = Math.max(id, this.#next - this.#capacity); i < this.#next; i++) out.push(this.#entry(i));
     return out;
   }
 
@@ -148,13 +223,13 @@ export class FlightRecord {
   }
 
   json(): CommTrace {
-    const entries = this.since(0).map((e) => ({ ...e }));
+    const entries = this.since(0);
     // The first unfinished operation is the one running; those after it wait behind it.
     const running = entries.find((e) => e.endedUs === 0);
     let lastStartedSeq = this.lastCompletedSeq;
     if (running) {
       running.state = 'started';
-      running.startedUs = Math.max(running.enqueuedUs, this.#lastEnd);
+      running.startedUs = Math.max(running.enqueuedUs, wallUs(this.#lastEnd));
       if (running.seq >= 0) lastStartedSeq = running.seq;
     }
     return { comm: this.name, rank: this.rank, size: this.size, lastEnqueuedSeq: this.lastEnqueuedSeq, lastStartedSeq, lastCompletedSeq: this.lastCompletedSeq, entries };
@@ -184,10 +259,10 @@ export function flightRecord(native: { rank: number; size: number }, name = 'wor
 export function recordOp(native: { rank: number; size: number }, op: string, count: number, dtype: string, peer: number,
   done: Promise<unknown>, color?: number): void {
   const parent = flightRecord(native);
-  const e = parent.op(op, count, dtype, peer, done);
+  const seq = parent.op(op, count, dtype, peer, done);
   if (op === 'split') {
     done.then((child) => {
-      if (child && typeof child === 'object') flightRecord(child as { rank: number; size: number }, `${parent.name}/split${e.seq}:${color ?? 0}`);
+      if (child && typeof child === 'object') flightRecord(child as { rank: number; size: number }, `${parent.name}/split${seq}:${color ?? 0}`);
     }, () => {});
   }
 }
