@@ -81,16 +81,15 @@ const FAILED = 3;
 const TIMEOUT = 4;
 const ABORTED = 5;
 
-// The numbers of one slot of the ring, side by side in one Float64Array.
-const ID = 0;
-const SEQ = 1;
-const COUNT = 2;
-const PEER = 3;
-const STATE = 4;
-const ENQUEUED = 5;  // performance.now() readings, ms; brought to wall-clock us when read
-const STARTED = 6;
-const ENDED = 7;  // 0 while running
-const FIELDS = 8;
+// The numbers of one slot of the ring (entry id % capacity), side by side in one Float64Array.
+const SEQ = 0;
+const COUNT = 1;
+const PEER = 2;
+const STATE = 3;
+const ENQUEUED = 4;  // performance.now() readings, ms; brought to wall-clock us when read
+const STARTED = 5;
+const ENDED = 6;  // 0 while running
+const FIELDS = 7;
 
 /**
  * One communicator's ring of operations, written on every call (the small all-reduce a
@@ -170,7 +169,6 @@ export class FlightRecord {
       const slot = id % this.#capacity;
       const n = this.#nums;
       const at = slot * FIELDS;
-      n[at + ID] = id;
       n[at + SEQ] = seq;
       n[at + COUNT] = count;
       n[at + PEER] = peer;
