@@ -121,9 +121,13 @@ void MeshExchange::post(const void* head, size_t headBytes, const void* body, si
   }
 }
 
-// The round's receives in two steps, each peer's 8-byte length (with this round's sends),
-// then each peer's bytes. The Xfers live in the exchange, so a bounded wait that ends
-// early (until) leaves the rest to the next call.
+// The round's receives: each peer's 8-byte length, then its bytes, read as soon as the
+// length is in, while this rank's own messages are still going out. Reading only lengths
+// until the sends were done left each peer's body in this rank's socket: where the
+// messages outgrow what the two ends buffer (a 4 MiB round over a link whose windows have
+// not grown, between hosts) every rank's send then waits on a peer that reads nothing
+// (test/shm/multinode.test.ts). The Xfers live in the exchange, so a bounded wait that
+// ends early (until) leaves the rest to the next call.
 bool MeshExchange::progressTcp(net::Clock::time_point deadline, net::Clock::time_point until) {
   if (phase_ == Phase::Idle) return true;
   if (phase_ == Phase::Posted) {
@@ -135,25 +139,26 @@ bool MeshExchange::progressTcp(net::Clock::time_point deadline, net::Clock::time
       x.bytes = 8;
       recvs_.push_back(x);
     }
-    phase_ = Phase::Lengths;
+    phase_ = Phase::Receiving;
   }
-  if (phase_ == Phase::Lengths) {
-    if (!tcp_->transfer(sends_.data(), sends_.size(), recvs_.data(), recvs_.size(), deadline, {}, until)) return false;
-    for (auto& x : recvs_) {
-      uint64_t len = 0;
-      std::memcpy(&len, x.data, 8);
-      if (len > cap_) {
-        throw net::TransportError(Code::Backend, "rank " + std::to_string(x.peer) + " sent a " + std::to_string(len) +
-                                                     "-byte mesh message where at most " + std::to_string(cap_) +
-                                                     " fit (a call this build does not know)");
-      }
-      x.data += 8;
-      x.bytes = len;
-      x.done = 0;
+  // A receive whose length is in becomes the receive of its body, in the same transfer.
+  const auto bodyNext = [this](size_t i) {
+    net::Xfer& x = recvs_[i];
+    if (x.data != slot(x.peer) - 8 || x.done < 8) return;
+    uint64_t len = 0;
+    std::memcpy(&len, x.data, 8);
+    if (len > cap_) {
+      throw net::TransportError(Code::Backend, "rank " + std::to_string(x.peer) + " sent a " + std::to_string(len) +
+                                                   "-byte mesh message where at most " + std::to_string(cap_) +
+                                                   " fit (a call this build does not know)");
     }
-    phase_ = Phase::Bodies;
+    x.data += 8;
+    x.bytes = len;
+    x.done = 0;
+  };
+  if (!tcp_->transfer(sends_.data(), sends_.size(), recvs_.data(), recvs_.size(), deadline, bodyNext, until)) {
+    return false;
   }
-  if (!tcp_->transfer(nullptr, 0, recvs_.data(), recvs_.size(), deadline, {}, until)) return false;
   tcp_->checkAborted();
   phase_ = Phase::Idle;
   inFlight_ = false;

@@ -95,9 +95,9 @@ class MeshExchange {
   std::vector<uint8_t> scratch_;  // size x stride: one message per rank
   std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
   std::vector<net::Xfer> sends_;  // TCP: this round's sends still in progress
-  std::vector<net::Xfer> recvs_;  // TCP: this round's receives (lengths, then bodies)
-  enum class Phase { Idle, Posted, Lengths, Bodies };
-  Phase phase_ = Phase::Idle;     // TCP: where this round's receives stand
+  std::vector<net::Xfer> recvs_;  // TCP: this round's receives (each a length, then its body)
+  enum class Phase { Idle, Posted, Receiving };
+  Phase phase_ = Phase::Idle;     // TCP: where this round stands
   std::vector<uint8_t> heads_;    // TCP: per-peer frame headers where the bodies' lengths differ
   std::atomic<bool> inFlight_{false};
 };
