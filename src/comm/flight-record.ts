@@ -143,9 +143,8 @@ export class FlightRecord {
     const code = (err as { code?: string } | null)?.code;
     this.#end(id, code === 'ERR_TIMEOUT' ? TIMEOUT : code === 'ERR_COMM_ABORTED' ? ABORTED : FAILED, atMs);
     if (code === 'ERR_TIMEOUT') {
-      const what = this.#holds(id)
-        ? `${this.#ops[id % this.#capacity]} #${this.#nums[(id % this.#capacity) * FIELDS + SEQ]}`
-        : `operation ${id} (no longer in the record)`;
+      const e = this.#holds(id) ? this.#entry(id) : undefined;
+      const what = e ? `${e.op} #${e.seq}` : `operation ${id} (no longer in the record)`;
       timedOut(`${what} on rank ${this.rank} of ${this.size} timed out`);
     }
   }
