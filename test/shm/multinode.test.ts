@@ -2,7 +2,7 @@
  * Collectives across hosts: network-namespace nodes (test/helpers/netns.ts), each its own
  * host with its own address, joined by a bridge. With shared memory (2 and 3 nodes x 2
  * ranks) the ranks of a node share a segment and the nodes' leaders all-reduce over the
- * veth links; over TCP alone (3 nodes x 1 rank) every rank exchanges with two hosts. The
+ * veth links; over TCP alone (2 and 3 nodes x 1 rank) every rank exchanges with the other hosts. The
  * results are checked against sums computed in the ranks, and the path each call took is
  * shown by the ranks' own counters.
  */
@@ -89,6 +89,16 @@ describe.skipIf(!netnsAvailable())('collectives across network-namespace hosts',
     for (const r of await runJob(2, 1, { SHM_SIZES: '1031,1000003', NCCL_NODE_SHM: '0' })) {
       expect(r.stats).toMatchObject({ segments: 0, twoLevel: 0 });
       expect(r.algos).toMatchObject({ meshAllReduces: 7, tcpRingCalls: 1 });
+    }
+  });
+
+  it('3 nodes x 1 rank over TCP: all-gathers and reduce-scatters with 4 MB blocks in the round complete', async () => {
+    // At 3 ranks the round carries an all-gather's or reduce-scatter's block to each peer:
+    // with 1000003 float32 elements every rank writes 4 MB to each of two hosts while both
+    // write 4 MB to it, the same reading-while-writing as above with two peers at once.
+    for (const r of await runJob(3, 1, { SHM_SIZES: '1031', SHM_BLOCKS: '1031,1000003', NCCL_NODE_SHM: '0' })) {
+      expect(r.stats).toMatchObject({ segments: 0, twoLevel: 0 });
+      expect(r.algos).toMatchObject({ meshAllReduces: 4, meshAllGathers: 2, meshReduceScatters: 2, tcpRingCalls: 0 });
     }
   });
 });
