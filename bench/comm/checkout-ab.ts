@@ -5,7 +5,7 @@
  * in blocks of calls, in the same order on every rank, so the host's fast and slow phases
  * (bench/README.md) fall on both alike. Per block the time per call of a back-to-back
  * loop of 8-byte float32 sums: blocking `allReduceSync` (sync) or awaited `allReduce`
- * (awaited); or of awaited float32 `allToAll`s of --bytes per rank (alltoall), or
+ * (awaited); or of awaited float32 sum `allReduce`s of --bytes (allreduce), `allToAll`s of --bytes per rank (alltoall), or
  * `allGather`s and `reduceScatter`s (sum) of --bytes a rank's block (allgather,
  * reducescatter), or `broadcast`, `reduce` (sum), `gather` and `scatter` of --bytes per
  * rank (a gather's input, a scatter's output; the root rotates over the ranks call by
@@ -17,7 +17,7 @@
  * linked from this one, `npx cmake-js compile --out build` there).
  *
  *   node --import tsx bench/comm/checkout-ab.ts --against ../base [--ranks 1,2]
- *        [--modes sync,awaited,alltoall,allgather,reducescatter,broadcast,reduce,gather,scatter]
+ *        [--modes sync,awaited,allreduce,alltoall,allgather,reducescatter,broadcast,reduce,gather,scatter]
  *        [--bytes 64,65536]
  *        [--blocks 40] [--calls 20000] [--json out.json]
  */
@@ -64,11 +64,14 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
   const [input, output] = [new Float32Array(elements).fill(1), new Float32Array(elements).fill(0)];
   // size x elements: a gather's or an all-gather's output, a scatter's or a reduce-scatter's input.
   const [wide, reduced] = [new Float32Array(elements * mine.size).fill(1), new Float32Array(elements)];
+  const zeros = new Float32Array(elements); // summed in place: stays 0, never overflows
+
   const n = mode === 'sync' ? calls : Math.max(1, Math.floor(calls / 4));
   const block = async (c: Side): Promise<number> => {
     const t0 = performance.now();
     const me = c.rank;
     if (mode === 'sync') for (let i = 0; i < n; i++) c.allReduceSync(buf);
+    else if (mode === 'allreduce') for (let i = 0; i < n; i++) await c.allReduce(zeros);
     else if (mode === 'alltoall') for (let i = 0; i < n; i++) await c.allToAll(input, output);
     else if (mode === 'allgather') for (let i = 0; i < n; i++) await c.allGather(input, wide);
     else if (mode === 'reducescatter') for (let i = 0; i < n; i++) await c.reduceScatter(wide, output);
@@ -103,7 +106,7 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
   });
   if (!a.against) throw new Error('--against <path of another checkout, built> is required');
   const rows: Row[] = [];
-  const SIZED = new Set(['alltoall', 'allgather', 'reducescatter', 'broadcast', 'reduce', 'gather', 'scatter']);
+  const SIZED = new Set(['allreduce', 'alltoall', 'allgather', 'reducescatter', 'broadcast', 'reduce', 'gather', 'scatter']);
   for (const ranks of a.ranks!.split(',').map(Number)) {
     for (const mode of a.modes!.split(',')) for (const bytes of SIZED.has(mode) ? a.bytes!.split(',') : ['8']) {
       const [pThis, pAgainst] = [await freePort(), await freePort()];

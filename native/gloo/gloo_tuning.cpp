@@ -139,7 +139,8 @@ AllReduceAlgo pickAllReduce(const GlooTuning& t, AllReduceAlgo forced, size_t co
     // chooseAllReduce gives the ring for a legacy algorithm that cannot run the call.
     if (!isLegacy(want) || chooseAllReduce(want, count, dtype, op, worldSize) == want) return want;
   }
-  if (meshFits) return AllReduceAlgo::Mesh;
+  // A table may name the round up to its capacity at 2 ranks; built in it stops sooner.
+  if (meshFits && (worldSize > 2 || bytes <= kMeshAllReduceBytesTwoRanks)) return AllReduceAlgo::Mesh;
   // Built in where measured (3-4 ranks: 0.42-0.85 of the ring's time at 128 KiB-4 MiB, bench/README.md);
   // a tuning file can name it for larger groups.
   return twoRoundsFit && worldSize <= kTwoRoundsRanks ? AllReduceAlgo::MeshRsAg : AllReduceAlgo::TcpRing;

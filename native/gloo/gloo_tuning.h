@@ -53,12 +53,17 @@ class GlooTuning {
 // gathered output, reduce-scatter the per-rank input (count is per rank for both).
 uint64_t tuningBytes(Coll c, size_t count, DType dtype, int worldSize);
 
-// Elements per rank's block when an all-reduce is split across the ranks: the first
-// blocks hold this many, the last ones fewer (or none) when count does not divide.
 // Beyond 2 ranks the largest all-reduce the agreement round carries whole (every rank's
 // buffer to every peer, n-1 times the data where a ring sends 2(n-1)/n).
 constexpr size_t kMeshAllReduceBytes = 64 * 1024;
 
+// At 2 ranks the round moves what a ring moves, in one exchange, but each rank then
+// reduces the whole buffer where the ring reduces half of it while the other half is on
+// the wire; beyond this size the ring is the faster of the two (bench/README.md).
+constexpr size_t kMeshAllReduceBytesTwoRanks = 1024 * 1024;
+
+// Elements per rank's block when an all-reduce is split across the ranks: the first
+// blocks hold this many, the last ones fewer (or none) when count does not divide.
 inline size_t meshBlock(size_t count, int worldSize) {
   return (count + static_cast<size_t>(worldSize) - 1) / static_cast<size_t>(worldSize);
 }

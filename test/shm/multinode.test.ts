@@ -78,17 +78,17 @@ describe.skipIf(!netnsAvailable())('collectives across network-namespace hosts',
     }
   });
 
-  it('2 nodes x 1 rank over TCP: the round at its largest (a 4 MB all-reduce, the whole buffer to the peer) completes', async () => {
-    // At 2 ranks the agreement round carries an all-reduce of up to 4 MiB whole: both ranks
-    // write a 4 MB message at once. Between hosts (veth, the kernel's TCP with its windows as
-    // on a real link) the sockets do not hold it, so the round completes only where each rank
-    // reads its peer's message while still writing its own (mesh_exchange.cpp, progressTcp);
-    // reading it only after its own write was done timed out on both ranks.
-    // 1000003 elements: 4 MB of float32 and int32 (three calls in the round), 8 MB of int64
-    // (beyond it: the ring).
-    for (const r of await runJob(2, 1, { SHM_SIZES: '1031,1000003', NCCL_NODE_SHM: '0' })) {
+  it('2 nodes x 1 rank over TCP: the round at its largest (4 MB blocks to the peer) completes; larger all-reduces take the ring', async () => {
+    // At 2 ranks the agreement round carries an all-gather's or reduce-scatter's block of
+    // up to 4 MiB whole: both ranks write a 4 MB message at once. Between hosts (veth, the
+    // kernel's TCP with its windows as on a real link) the sockets do not hold it, so the
+    // round completes only where each rank reads its peer's message while still writing
+    // its own (mesh_exchange.cpp, progressTcp); reading it only after its own write was
+    // done timed out on both ranks. All-reduces ride the round up to 1 MiB at 2 ranks
+    // (gloo_tuning.h): 1031 elements there, 1000003 (4 and 8 MB) on the ring.
+    for (const r of await runJob(2, 1, { SHM_SIZES: '1031,1000003', SHM_BLOCKS: '1000003', NCCL_NODE_SHM: '0' })) {
       expect(r.stats).toMatchObject({ segments: 0, twoLevel: 0 });
-      expect(r.algos).toMatchObject({ meshAllReduces: 7, tcpRingCalls: 1 });
+      expect(r.algos).toMatchObject({ meshAllReduces: 4, tcpRingCalls: 4, meshAllGathers: 1, meshReduceScatters: 1 });
     }
   });
 
