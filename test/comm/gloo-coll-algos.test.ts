@@ -134,7 +134,7 @@ describe('built-in all-gather beyond the round', () => {
   }, 90_000);
 });
 
-// The built-in all-reduce beyond the mesh round (up to 4 MiB at 2 ranks, 64 KiB at 3-8):
+// The built-in all-reduce beyond the mesh round (up to 1 MiB at 2 ranks, 64 KiB at 3-8):
 // at 3-4 ranks two rounds while each rank's block fits the round (4 MiB),
 // beyond that the backend's own ring over its own TCP connections at every group size
 // (native/gloo/gloo_tuning.cpp), with no tuning file; no legacy class runs.
@@ -153,11 +153,21 @@ describe('built-in all-reduce beyond the mesh round', () => {
     });
   };
   // float32 and float64: at 4 ranks 4400001 elements make blocks of 4.2 and 8.4 MiB, one
-  // past the round's 4 MiB; at 2 ranks buffers of 16.8 and 33.6 MiB, past its 4 MiB.
+  // past the round's 4 MiB; at 2 ranks buffers of 16.8 and 33.6 MiB.
   it.each([2, 3, 4])('%i ranks, 4400001 elements: both calls on the own TCP ring, right sums', async (size) => {
     for (const s of await run(size, 4400001)) {
       expect(s.legacyAllReduces).toBe(0);
       expect(s.tcpRingCalls).toBe(2);
+    }
+  }, 60_000);
+  // At 2 ranks the round carries all-reduces up to 1 MiB (kMeshAllReduceBytesTwoRanks):
+  // 262144 elements are 1 MiB of float32 (the round) and 2 MiB of float64 (the ring);
+  // one more element puts the float32 call past it too.
+  it.each([[262144, 1, 1], [262145, 0, 2]])('2 ranks, %i elements: %i of the 2 calls in the round, %i on the own ring, right sums', async (count, round, ring) => {
+    for (const s of await run(2, count)) {
+      expect(s.meshAllReduces).toBe(round);
+      expect(s.tcpRingCalls).toBe(ring);
+      expect(s.legacyAllReduces).toBe(0);
     }
   }, 60_000);
   // 70001 elements: buffers of 273-547 KiB, past the one round's 64 KiB (blocks of 68-182

@@ -2,9 +2,9 @@
  * Collectives across hosts: network-namespace nodes (test/helpers/netns.ts), each its own
  * host with its own address, joined by a bridge. With shared memory (2 and 3 nodes x 2
  * ranks) the ranks of a node share a segment and the nodes' leaders all-reduce over the
- * veth links; over TCP alone (2 and 3 nodes x 1 rank) every rank exchanges with the other hosts. The
- * results are checked against sums computed in the ranks, and the path each call took is
- * shown by the ranks' own counters.
+ * veth links; over TCP alone (2 and 3 nodes x 1 rank) every rank exchanges with the other
+ * hosts. The results are checked against sums and blocks computed in the ranks, and the
+ * path each call took is shown by the ranks' own counters.
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
