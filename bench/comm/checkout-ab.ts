@@ -5,7 +5,8 @@
  * in blocks of calls, in the same order on every rank, so the host's fast and slow phases
  * (bench/README.md) fall on both alike. Per block the time per call of a back-to-back
  * loop of 8-byte float32 sums: blocking `allReduceSync` (sync) or awaited `allReduce`
- * (awaited); or of awaited float32 sum `allReduce`s of --bytes (allreduce), `allToAll`s of --bytes per rank (alltoall), or
+ * (awaited); or of awaited float32 sum `allReduce`s of --bytes (allreduce), `allToAll`s
+ * of --bytes per rank (alltoall), or
  * `allGather`s and `reduceScatter`s (sum) of --bytes a rank's block (allgather,
  * reducescatter), or `broadcast`, `reduce` (sum), `gather` and `scatter` of --bytes per
  * rank (a gather's input, a scatter's output; the root rotates over the ranks call by
@@ -65,7 +66,6 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
   // size x elements: a gather's or an all-gather's output, a scatter's or a reduce-scatter's input.
   const [wide, reduced] = [new Float32Array(elements * mine.size).fill(1), new Float32Array(elements)];
   const zeros = new Float32Array(elements); // summed in place: stays 0, never overflows
-
   const n = mode === 'sync' ? calls : Math.max(1, Math.floor(calls / 4));
   const block = async (c: Side): Promise<number> => {
     const t0 = performance.now();
