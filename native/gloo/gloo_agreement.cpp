@@ -29,9 +29,8 @@ namespace {
 constexpr size_t kMeshAllToAllBlock = 1024 * 1024;
 }  // namespace
 
-// A broadcast's or a gather's round: the all-gather's at 2 ranks, the small all-reduce's limit beyond.
-bool GlooBackend::pickRootedRound(const Op& op, size_t bytes) const {
-  if (cfg_.size == 2) return pickAllGather(tuning_, op.count, op.dtype, cfg_.size, meshBytes()) == AllGatherAlgo::Mesh;
+// A broadcast's or a gather's round: up to the small all-reduce's limit at any world size.
+bool GlooBackend::pickRootedRound(size_t bytes) const {
   return bytes <= std::min(meshBytes(), kMeshAllReduceBytes);
 }
 
@@ -86,22 +85,23 @@ GlooBackend::MeshBody GlooBackend::meshBody(const Op& op) const {
     // The rooted collectives ride where their all-to-all counterpart does: what a
     // gather's or a reduce's root receives (every other rank's buffer, sent to it alone)
     // is what an all-gather's rank receives; a scatter's root sends block p to peer p as
-    // a reduce-scatter's rank does. A broadcast's root sends its whole buffer to every
-    // peer: at 2 ranks what the chain beyond sends, at more n-1 times it, so there only
-    // small ones ride (the small all-reduce's limit, where the same holds). Beyond 2
-    // ranks a gather rides up to that limit too: past it, a transfer straight into the
-    // root's output beat the round and its copy out of the slots (4 ranks over TCP here,
-    // 128 KiB a rank: 240-276 against 300-332 µs; 8 KiB a rank: level). Ranks with
-    // nothing to send post the fingerprint alone.
+    // a reduce-scatter's rank does. A broadcast and a gather ride only up to the small
+    // all-reduce's limit: past it, a transfer straight into the receiver's output beat the
+    // round and its copy out of the slots (4 ranks over TCP here, a gather of 128 KiB a
+    // rank: 240-276 against 300-332 µs; 8 KiB a rank: level; at 2 ranks in alternating
+    // blocks, 128 KiB-2 MiB, the round took 1.03-1.56x the transfer's time for a gather,
+    // 1.01-1.22x for a broadcast, bench/README.md). A reduce and a scatter keep the round
+    // to the all-gather's and reduce-scatter's limits: at 2 ranks the transfer was no
+    // faster there (0.64-1.25x). Ranks with nothing to send post the fingerprint alone.
     case OpKind::Broadcast:
-      if (pickRootedRound(op, bytes)) {
+      if (pickRootedRound(bytes)) {
         b.carried = true;
         if (cfg_.rank == op.root) b.bytes = bytes;
       }
       return b;
     case OpKind::Reduce:
     case OpKind::Gather:
-      if (op.kind == OpKind::Gather ? pickRootedRound(op, bytes)
+      if (op.kind == OpKind::Gather ? pickRootedRound(bytes)
                                     : pickAllGather(tuning_, op.count, op.dtype, cfg_.size, meshBytes()) ==
                                           AllGatherAlgo::Mesh) {
         b.carried = true;

@@ -88,7 +88,7 @@ class GlooBackend : public Backend {
   };
   size_t meshBytes() const;
   MeshBody meshBody(const Op& op) const;
-  bool pickRootedRound(const Op& op, size_t bytes) const;
+  bool pickRootedRound(size_t bytes) const;
   void finishMesh(const Op& op, const MeshBody& body);
   void finishTwoRounds(const Op& op);
   void finishMeshRooted(const Op& op);  // gloo_rooted.cpp
