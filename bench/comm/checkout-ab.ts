@@ -15,12 +15,18 @@
  * block of the same round. --bytes takes a list: one case per size. A benchmark, not a
  * test; table and JSON.
  * The other checkout needs its own build (`git worktree add ../base <commit>`, node_modules
- * linked from this one, `npx cmake-js compile --out build` there).
+ * linked from this one, `npx cmake-js compile --out build` there). With --against-env
+ * NAME=VALUE the other side is this checkout itself, its communicator made with that
+ * environment variable set (a knob against its default, in the same processes).
+ * --both-orders runs every case twice, the other side's communicator made first and then
+ * this one's first (a row each, `order`): two communicators of one process need not run
+ * alike (2 ranks over TCP, the second one made took 1.5x the first's time for the same
+ * all-gather), and the two orders show that apart from the difference under test.
  *
- *   node --import tsx bench/comm/checkout-ab.ts --against ../base [--ranks 1,2]
+ *   node --import tsx bench/comm/checkout-ab.ts (--against ../base | --against-env NAME=VALUE) [--ranks 1,2]
  *        [--modes sync,awaited,allreduce,alltoall,allgather,reducescatter,broadcast,reduce,gather,scatter]
  *        [--bytes 64,65536]
- *        [--blocks 40] [--calls 20000] [--json out.json]
+ *        [--blocks 40] [--calls 20000] [--both-orders] [--json out.json]
  */
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -44,7 +50,7 @@ interface Side {
   scatter(input: Float32Array | null, output: Float32Array, o: { root: number }): PromiseLike<unknown>;
   destroy(): Promise<void>;
 }
-interface Row { ranks: number; mode: string; bytes: number | null; thisUs: number; againstUs: number; ratio: number; ratioRange: string; bestThisUs: number; bestAgainstUs: number }
+interface Row { ranks: number; mode: string; bytes: number | null; order: 'against first' | 'this first'; thisUs: number; againstUs: number; ratio: number; ratioRange: string; bestThisUs: number; bestAgainstUs: number }
 
 const THIS = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -57,9 +63,19 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
     const m = (await import(pathToFileURL(resolve(root, 'src/index.ts')).href)) as { init(o: object): Promise<Side> };
     return m.init({ backend: 'gloo' });
   };
-  // The other checkout first: each resolves its own addon from its own root.
-  const against = await open(process.env.CHECKOUT_AB_AGAINST!, process.env.CHECKOUT_AB_PORT_AGAINST!);
-  const mine = await open(THIS, process.env.CHECKOUT_AB_PORT_THIS!);
+  // The other checkout first: each resolves its own addon from its own root. With
+  // --against-env, this checkout with the variable set while its communicator is made.
+  const [name, ...value] = (process.env.CHECKOUT_AB_AGAINST_ENV ?? '').split('=');
+  const openAgainst = async (): Promise<Side> => {
+    if (name) process.env[name] = value.join('=');
+    const side = await open(process.env.CHECKOUT_AB_AGAINST!, process.env.CHECKOUT_AB_PORT_AGAINST!);
+    if (name) delete process.env[name];
+    return side;
+  };
+  const thisFirst = process.env.CHECKOUT_AB_THIS_FIRST === '1';
+  const early = thisFirst ? await open(THIS, process.env.CHECKOUT_AB_PORT_THIS!) : await openAgainst();
+  const against = thisFirst ? await openAgainst() : early;
+  const mine = thisFirst ? early : await open(THIS, process.env.CHECKOUT_AB_PORT_THIS!);
   const buf = new Float32Array(2).fill(1);
   const elements = Number(process.env.CHECKOUT_AB_BYTES) / 4;
   const [input, output] = [new Float32Array(elements).fill(1), new Float32Array(elements).fill(0)];
@@ -96,34 +112,40 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
   const { values: a } = parseArgs({
     options: {
       against: { type: 'string' },
+      'against-env': { type: 'string' },
       ranks: { type: 'string', default: '1,2' },
       modes: { type: 'string', default: 'sync,awaited' },
       blocks: { type: 'string', default: '40' },
       calls: { type: 'string', default: '20000' },
       bytes: { type: 'string', default: '65536' },
       json: { type: 'string' },
+      'both-orders': { type: 'boolean', default: false },
     },
   });
-  if (!a.against) throw new Error('--against <path of another checkout, built> is required');
+  const againstEnv = a['against-env'];
+  if (againstEnv !== undefined && !/^[A-Z_][A-Z0-9_]*=/.test(againstEnv)) throw new Error(`--against-env: expected NAME=VALUE, got ${againstEnv}`);
+  if (againstEnv !== undefined) a.against ??= THIS;
+  if (!a.against) throw new Error('--against <path of another checkout, built> or --against-env NAME=VALUE is required');
   const rows: Row[] = [];
   const SIZED = new Set(['allreduce', 'alltoall', 'allgather', 'reducescatter', 'broadcast', 'reduce', 'gather', 'scatter']);
   for (const ranks of a.ranks!.split(',').map(Number)) {
-    for (const mode of a.modes!.split(',')) for (const bytes of SIZED.has(mode) ? a.bytes!.split(',') : ['8']) {
+    for (const mode of a.modes!.split(',')) for (const bytes of SIZED.has(mode) ? a.bytes!.split(',') : ['8']) for (const thisFirst of a['both-orders'] ? [false, true] : [false]) {
       const [pThis, pAgainst] = [await freePort(), await freePort()];
       const [t] = await gang<{ this: number[]; against: number[] }>(ranks, (rank) => [process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
         ...process.env, CHECKOUT_AB_ROLE: 'rank', CHECKOUT_AB_MODE: mode, CHECKOUT_AB_CALLS: a.calls!, CHECKOUT_AB_BLOCKS: a.blocks!, CHECKOUT_AB_BYTES: bytes,
-        CHECKOUT_AB_AGAINST: resolve(a.against!), CHECKOUT_AB_PORT_THIS: String(pThis), CHECKOUT_AB_PORT_AGAINST: String(pAgainst),
+        CHECKOUT_AB_AGAINST: resolve(a.against!), CHECKOUT_AB_AGAINST_ENV: againstEnv ?? '', CHECKOUT_AB_THIS_FIRST: thisFirst ? '1' : '0', CHECKOUT_AB_PORT_THIS: String(pThis), CHECKOUT_AB_PORT_AGAINST: String(pAgainst),
         RANK: String(rank), LOCAL_RANK: String(rank), WORLD_SIZE: String(ranks), MASTER_ADDR: '127.0.0.1', NCCL_NODE_TOKEN: 'checkout-ab',
       }]);
       const ratios = t!.this.map((x, i) => x / t!.against[i]!);
       const r3 = (x: number): number => Number(x.toFixed(3));
       rows.push({
-        ranks, mode, bytes: SIZED.has(mode) ? Number(bytes) : null, thisUs: r3(median(t!.this)), againstUs: r3(median(t!.against)), ratio: r3(median(ratios)),
+        ranks, mode, bytes: SIZED.has(mode) ? Number(bytes) : null, order: thisFirst ? 'this first' : 'against first', thisUs: r3(median(t!.this)), againstUs: r3(median(t!.against)), ratio: r3(median(ratios)),
         ratioRange: `${r3(Math.min(...ratios))}-${r3(Math.max(...ratios))}`, bestThisUs: r3(Math.min(...t!.this)), bestAgainstUs: r3(Math.min(...t!.against)),
       });
     }
   }
-  console.log(`# 8-byte float32 sum (sized modes: the bytes a rank), this checkout (${THIS}) against ${resolve(a.against!)}: µs per call on rank 0, median over ${a.blocks} blocks`);
+  const other = againstEnv ? `itself with ${againstEnv}` : resolve(a.against!);
+  console.log(`# 8-byte float32 sum (sized modes: the bytes a rank), this checkout (${THIS}) against ${other}: µs per call on rank 0, median over ${a.blocks} blocks`);
   console.table(rows);
-  if (a.json) writeFileSync(a.json, `${JSON.stringify({ bench: 'checkout-ab', against: a.against, blocks: Number(a.blocks), calls: Number(a.calls), node: process.version, rows }, null, 1)}\n`);
+  if (a.json) writeFileSync(a.json, `${JSON.stringify({ bench: 'checkout-ab', against: a.against, againstEnv, blocks: Number(a.blocks), calls: Number(a.calls), node: process.version, rows }, null, 1)}\n`);
 }

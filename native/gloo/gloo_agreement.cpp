@@ -27,6 +27,8 @@ namespace {
 // (bench/README.md): with the round at 512 KiB-1 MiB blocks, 2 and 4 ranks, 0.71-0.87 of
 // the time (at 256 KiB before); at 2 MiB blocks level.
 constexpr size_t kMeshAllToAllBlock = 1024 * 1024;
+// Blocks larger than this that ride in the round are read straight into the output (landBodies).
+constexpr size_t kLandBytes = 256 * 1024;
 }  // namespace
 
 // A broadcast's or a gather's round: up to the small all-reduce's limit at any world size.
@@ -133,7 +135,10 @@ void GlooBackend::finishMesh(const Op& op, const MeshBody& body) {
   auto* recv = static_cast<uint8_t*>(op.recv.data);
   const bool reduces = op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter;
   const ReduceFn fn = reduces ? reduceFunction(op.dtype, op.redop) : nullptr;
-  auto peer = [&](int r) { return mesh_->from(r) + head; };
+  auto peer = [&](int r) { return mesh_->bodyOf(r, head); };
+  for (int r = 0; r < cfg_.size; ++r) {
+    if (mesh_->landed(r)) glooAlgoStats().meshLandedBodies++;
+  }
   switch (op.kind) {
     case OpKind::Broadcast:
     case OpKind::Reduce:
@@ -222,6 +227,46 @@ void GlooBackend::postMesh(const Op& op) {
   }
   const MeshBody body = meshBody(op);
   mesh_->post(&mine, sizeof mine, op.send.data, body.bytes, body.stride, body.end, body.to);
+  if (body.carried && !body.twoRounds) landBodies(op);
+}
+
+// Where the round reads the peers' bodies straight into this rank's output instead of
+// into their slots (MeshExchange::landBody), sparing the copy out of them: an all-gather's
+// and an all-to-all's blocks, and a scatter's block on the ranks other than the root. A
+// broadcast's and a gather's rounds carry at most 64 KiB (pickRootedRound). A block lands only where its place in the output is apart from what
+// this rank reads of its input (an all-to-all in place sends from the memory its blocks
+// would land in), and only beyond kLandBytes: landing takes a read of the head of its
+// own, and at 128-256 KiB landing and copying were level within the noise of these
+// measurements (0.64-1.81 by median over blocks) where from 512 KiB landing was ahead
+// (over TCP, both ways in alternating blocks in the same processes, all-gathers,
+// all-to-alls and scatters of 512 KiB-4 MiB a rank: bench/README.md).
+// NCCL_NODE_TCP_LAND=0 keeps every body in the slots.
+void GlooBackend::landBodies(const Op& op) {
+  const size_t bytes = op.count * elementSize(op.dtype);
+  size_t block = 0;      // what each landing peer sends
+  size_t readBytes = 0;  // what of op.send this rank reads
+  switch (op.kind) {
+    case OpKind::AllGather:
+      block = readBytes = bytes;
+      break;
+    case OpKind::AllToAll:
+      block = op.count / static_cast<size_t>(cfg_.size) * elementSize(op.dtype);  // as meshBody()
+      readBytes = bytes;
+      break;
+    case OpKind::Scatter:
+      if (cfg_.rank == op.root) return;
+      block = bytes;
+      break;
+    default:
+      return;
+  }
+  if (!landing_ || block <= kLandBytes) return;
+  auto* out = static_cast<uint8_t*>(op.recv.data);
+  for (int p = 0; p < cfg_.size; ++p) {
+    if (p == cfg_.rank || (op.kind == OpKind::Scatter && p != op.root)) continue;
+    uint8_t* into = op.kind == OpKind::Scatter ? out : out + static_cast<size_t>(p) * block;
+    if (!bytesOverlap(into, block, op.send.data, readBytes)) mesh_->landBody(p, into, block);
+  }
 }
 
 bool GlooBackend::prepost(Op& op) {

@@ -43,6 +43,8 @@ GlooBackend::GlooBackend(GlooConfig config, std::shared_ptr<StoreClient> store)
   } catch (const Error& e) {
     forcedError_ = e.what();
   }
+  const char* land = std::getenv("NCCL_NODE_TCP_LAND");
+  landing_ = !(land && std::strcmp(land, "0") == 0);
   try {
     tuning_ = GlooTuning(cfg_.tuning);
   } catch (const Error& e) {

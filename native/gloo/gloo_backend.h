@@ -89,6 +89,7 @@ class GlooBackend : public Backend {
   size_t meshBytes() const;
   MeshBody meshBody(const Op& op) const;
   bool pickRootedRound(size_t bytes) const;
+  void landBodies(const Op& op);
   void finishMesh(const Op& op, const MeshBody& body);
   void finishTwoRounds(const Op& op);
   void finishMeshRooted(const Op& op);  // gloo_rooted.cpp
@@ -203,6 +204,7 @@ class GlooBackend : public Backend {
   // Through the segment: the poll yields the core between looks (the host's ranks
   // outnumber its cores).
   bool callerYield_ = false;
+  bool landing_ = true;  // NCCL_NODE_TCP_LAND: the TCP round reads large blocks into outputs (landBodies)
 };
 
 }  // namespace ncclnode

@@ -32,6 +32,8 @@ struct GlooAlgoStats {
   std::atomic<uint64_t> meshRooted{0}, shmRooted{0}, tcpRooted{0};
   // Calls whose TCP agreement round completed them on the calling thread (finishTcpOnCaller).
   std::atomic<uint64_t> tcpOnCaller{0};
+  // Peers' bodies the TCP agreement round read straight into a call's output (MeshExchange::landBody).
+  std::atomic<uint64_t> meshLandedBodies{0};
 };
 GlooAlgoStats& glooAlgoStats();
 

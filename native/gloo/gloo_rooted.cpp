@@ -26,7 +26,9 @@ constexpr size_t kChainPieceMax = 1u << 20;
 
 // A broadcast, gather or scatter once a round brought every message: part(r) is what
 // rank r sent this one (a broadcast's or a scatter's root: this rank's data; a gather's
-// rank: its input), mine this rank's own input. The root's own block is a copy.
+// rank: its input), mine this rank's own input. The root's own block is a copy; a
+// scatter's block the round read into its place already (MeshExchange::landBody) is left
+// as it is.
 template <class Part>
 void placeRooted(const Op& op, int rank, int size, const uint8_t* mine, Part part) {
   const size_t bytes = op.count * elementSize(op.dtype);
@@ -47,7 +49,7 @@ void placeRooted(const Op& op, int rank, int size, const uint8_t* mine, Part par
       return;
     case OpKind::Scatter:
       if (root) std::memmove(out, mine + me * bytes, bytes);
-      else std::memcpy(out, part(op.root), bytes);
+      else if (part(op.root) != out) std::memcpy(out, part(op.root), bytes);
       return;
     default:
       throw Error(Code::Backend, std::string("not a broadcast, gather or scatter: ") + opKindName(op.kind));
@@ -69,7 +71,7 @@ void GlooBackend::finishMeshRooted(const Op& op) {
     }
   } else {
     // A scatter's root sent each peer its own block alone.
-    placeRooted(op, cfg_.rank, cfg_.size, send, [&](int r) { return mesh_->from(r) + head; });
+    placeRooted(op, cfg_.rank, cfg_.size, send, [&](int r) { return mesh_->bodyOf(r, head); });
   }
   glooAlgoStats().meshRooted++;
 }

@@ -65,6 +65,15 @@ void MeshExchange::post(const void* head, size_t headBytes, const void* body, si
   uint8_t* own = slot(rank);
   if (headBytes) std::memcpy(own, head, headBytes);
   const bool copy = !tcp_ || (bodyStride == 0 && bodyTo < 0 && bodyBytes <= kCopiedBody);
+  // No landing unless asked for again (landBody) for this round.
+  if (land_.size() != static_cast<size_t>(size)) {
+    land_.resize(static_cast<size_t>(size));
+    stage_.resize(static_cast<size_t>(size));
+    landed_.resize(static_cast<size_t>(size));
+  }
+  std::fill(land_.begin(), land_.end(), Landing{});
+  std::fill(landed_.begin(), landed_.end(), 0);
+  headBytes_ = headBytes;
   if (!tcp_ && (bodyStride != 0 || bodyTo >= 0)) {
     throw std::logic_error("mesh exchange over Gloo sends one body to every peer");
   }
@@ -121,6 +130,11 @@ void MeshExchange::post(const void* head, size_t headBytes, const void* body, si
   }
 }
 
+void MeshExchange::landBody(int peer, uint8_t* into, size_t bytes) {
+  if (!tcp_ || peer == rank_ || headBytes_ == 0 || bytes == 0 || headBytes_ + bytes > cap_) return;
+  land_[static_cast<size_t>(peer)] = Landing{into, bytes};
+}
+
 // The round's receives: each peer's 8-byte length, then its bytes, read as soon as the
 // length is in, while this rank's own messages are still going out. Reading only lengths
 // until the sends were done left each peer's body in this rank's socket: where the
@@ -138,23 +152,38 @@ bool MeshExchange::progressTcp(net::Clock::time_point deadline, net::Clock::time
       x.data = slot(x.peer) - 8;
       x.bytes = 8;
       recvs_.push_back(x);
+      stage_[static_cast<size_t>(x.peer)] = Stage::Length;
     }
     phase_ = Phase::Receiving;
   }
-  // A receive whose length is in becomes the receive of its body, in the same transfer.
+  // A receive whose length is in becomes the receive of its message, in the same
+  // transfer: whole into the slot, or, where its body may land (landBody), its head
+  // first and then the body where it lands if the head is this rank's own.
   const auto bodyNext = [this](size_t i) {
     net::Xfer& x = recvs_[i];
-    if (x.data != slot(x.peer) - 8 || x.done < 8) return;
-    uint64_t len = 0;
-    std::memcpy(&len, x.data, 8);
-    if (len > cap_) {
-      throw net::TransportError(Code::Backend, "rank " + std::to_string(x.peer) + " sent a " + std::to_string(len) +
-                                                   "-byte mesh message where at most " + std::to_string(cap_) +
-                                                   " fit (a call this build does not know)");
+    const auto p = static_cast<size_t>(x.peer);
+    if (x.done < x.bytes) return;
+    if (stage_[p] == Stage::Length) {
+      uint64_t len = 0;
+      std::memcpy(&len, x.data, 8);
+      if (len > cap_) {
+        throw net::TransportError(Code::Backend, "rank " + std::to_string(x.peer) + " sent a " + std::to_string(len) +
+                                                     "-byte mesh message where at most " + std::to_string(cap_) +
+                                                     " fit (a call this build does not know)");
+      }
+      x.data += 8;
+      x.done = 0;
+      const bool lands = land_[p].into != nullptr && len == headBytes_ + land_[p].bytes;
+      x.bytes = lands ? headBytes_ : len;
+      stage_[p] = lands ? Stage::Head : Stage::Body;
+    } else if (stage_[p] == Stage::Head) {
+      const bool same = std::memcmp(slot(x.peer), slot(rank_), headBytes_) == 0;
+      x.data = same ? land_[p].into : slot(x.peer) + headBytes_;
+      x.bytes = land_[p].bytes;
+      x.done = 0;
+      landed_[p] = same;
+      stage_[p] = Stage::Body;
     }
-    x.data += 8;
-    x.bytes = len;
-    x.done = 0;
   };
   if (!tcp_->transfer(sends_.data(), sends_.size(), recvs_.data(), recvs_.size(), deadline, bodyNext, until)) {
     return false;

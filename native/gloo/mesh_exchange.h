@@ -73,6 +73,18 @@ class MeshExchange {
   // body only where post() copied it: the caller reads its own contribution from its
   // own memory.
   const uint8_t* from(int r) const { return slot(r); }
+  // Over TCP, for the round post() just started (before anything waits for it): peer's
+  // body is read straight into `into` (`bytes` long) instead of into its slot, sparing
+  // the caller the copy out of the slot, when the peer's message is this rank's head
+  // followed by exactly `bytes` (the same call, as the agreement will find); any other
+  // message goes to the slot as before. `into` must stay valid until the round completes
+  // and must not be memory this rank's own message is sent from.
+  void landBody(int peer, uint8_t* into, size_t bytes);
+  bool landed(int r) const { return landed_[static_cast<size_t>(r)] != 0; }
+  // Where rank r's body is after the round: where it landed, or its slot after the head.
+  const uint8_t* bodyOf(int r, size_t headBytes) const {
+    return landed_[static_cast<size_t>(r)] ? land_[static_cast<size_t>(r)].into : slot(r) + headBytes;
+  }
   static constexpr size_t kCopiedBody = 64 * 1024;
   // How much of the bodies post() writes to the peers' sockets itself (the rest in wait()).
   static constexpr size_t kPostedBody = 256 * 1024;
@@ -99,6 +111,17 @@ class MeshExchange {
   enum class Phase { Idle, Posted, Receiving };
   Phase phase_ = Phase::Idle;     // TCP: where this round stands
   std::vector<uint8_t> heads_;    // TCP: per-peer frame headers where the bodies' lengths differ
+  // TCP: where each peer's body may land (landBody) and how far its receive has got: its
+  // 8-byte length, then its head (when it may land), then its body.
+  struct Landing {
+    uint8_t* into = nullptr;
+    size_t bytes = 0;
+  };
+  enum class Stage : uint8_t { Length, Head, Body };
+  std::vector<Landing> land_;
+  std::vector<Stage> stage_;
+  std::vector<uint8_t> landed_;   // per rank: its body is at land_[r].into
+  size_t headBytes_ = 0;          // this round's head, compared with each landing peer's
   std::atomic<bool> inFlight_{false};
 };
 
@@ -115,11 +138,13 @@ void reduceInRankOrder(const MeshExchange& mesh, size_t offset, int rank, const 
 // receive slots or the shared segment's), and writing them may overwrite an input that
 // overlaps the output (an in-place all-gather or all-to-all). Both rounds' all-gather
 // and all-to-all results are made by this one function.
+// A peer's block already in place (MeshExchange::landBody) is left as it is.
 template <class Peer>
 void placeBlocks(uint8_t* out, const uint8_t* own, int rank, int worldSize, size_t block, const Peer& peer) {
   std::memmove(out + static_cast<size_t>(rank) * block, own, block);
   for (int r = 0; r < worldSize; ++r) {
-    if (r != rank) std::memcpy(out + static_cast<size_t>(r) * block, peer(r), block);
+    uint8_t* to = out + static_cast<size_t>(r) * block;
+    if (r != rank && peer(r) != to) std::memcpy(to, peer(r), block);
   }
 }
 

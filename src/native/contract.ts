@@ -346,6 +346,8 @@ export interface GlooAlgoStats {
   tcpRooted: number;
   /** Calls whose TCP agreement round completed them on the calling thread (its peers waited for briefly). */
   tcpOnCaller: number;
+  /** Peers' messages the TCP agreement round read straight into a call's output instead of its own buffers. */
+  meshLandedBodies: number;
 }
 
 export interface GlooShmStats {

@@ -205,3 +205,29 @@ describe('all-reduce forced to two rounds (mesh-rs-ag)', () => {
     }
   }, 300_000);
 });
+
+// Over TCP a peer's block that rides in the agreement round is read straight into the
+// output when its place there is apart from this rank's input and its message is the
+// same call's (native/gloo/mesh_exchange.cpp, landBody); otherwise it goes through the
+// round's own buffer and is copied out, as before. Every result is checked either way.
+describe('the TCP round reads large blocks straight into the output', () => {
+  it('2 ranks: all-gather, all-to-all and scatter in every layout right; landed where apart; a mismatched call lands nothing', async () => {
+    const results = await runRanks('test/fixtures/mesh-landing.ts', 2, { env: { NCCL_NODE_SHM: '0' }, timeoutMs: 60_000 });
+    expect(results.map((r) => r.code), describeRanks(results)).toEqual([0, 0]);
+    for (const r of results) {
+      const rows = r.reports as Record<string, any>[];
+      expect(rows.some((x) => x.done), `rank ${r.rank} finished`).toBe(true);
+      const byCase: Record<string, Record<string, any>> = Object.fromEntries(rows.filter((x) => x.case).map((x) => [x.case, x]));
+      for (const c of Object.values(byCase)) if ('wrong' in c) expect(c.wrong, `rank ${r.rank} ${c.case}`).toBe(0);
+      const landed = Object.fromEntries(Object.entries(byCase).map(([k, v]) => [k, v.landed]));
+      expect(landed, `rank ${r.rank}`).toEqual({
+        'allGather/apart': 1, 'allGather/inPlace': 1, 'allGather/overlapping': 1,
+        'allToAll/apart': 1, 'allToAll/inPlace': 0,
+        'scatter/root=0': r.rank === 0 ? 0 : 1, 'scatter/root=1': r.rank === 1 ? 0 : 1,
+        mismatch: 0, 'allGather/after': 1,
+      });
+      expect(byCase.mismatch?.code, `rank ${r.rank}`).toBe('ERR_SIZE_MISMATCH');
+      expect(byCase.mismatch?.untouched, `rank ${r.rank}`).toBe(true);
+    }
+  }, 90_000);
+});
