@@ -232,14 +232,15 @@ void GlooBackend::postMesh(const Op& op) {
 
 // Where the round reads the peers' bodies straight into this rank's output instead of
 // into their slots (MeshExchange::landBody), sparing the copy out of them: an all-gather's
-// and an all-to-all's blocks, and a scatter's block on the ranks other than the root. A
-// broadcast's and a gather's rounds carry at most 64 KiB (pickRootedRound). A block lands only where its place in the output is apart from what
-// this rank reads of its input (an all-to-all in place sends from the memory its blocks
-// would land in), and only beyond kLandBytes: landing takes a read of the head of its
-// own, and at 128-256 KiB landing and copying were level within the noise of these
-// measurements (0.64-1.81 by median over blocks) where from 512 KiB landing was ahead
-// (over TCP, both ways in alternating blocks in the same processes, all-gathers,
-// all-to-alls and scatters of 512 KiB-4 MiB a rank: bench/README.md).
+// and an all-to-all's blocks, and a scatter's block on the ranks other than the root (a
+// broadcast's and a gather's rounds carry at most 64 KiB, pickRootedRound). A block lands
+// only where its place in the output is apart from what this rank reads of its input (an
+// all-to-all in place sends from the memory its blocks would land in), and only beyond
+// kLandBytes: landing takes a read of the head of its own, and at 128-256 KiB landing and
+// copying were level within the noise of these measurements (0.52-1.81 by median over
+// blocks) where from 512 KiB landing was ahead (over TCP, both ways in alternating blocks
+// in the same processes, all-gathers, all-to-alls and scatters of 512 KiB-4 MiB a rank:
+// bench/README.md).
 // NCCL_NODE_TCP_LAND=0 keeps every body in the slots.
 void GlooBackend::landBodies(const Op& op) {
   const size_t bytes = op.count * elementSize(op.dtype);
