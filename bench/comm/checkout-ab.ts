@@ -63,8 +63,9 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
     const m = (await import(pathToFileURL(resolve(root, 'src/index.ts')).href)) as { init(o: object): Promise<Side> };
     return m.init({ backend: 'gloo' });
   };
-  // The other checkout first: each resolves its own addon from its own root. With
-  // --against-env, this checkout with the variable set while its communicator is made.
+  // Each side resolves its own addon from its own root; the other side's communicator is
+  // made first unless this case runs this one's first (--both-orders). With --against-env
+  // the other side is this checkout, the variable set while its communicator is made.
   const [name, ...value] = (process.env.CHECKOUT_AB_AGAINST_ENV ?? '').split('=');
   const openAgainst = async (): Promise<Side> => {
     if (name) process.env[name] = value.join('=');
