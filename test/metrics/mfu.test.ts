@@ -71,18 +71,26 @@ describe('peak FLOPs and MFU', () => {
   });
 
   it("measures a CPU peak that TinyLM's own linear kernel does not beat", () => {
-    const peak = measureCpuPeak();
-    expect(peak.source).toBe('measured');
     const [n, i, o] = [64, 256, 256];
     const x = new Float32Array(n * i).fill(0.01), w = new Float32Array(i * o).fill(0.02), y = new Float32Array(n * o);
-    let best = 0;
-    for (let round = 0; round < 5; round++) {
-      const t0 = performance.now();
-      for (let k = 0; k < 4; k++) linear(x, w, null, y, n, i, o);
-      best = Math.max(best, (4 * 2 * n * i * o) / ((performance.now() - t0) / 1000));
+    // Same loop shape, so the kernel reaches at most about the peak (2x: another process may
+    // have had the core). The other test files' ranks can hold both cores of a 2-core host
+    // for the whole of one peak measurement and be gone for the kernel's rounds right after
+    // it (a CI run: peak 0.90, kernel 1.82 GFLOP/s): up to three peak-then-kernel attempts,
+    // the last one judged. A kernel that beats the peak loop fails every attempt.
+    let peak = measureCpuPeak();
+    let best = Infinity;
+    for (let attempt = 0; attempt < 3 && best >= 2 * peak.flops; attempt++) {
+      if (attempt > 0) peak = measureCpuPeak(1000, { remeasure: true });
+      best = 0;
+      for (let round = 0; round < 5; round++) {
+        const t0 = performance.now();
+        for (let k = 0; k < 4; k++) linear(x, w, null, y, n, i, o);
+        best = Math.max(best, (4 * 2 * n * i * o) / ((performance.now() - t0) / 1000));
+      }
     }
+    expect(peak.source).toBe('measured');
     expect(peak.flops).toBeGreaterThan(1e7);
-    // Same loop shape, so the kernel reaches at most about the peak (2x: another process may have had the core).
     expect(best).toBeLessThan(2 * peak.flops);
   });
 });
