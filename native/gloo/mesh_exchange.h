@@ -83,7 +83,7 @@ class MeshExchange {
   bool landed(int r) const { return landed_[static_cast<size_t>(r)] != 0; }
   // Where rank r's body is after the round: where it landed, or its slot after the head.
   const uint8_t* bodyOf(int r, size_t headBytes) const {
-    return landed_[static_cast<size_t>(r)] ? land_[static_cast<size_t>(r)].into : slot(r) + headBytes;
+    return landed(r) ? land_[static_cast<size_t>(r)].into : slot(r) + headBytes;
   }
   static constexpr size_t kCopiedBody = 64 * 1024;
   // How much of the bodies post() writes to the peers' sockets itself (the rest in wait()).
