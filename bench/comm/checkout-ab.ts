@@ -10,7 +10,7 @@
  * `allGather`s and `reduceScatter`s (sum) of --bytes a rank's block (allgather,
  * reducescatter), or `broadcast`, `reduce` (sum), `gather` and `scatter` of --bytes per
  * rank (a gather's input, a scatter's output; the root rotates over the ranks call by
- * call); on rank 0;
+ * call, or stays at --root, where a root's peers may run ahead of it); on rank 0;
  * per case the median over blocks, and this checkout's blocks as ratios to the other's
  * block of the same round. --bytes takes a list: one case per size. A benchmark, not a
  * test; table and JSON.
@@ -26,7 +26,7 @@
  *   node --import tsx bench/comm/checkout-ab.ts (--against ../base | --against-env NAME=VALUE) [--ranks 1,2]
  *        [--modes sync,awaited,allreduce,alltoall,allgather,reducescatter,broadcast,reduce,gather,scatter]
  *        [--bytes 64,65536]
- *        [--blocks 40] [--calls 20000] [--both-orders] [--json out.json]
+ *        [--blocks 40] [--calls 20000] [--both-orders] [--root 0] [--json out.json]
  */
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -84,18 +84,21 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
   const [wide, reduced] = [new Float32Array(elements * mine.size).fill(1), new Float32Array(elements)];
   const zeros = new Float32Array(elements); // summed in place: stays 0, never overflows
   const n = mode === 'sync' ? calls : Math.max(1, Math.floor(calls / 4));
+  // --root: the rooted modes' root, or -1 (the default): rotating call by call.
+  const fixedRoot = Number(process.env.CHECKOUT_AB_ROOT ?? '-1');
   const block = async (c: Side): Promise<number> => {
     const t0 = performance.now();
     const me = c.rank;
+    const rootOf = (i: number): number => (fixedRoot >= 0 ? fixedRoot : i % c.size);
     if (mode === 'sync') for (let i = 0; i < n; i++) c.allReduceSync(buf);
     else if (mode === 'allreduce') for (let i = 0; i < n; i++) await c.allReduce(zeros);
     else if (mode === 'alltoall') for (let i = 0; i < n; i++) await c.allToAll(input, output);
     else if (mode === 'allgather') for (let i = 0; i < n; i++) await c.allGather(input, wide);
     else if (mode === 'reducescatter') for (let i = 0; i < n; i++) await c.reduceScatter(wide, output);
-    else if (mode === 'broadcast') for (let i = 0; i < n; i++) await c.broadcast(input, { root: i % c.size });
-    else if (mode === 'reduce') for (let i = 0; i < n; i++) await c.reduce(input, { root: i % c.size, out: reduced });
-    else if (mode === 'gather') for (let i = 0; i < n; i++) await c.gather(input, i % c.size === me ? wide : null, { root: i % c.size });
-    else if (mode === 'scatter') for (let i = 0; i < n; i++) await c.scatter(i % c.size === me ? wide : null, output, { root: i % c.size });
+    else if (mode === 'broadcast') for (let i = 0; i < n; i++) await c.broadcast(input, { root: rootOf(i) });
+    else if (mode === 'reduce') for (let i = 0; i < n; i++) await c.reduce(input, { root: rootOf(i), out: reduced });
+    else if (mode === 'gather') for (let i = 0; i < n; i++) await c.gather(input, rootOf(i) === me ? wide : null, { root: rootOf(i) });
+    else if (mode === 'scatter') for (let i = 0; i < n; i++) await c.scatter(rootOf(i) === me ? wide : null, output, { root: rootOf(i) });
     else for (let i = 0; i < n; i++) await c.allReduce(buf);
     return ((performance.now() - t0) * 1000) / n;
   };
@@ -121,6 +124,7 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
       bytes: { type: 'string', default: '65536' },
       json: { type: 'string' },
       'both-orders': { type: 'boolean', default: false },
+      root: { type: 'string', default: '-1' },
     },
   });
   const againstEnv = a['against-env'];
@@ -133,7 +137,7 @@ if (process.env.CHECKOUT_AB_ROLE === 'rank') {
     for (const mode of a.modes!.split(',')) for (const bytes of SIZED.has(mode) ? a.bytes!.split(',') : ['8']) for (const thisFirst of a['both-orders'] ? [false, true] : [false]) {
       const [pThis, pAgainst] = [await freePort(), await freePort()];
       const [t] = await gang<{ this: number[]; against: number[] }>(ranks, (rank) => [process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
-        ...process.env, CHECKOUT_AB_ROLE: 'rank', CHECKOUT_AB_MODE: mode, CHECKOUT_AB_CALLS: a.calls!, CHECKOUT_AB_BLOCKS: a.blocks!, CHECKOUT_AB_BYTES: bytes,
+        ...process.env, CHECKOUT_AB_ROLE: 'rank', CHECKOUT_AB_MODE: mode, CHECKOUT_AB_CALLS: a.calls!, CHECKOUT_AB_BLOCKS: a.blocks!, CHECKOUT_AB_BYTES: bytes, CHECKOUT_AB_ROOT: a.root!,
         CHECKOUT_AB_AGAINST: resolve(a.against!), CHECKOUT_AB_AGAINST_ENV: againstEnv ?? '', CHECKOUT_AB_THIS_FIRST: thisFirst ? '1' : '0', CHECKOUT_AB_PORT_THIS: String(pThis), CHECKOUT_AB_PORT_AGAINST: String(pAgainst),
         RANK: String(rank), LOCAL_RANK: String(rank), WORLD_SIZE: String(ranks), MASTER_ADDR: '127.0.0.1', NCCL_NODE_TOKEN: 'checkout-ab',
       }]);

@@ -27,9 +27,44 @@ namespace {
 // (bench/README.md): with the round at 512 KiB-1 MiB blocks, 2 and 4 ranks, 0.71-0.87 of
 // the time (at 256 KiB before); at 2 MiB blocks level.
 constexpr size_t kMeshAllToAllBlock = 1024 * 1024;
+// A gather rides in the round up to this size a rank (where the round carries it). Both
+// ways with the calling thread's wait (finishTcpOnCaller), in alternating blocks over TCP,
+// the round against the fingerprint round and then one transfer (bench/README.md): 2 ranks,
+// 128 KiB-1 MiB a rank, 0.39-0.81 of the time with the root fixed and 0.40-1.14 (by median,
+// 2 of 8 cases above 1) with it rotating; 4 ranks, 128-512 KiB, 0.60-0.92. At 2 MiB, where
+// the root receives more than it waits for on its calling thread, 0.83-0.95 with the root
+// fixed but 1.22-1.25x rotating.
+constexpr size_t kMeshGatherBytes = 1024 * 1024;
 // Blocks larger than this that ride in the round are read straight into the output (landBodies).
 constexpr size_t kLandBytes = 256 * 1024;
+// The most a round may bring a rank's calling thread (finishTcpOnCaller). A round handed
+// to the worker costs two thread hand-offs, which on this project's 2-core test host took
+// 70-140 µs a call (2 ranks, awaited all-reduces of 32-128 KiB against the same round
+// blocking: 112-187 against 21-42 µs). Against the 32 KiB of data it was limited to before,
+// in alternating blocks (bench/README.md): 2 ranks, 64 KiB-1 MiB all-reduces, all-gathers,
+// all-to-alls, reduce-scatters, scatters and reduces took 0.30-0.94 of the time by median;
+// 4 ranks, where the round brings 64 KiB-1 MiB, 0.67-0.93 (calls beyond it, the controls,
+// 0.96-1.06). Beyond it the round outlasts what the hand-off costs: 4 ranks bringing 3 MiB
+// (all-gathers and reduce-scatters of 1 MiB blocks) took 1.28-1.37x on the calling thread.
+constexpr size_t kCallerReceiveBytes = 1024 * 1024;
 }  // namespace
+
+// What the round brings this rank besides its peers' heads: the bodies sent to it.
+size_t GlooBackend::meshReceives(const Op& op, const MeshBody& body) const {
+  const size_t peers = static_cast<size_t>(cfg_.size - 1);
+  const size_t bytes = op.count * elementSize(op.dtype);
+  const bool root = cfg_.rank == op.root;
+  switch (op.kind) {
+    case OpKind::Broadcast:
+    case OpKind::Scatter:
+      return root ? 0 : bytes;
+    case OpKind::Gather:
+    case OpKind::Reduce:
+      return root ? bytes * peers : 0;
+    default:
+      return body.bytes * peers;  // each peer sends this rank what this rank sends it
+  }
+}
 
 // A broadcast's or a gather's round: up to the small all-reduce's limit at any world size.
 bool GlooBackend::pickRootedRound(size_t bytes) const {
@@ -85,16 +120,16 @@ GlooBackend::MeshBody GlooBackend::meshBody(const Op& op) const {
       return b;
     }
     // The rooted collectives ride where their all-to-all counterpart does: what a
-    // gather's or a reduce's root receives (every other rank's buffer, sent to it alone)
-    // is what an all-gather's rank receives; a scatter's root sends block p to peer p as
-    // a reduce-scatter's rank does. A broadcast and a gather ride only up to the small
-    // all-reduce's limit: past it, a transfer straight into the receiver's output beat the
-    // round and its copy out of the slots (4 ranks over TCP here, a gather of 128 KiB a
-    // rank: 240-276 against 300-332 µs; 8 KiB a rank: level; at 2 ranks in alternating
-    // blocks, 128 KiB-2 MiB, the round took 1.03-1.56x the transfer's time for a gather,
-    // 1.01-1.22x for a broadcast, bench/README.md). A reduce and a scatter keep the round
-    // to the all-gather's and reduce-scatter's limits: at 2 ranks the transfer was no
-    // faster there (0.64-1.25x). Ranks with nothing to send post the fingerprint alone.
+    // reduce's root receives (every other rank's buffer, sent to it alone) is what an
+    // all-gather's rank receives; a scatter's root sends block p to peer p as a
+    // reduce-scatter's rank does. A broadcast rides only up to the small all-reduce's
+    // limit: past it, a transfer straight into the receiver's output beat the round and
+    // its copy out of the slot (at 2 ranks in alternating blocks, 128 KiB-2 MiB, the round
+    // took 1.01-1.22x the transfer's time, bench/README.md). A gather rides up to
+    // kMeshGatherBytes a rank: with its peers' blocks read straight into the root's output
+    // (landBodies) and the non-roots' rounds completed on their calling threads (they
+    // receive nothing but the heads), the round beat the fingerprint round and then the
+    // transfer. Ranks with nothing to send post the fingerprint alone.
     case OpKind::Broadcast:
       if (pickRootedRound(bytes)) {
         b.carried = true;
@@ -103,7 +138,7 @@ GlooBackend::MeshBody GlooBackend::meshBody(const Op& op) const {
       return b;
     case OpKind::Reduce:
     case OpKind::Gather:
-      if (op.kind == OpKind::Gather ? pickRootedRound(bytes)
+      if (op.kind == OpKind::Gather ? bytes <= std::min(meshBytes(), kMeshGatherBytes)
                                     : pickAllGather(tuning_, op.count, op.dtype, cfg_.size, meshBytes()) ==
                                           AllGatherAlgo::Mesh) {
         b.carried = true;
@@ -232,15 +267,15 @@ void GlooBackend::postMesh(const Op& op) {
 
 // Where the round reads the peers' bodies straight into this rank's output instead of
 // into their slots (MeshExchange::landBody), sparing the copy out of them: an all-gather's
-// and an all-to-all's blocks, and a scatter's block on the ranks other than the root (a
-// broadcast's and a gather's rounds carry at most 64 KiB, pickRootedRound). A block lands
-// only where its place in the output is apart from what this rank reads of its input (an
-// all-to-all in place sends from the memory its blocks would land in), and only beyond
-// kLandBytes: landing takes a read of the head of its own, and at 128-256 KiB landing and
-// copying were level within the noise of these measurements (0.52-1.81 by median over
-// blocks) where from 512 KiB landing was ahead (over TCP, both ways in alternating blocks
-// in the same processes, all-gathers, all-to-alls and scatters of 512 KiB-4 MiB a rank:
-// bench/README.md).
+// and an all-to-all's blocks, a gather's blocks on the root, and a scatter's block on the
+// ranks other than the root (a broadcast's round carries at most 64 KiB, pickRootedRound).
+// A block lands only where its place in the output is apart from what this rank reads of
+// its input (an all-to-all in place sends from the memory its blocks would land in), and
+// only beyond kLandBytes: landing takes a read of the head of its own, and at 128-256 KiB
+// landing and copying were level within the noise of these measurements (0.52-1.81 by
+// median over blocks) where from 512 KiB landing was ahead (over TCP, both ways in
+// alternating blocks in the same processes, all-gathers, all-to-alls and scatters of
+// 512 KiB-4 MiB a rank: bench/README.md).
 // NCCL_NODE_TCP_LAND=0 keeps every body in the slots.
 void GlooBackend::landBodies(const Op& op) {
   const size_t bytes = op.count * elementSize(op.dtype);
@@ -258,6 +293,10 @@ void GlooBackend::landBodies(const Op& op) {
       if (cfg_.rank == op.root) return;
       block = bytes;
       break;
+    case OpKind::Gather:
+      if (cfg_.rank != op.root) return;
+      block = readBytes = bytes;
+      break;
     default:
       return;
   }
@@ -265,6 +304,7 @@ void GlooBackend::landBodies(const Op& op) {
   auto* out = static_cast<uint8_t*>(op.recv.data);
   for (int p = 0; p < cfg_.size; ++p) {
     if (p == cfg_.rank || (op.kind == OpKind::Scatter && p != op.root)) continue;
+    // A scatter's block is this rank's whole output; an all-gather's, an all-to-all's and a gather's go at p.
     uint8_t* into = op.kind == OpKind::Scatter ? out : out + static_cast<size_t>(p) * block;
     if (!bytesOverlap(into, block, op.send.data, readBytes)) mesh_->landBody(p, into, block);
   }
@@ -297,21 +337,18 @@ std::chrono::nanoseconds GlooBackend::tcpCallerWait() {
 }
 
 // From the engine on the calling thread, right after prepost() put op's message on the
-// wire: a call the round completes (a barrier, or data small enough to ride in it, as
-// the segment's round does within a host) waits there for its peers for a bounded
-// time (caller_, adapting as the segment's poll does), and if they are in, completes as
+// wire: a call the round completes (a barrier, or data that rides in it, as the
+// segment's round does within a host) waits there for its peers for a bounded time
+// (caller_, adapting as the segment's poll does), and if they are in, completes as
 // agree() would on the worker. A round not complete by then goes on in the worker from
-// where it stopped.
+// where it stopped. Only where the peers' bodies come to at most kCallerReceiveBytes.
 bool GlooBackend::finishTcpOnCaller(Op& op) {
-  constexpr size_t kCallerBytes = 32 * 1024;
-  if (!op.preposted || op.prepostError || op.rejected || caller_.full.count() == 0 || !mesh_ ||
-      op.count * elementSize(op.dtype) > kCallerBytes) {
-    return false;
-  }
+  if (!op.preposted || op.prepostError || op.rejected || caller_.full.count() == 0 || !mesh_) return false;
   // A barrier is the round itself; another call, when its data rides in it (a zero count
   // moves nothing, but finishes in run(), after the round).
   const MeshBody body = meshBody(op);
   if (op.kind != OpKind::Barrier && !(op.count > 0 && body.carried && !body.twoRounds)) return false;
+  if (meshReceives(op, body) > kCallerReceiveBytes) return false;
   try {
     try {
       if (!mesh_->waitFor(caller_.now, op.timeout)) {

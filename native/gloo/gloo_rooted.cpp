@@ -44,7 +44,8 @@ void placeRooted(const Op& op, int rank, int size, const uint8_t* mine, Part par
       if (!root) return;
       std::memmove(out + me * bytes, mine, bytes);
       for (int r = 0; r < size; ++r) {
-        if (r != rank) std::memcpy(out + static_cast<size_t>(r) * bytes, part(r), bytes);
+        uint8_t* to = out + static_cast<size_t>(r) * bytes;
+        if (r != rank && part(r) != to) std::memcpy(to, part(r), bytes);
       }
       return;
     case OpKind::Scatter:

@@ -8,7 +8,7 @@ import { phaseOf as phase, runPhases } from '../helpers/phases.js';
 // sockets, whose progress the worker takes over when the bound passes). Both ways must
 // give the reference's results, the same verdicts, and never hold the JS thread beyond
 // the bound.
-type Row = { phase?: string; calls?: number; wrong?: number; failures?: string[]; heldMs?: number; onCaller?: number; codes?: string[]; after?: number[]; done?: boolean;
+type Row = { phase?: string; calls?: number; wrong?: number; failures?: string[]; heldMs?: number; onCaller?: number; onCallerBeyond?: number; codes?: string[]; after?: number[]; done?: boolean;
   lateHeldMs?: number[]; restoredHeldMs?: number; failMs?: number[] };
 type DeathRow = Omit<Row, 'heldMs'> & { heldMs?: number[] };
 
@@ -62,6 +62,19 @@ describe.each(PATHS)('small calls completed on the calling thread (%s)', (_path,
       expect(tight.wrong).toBe(0);
       expect(tight.onCaller).toBeGreaterThan(0);
       expect(phase(rows, 'mismatch').codes).toEqual(['ERR_SIZE_MISMATCH']);
+    }
+  }, 90_000);
+
+  it.runIf(boundVar === 'NCCL_NODE_TCP_CALLER_WAIT_US')('over TCP, calls whose round brings up to 1 MiB complete there too; beyond it on the worker', async () => {
+    const ranks = await run(2, 'large');
+    for (const rows of ranks) {
+      const large = phase(rows, 'large');
+      expect(large.failures).toEqual([]);
+      expect(large.wrong).toBe(0);
+      expect(large.calls).toBe(40);
+      expect(large.onCaller).toBeGreaterThan(0);
+      // The size decides before any wait: never on the calling thread.
+      expect(large.onCallerBeyond).toBe(0);
     }
   }, 90_000);
 

@@ -211,7 +211,7 @@ describe('all-reduce forced to two rounds (mesh-rs-ag)', () => {
 // same call's (native/gloo/mesh_exchange.cpp, landBody); otherwise it goes through the
 // round's own buffer and is copied out, as before. Every result is checked either way.
 describe('the TCP round reads large blocks straight into the output', () => {
-  it('2 ranks: all-gather, all-to-all and scatter in every layout right; landed where apart; a mismatched call lands nothing', async () => {
+  it('2 ranks: all-gather, all-to-all, gather and scatter in every layout right; landed where apart; a mismatched call lands nothing', async () => {
     const results = await runRanks('test/fixtures/mesh-landing.ts', 2, { env: { NCCL_NODE_SHM: '0' }, timeoutMs: 60_000 });
     expect(results.map((r) => r.code), describeRanks(results)).toEqual([0, 0]);
     for (const r of results) {
@@ -224,6 +224,9 @@ describe('the TCP round reads large blocks straight into the output', () => {
         'allGather/apart': 1, 'allGather/inPlace': 1, 'allGather/overlapping': 1,
         'allToAll/apart': 1, 'allToAll/inPlace': 0,
         'scatter/root=0': r.rank === 0 ? 0 : 1, 'scatter/root=1': r.rank === 1 ? 0 : 1,
+        // A gather's root receives the peer's block; the other rank receives nothing.
+        'gather/root=0': r.rank === 0 ? 1 : 0, 'gather/root=0/inPlace': r.rank === 0 ? 1 : 0,
+        'gather/root=1': r.rank === 1 ? 1 : 0, 'gather/root=1/inPlace': r.rank === 1 ? 1 : 0,
         mismatch: 0, 'allGather/after': 1,
       });
       expect(byCase.mismatch?.code, `rank ${r.rank}`).toBe('ERR_SIZE_MISMATCH');

@@ -44,24 +44,26 @@ describe.each([['tcp', '0'], ['shared memory', '1']])('rooted collectives over %
   }, 180_000);
 });
 
-// Over TCP a broadcast and a gather ride in the agreement round up to the small
-// all-reduce's limit, 64 KiB (native/gloo/gloo_agreement.cpp), at 2 ranks too; a reduce
-// and a scatter there up to the round's own capacity. 16384 float32 are 64 KiB, one more
-// element is past it.
-describe('rooted collectives at 2 ranks over TCP: the round\'s limit', () => {
-  it('16384 float32 in the round, 16385 broadcast and gathered on the connections; reduce and scatter in the round at both', async () => {
+// Over TCP a broadcast rides in the agreement round up to the small all-reduce's limit,
+// 64 KiB, at 2 ranks too, and a gather up to 1 MiB a rank (native/gloo/gloo_agreement.cpp,
+// the root reading the peers' blocks beyond 256 KiB straight into its output); a reduce
+// and a scatter there up to the round's own capacity. 16384 float32 are 64 KiB, 262144
+// are 1 MiB; one more element is past each.
+describe('rooted collectives at 2 ranks over TCP: the round\'s limits', () => {
+  it('a broadcast up to 16384 float32 in the round, a gather up to 262144, one more on the connections; reduce and scatter in the round at all', async () => {
+    const counts = [16384, 16385, 262144, 262145];
     const results = await runRanks('test/fixtures/rooted.ts', 2, {
-      args: ['', '16384,16385'], env: { NCCL_NODE_SHM: '0' }, timeoutMs: 60_000,
+      args: ['', counts.join(',')], env: { NCCL_NODE_SHM: '0' }, timeoutMs: 60_000,
     });
     expect(results.map((r) => r.code), describeRanks(results)).toEqual([0, 0]);
     for (const r of results) {
       const cases = (r.reports as Row[]).filter((x) => x.case);
-      expect(cases).toHaveLength(2 * PER_COUNT);
+      expect(cases).toHaveLength(counts.length * PER_COUNT);
       for (const c of cases) {
         const where = `rank ${r.rank} ${c.case}`;
         expect(c.wrong, `${where} ${JSON.stringify(c)}`).toBe(0);
-        const round = c.n === 16384 || c.kind === 'reduce' || c.kind === 'scatter';
-        expect(c.path, where).toBe(round ? 'mesh' : 'tcp');
+        const limit = c.kind === 'broadcast' ? 16384 : c.kind === 'gather' ? 262144 : Infinity;
+        expect(c.path, where).toBe(c.n! <= limit ? 'mesh' : 'tcp');
       }
     }
   }, 90_000);
