@@ -30,7 +30,7 @@ constexpr size_t kMeshAllToAllBlock = 1024 * 1024;
 // A gather rides in the round up to this size a rank (where the round carries it). Both
 // ways with the calling thread's wait (finishTcpOnCaller), in alternating blocks over TCP,
 // the round against the fingerprint round and then one transfer (bench/README.md): 2 ranks,
-// 128 KiB-1 MiB a rank, 0.39-0.81 of the time with the root fixed and 0.40-1.14 (by median,
+// 128 KiB-1 MiB a rank, 0.39-0.80 of the time with the root fixed and 0.40-1.14 (by median,
 // 2 of 8 cases above 1) with it rotating; 4 ranks, 128-512 KiB, 0.60-0.92. At 2 MiB, where
 // the root receives more than it waits for on its calling thread, 0.83-0.95 with the root
 // fixed but 1.22-1.25x rotating.
@@ -43,7 +43,7 @@ constexpr size_t kLandBytes = 256 * 1024;
 // blocking: 112-187 against 21-42 µs). Against the 32 KiB of data it was limited to before,
 // in alternating blocks (bench/README.md): 2 ranks, 64 KiB-1 MiB all-reduces, all-gathers,
 // all-to-alls, reduce-scatters, scatters and reduces took 0.30-0.94 of the time by median;
-// 4 ranks, where the round brings 64 KiB-1 MiB, 0.67-0.93 (calls beyond it, the controls,
+// 4 ranks, where the round brings 64 KiB-1 MiB, 0.67-1.00 (calls beyond it, the controls,
 // 0.96-1.06). Beyond it the round outlasts what the hand-off costs: 4 ranks bringing 3 MiB
 // (all-gathers and reduce-scatters of 1 MiB blocks) took 1.28-1.37x on the calling thread.
 constexpr size_t kCallerReceiveBytes = 1024 * 1024;
