@@ -35,6 +35,16 @@ constexpr size_t kMeshAllToAllBlock = 1024 * 1024;
 // the root receives more than it waits for on its calling thread, 0.83-0.95 with the root
 // fixed but 1.22-1.25x rotating.
 constexpr size_t kMeshGatherBytes = 1024 * 1024;
+// A broadcast rides in the round while its root sends at most this much there (1 MiB at
+// 2 ranks, 341 KiB a peer at 4); beyond, the chain of pieces (gloo_rooted.cpp), which
+// sends the buffer once from the root where the round sends it n-1 times. With the
+// calling thread's wait (the peers receive the buffer, the root nothing), in alternating
+// blocks over TCP, the round against the fingerprint round and then the chain
+// (bench/README.md): 2 ranks, 128 KiB-1 MiB, 0.33-1.15 of the time (by median, the root
+// rotating or fixed; 2 of 16 cases above 1); 2-4 MiB level (0.92-1.02); 4 ranks,
+// 128 KiB-1 MiB, 0.49-0.91 on loopback, where the root's n-1 copies cost memory
+// bandwidth alone, not a link's.
+constexpr size_t kMeshBroadcastBytes = 1024 * 1024;
 // Blocks larger than this that ride in the round are read straight into the output (landBodies).
 constexpr size_t kLandBytes = 256 * 1024;
 // The most a round may bring a rank's calling thread (finishTcpOnCaller). A round handed
@@ -66,9 +76,10 @@ size_t GlooBackend::meshReceives(const Op& op, const MeshBody& body) const {
   }
 }
 
-// A broadcast's or a gather's round: up to the small all-reduce's limit at any world size.
-bool GlooBackend::pickRootedRound(size_t bytes) const {
-  return bytes <= std::min(meshBytes(), kMeshAllReduceBytes);
+// A broadcast rides in the round while what its root sends there, its buffer to every
+// peer, comes to at most kMeshBroadcastBytes (and each message fits the round).
+bool GlooBackend::pickBroadcastRound(size_t bytes) const {
+  return bytes <= meshBytes() && bytes * static_cast<size_t>(cfg_.size - 1) <= kMeshBroadcastBytes;
 }
 
 size_t GlooBackend::meshBytes() const { return mesh_ ? mesh_->cap() - sizeof(Fingerprint) : 0; }
@@ -122,16 +133,13 @@ GlooBackend::MeshBody GlooBackend::meshBody(const Op& op) const {
     // The rooted collectives ride where their all-to-all counterpart does: what a
     // reduce's root receives (every other rank's buffer, sent to it alone) is what an
     // all-gather's rank receives; a scatter's root sends block p to peer p as a
-    // reduce-scatter's rank does. A broadcast rides only up to the small all-reduce's
-    // limit: past it, a transfer straight into the receiver's output beat the round and
-    // its copy out of the slot (at 2 ranks in alternating blocks, 128 KiB-2 MiB, the round
-    // took 1.01-1.22x the transfer's time, bench/README.md). A gather rides up to
-    // kMeshGatherBytes a rank: with its peers' blocks read straight into the root's output
-    // (landBodies) and the non-roots' rounds completed on their calling threads (they
-    // receive nothing but the heads), the round beat the fingerprint round and then the
+    // reduce-scatter's rank does. A broadcast rides while its root sends at most
+    // kMeshBroadcastBytes, a gather up to kMeshGatherBytes a rank: with large blocks read
+    // straight into the output (landBodies) and the rounds completed on the calling
+    // threads (finishTcpOnCaller), the round beat the fingerprint round and then the
     // transfer. Ranks with nothing to send post the fingerprint alone.
     case OpKind::Broadcast:
-      if (pickRootedRound(bytes)) {
+      if (pickBroadcastRound(bytes)) {
         b.carried = true;
         if (cfg_.rank == op.root) b.bytes = bytes;
       }
@@ -267,8 +275,8 @@ void GlooBackend::postMesh(const Op& op) {
 
 // Where the round reads the peers' bodies straight into this rank's output instead of
 // into their slots (MeshExchange::landBody), sparing the copy out of them: an all-gather's
-// and an all-to-all's blocks, a gather's blocks on the root, and a scatter's block on the
-// ranks other than the root (a broadcast's round carries at most 64 KiB, pickRootedRound).
+// and an all-to-all's blocks, a gather's blocks on the root, and a broadcast's buffer and a
+// scatter's block on the ranks other than the root.
 // A block lands only where its place in the output is apart from what this rank reads of
 // its input (an all-to-all in place sends from the memory its blocks would land in), and
 // only beyond kLandBytes: landing takes a read of the head of its own, and at 128-256 KiB
@@ -297,15 +305,19 @@ void GlooBackend::landBodies(const Op& op) {
       if (cfg_.rank != op.root) return;
       block = readBytes = bytes;
       break;
+    case OpKind::Broadcast:
+      if (cfg_.rank == op.root) return;
+      block = bytes;
+      break;
     default:
       return;
   }
   if (!landing_ || block <= kLandBytes) return;
   auto* out = static_cast<uint8_t*>(op.recv.data);
   for (int p = 0; p < cfg_.size; ++p) {
-    if (p == cfg_.rank || (op.kind == OpKind::Scatter && p != op.root)) continue;
+    if (p == cfg_.rank || ((op.kind == OpKind::Scatter || op.kind == OpKind::Broadcast) && p != op.root)) continue;
     // A scatter's block is this rank's whole output; an all-gather's, an all-to-all's and a gather's go at p.
-    uint8_t* into = op.kind == OpKind::Scatter ? out : out + static_cast<size_t>(p) * block;
+    uint8_t* into = op.kind == OpKind::Scatter || op.kind == OpKind::Broadcast ? out : out + static_cast<size_t>(p) * block;
     if (!bytesOverlap(into, block, op.send.data, readBytes)) mesh_->landBody(p, into, block);
   }
 }

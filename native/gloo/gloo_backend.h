@@ -89,7 +89,7 @@ class GlooBackend : public Backend {
   size_t meshBytes() const;
   MeshBody meshBody(const Op& op) const;
   size_t meshReceives(const Op& op, const MeshBody& body) const;
-  bool pickRootedRound(size_t bytes) const;
+  bool pickBroadcastRound(size_t bytes) const;
   void landBodies(const Op& op);
   void finishMesh(const Op& op, const MeshBody& body);
   void finishTwoRounds(const Op& op);

@@ -37,8 +37,11 @@ void placeRooted(const Op& op, int rank, int size, const uint8_t* mine, Part par
   auto* out = static_cast<uint8_t*>(op.recv.data);
   switch (op.kind) {
     case OpKind::Broadcast:
-      if (!root) std::memcpy(out, part(op.root), bytes);
-      else if (mine != out) std::memmove(out, mine, bytes);
+      if (!root) {
+        if (part(op.root) != out) std::memcpy(out, part(op.root), bytes);
+      } else if (mine != out) {
+        std::memmove(out, mine, bytes);
+      }
       return;
     case OpKind::Gather:
       if (!root) return;

@@ -211,7 +211,7 @@ describe('all-reduce forced to two rounds (mesh-rs-ag)', () => {
 // same call's (native/gloo/mesh_exchange.cpp, landBody); otherwise it goes through the
 // round's own buffer and is copied out, as before. Every result is checked either way.
 describe('the TCP round reads large blocks straight into the output', () => {
-  it('2 ranks: all-gather, all-to-all, gather and scatter in every layout right; landed where apart; a mismatched call lands nothing', async () => {
+  it('2 ranks: all-gather, all-to-all, gather, broadcast and scatter in every layout right; landed where apart; a mismatched call lands nothing', async () => {
     const results = await runRanks('test/fixtures/mesh-landing.ts', 2, { env: { NCCL_NODE_SHM: '0' }, timeoutMs: 60_000 });
     expect(results.map((r) => r.code), describeRanks(results)).toEqual([0, 0]);
     for (const r of results) {
@@ -227,6 +227,8 @@ describe('the TCP round reads large blocks straight into the output', () => {
         // A gather's root receives the peer's block; the other rank receives nothing.
         'gather/root=0': r.rank === 0 ? 1 : 0, 'gather/root=0/inPlace': r.rank === 0 ? 1 : 0,
         'gather/root=1': r.rank === 1 ? 1 : 0, 'gather/root=1/inPlace': r.rank === 1 ? 1 : 0,
+        // A broadcast's other rank receives the root's buffer.
+        'broadcast/root=0': r.rank === 0 ? 0 : 1, 'broadcast/root=1': r.rank === 1 ? 0 : 1,
         mismatch: 0, 'allGather/after': 1,
       });
       expect(byCase.mismatch?.code, `rank ${r.rank}`).toBe('ERR_SIZE_MISMATCH');
