@@ -289,6 +289,7 @@ void GlooBackend::landBodies(const Op& op) {
   const size_t bytes = op.count * elementSize(op.dtype);
   size_t block = 0;      // what each landing peer sends
   size_t readBytes = 0;  // what of op.send this rank reads
+  bool fromRoot = false; // the root's body alone, this rank's whole output (else peer p's at block p)
   switch (op.kind) {
     case OpKind::AllGather:
       block = readBytes = bytes;
@@ -297,17 +298,15 @@ void GlooBackend::landBodies(const Op& op) {
       block = op.count / static_cast<size_t>(cfg_.size) * elementSize(op.dtype);  // as meshBody()
       readBytes = bytes;
       break;
-    case OpKind::Scatter:
-      if (cfg_.rank == op.root) return;
-      block = bytes;
-      break;
     case OpKind::Gather:
       if (cfg_.rank != op.root) return;
       block = readBytes = bytes;
       break;
     case OpKind::Broadcast:
+    case OpKind::Scatter:
       if (cfg_.rank == op.root) return;
       block = bytes;
+      fromRoot = true;
       break;
     default:
       return;
@@ -315,9 +314,8 @@ void GlooBackend::landBodies(const Op& op) {
   if (!landing_ || block <= kLandBytes) return;
   auto* out = static_cast<uint8_t*>(op.recv.data);
   for (int p = 0; p < cfg_.size; ++p) {
-    if (p == cfg_.rank || ((op.kind == OpKind::Scatter || op.kind == OpKind::Broadcast) && p != op.root)) continue;
-    // A scatter's block is this rank's whole output; an all-gather's, an all-to-all's and a gather's go at p.
-    uint8_t* into = op.kind == OpKind::Scatter || op.kind == OpKind::Broadcast ? out : out + static_cast<size_t>(p) * block;
+    if (p == cfg_.rank || (fromRoot && p != op.root)) continue;
+    uint8_t* into = fromRoot ? out : out + static_cast<size_t>(p) * block;
     if (!bytesOverlap(into, block, op.send.data, readBytes)) mesh_->landBody(p, into, block);
   }
 }
