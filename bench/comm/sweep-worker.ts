@@ -63,11 +63,15 @@ const emit = (coll: string, size: number, us: number, spanUs?: number): void => 
 const rooted = async (coll: string, bytes: number, call: () => PromiseLike<unknown>): Promise<void> =>
   emit(coll, bytes, await time(bytes, call), await spanOf(bytes, call));
 
-// One untimed pass over every collective at the first size, `ITERS` calls each, before
+// Untimed passes over every collective at the first size, `ITERS` calls each, before
 // anything is timed: the first sizes would otherwise run while V8 compiles this loop and
-// the library's call path on one of the host's cores (raw Gloo from C++ has nothing to compile).
-for (const [i, bytes] of [SIZES[0]!, ...SIZES].entries()) {
-  warming = i === 0;
+// the library's call path, and collects what start-up left, on the host's cores (raw Gloo
+// from C++ has none of it). One pass was not enough on 4 ranks of a 2-core host: the
+// next two passes' spans (400 calls of 8-32 B) still held 1-8 calls of 1-8 ms, every rank
+// stalled at once, 93-160 µs a call against 75-83 from the fourth pass on.
+const WARM_PASSES = 3;
+for (const [i, bytes] of [...Array<number>(WARM_PASSES).fill(SIZES[0]!), ...SIZES].entries()) {
+  warming = i < WARM_PASSES;
   const count = Math.max(1, Math.floor(bytes / 4));
   const per = Math.max(1, Math.floor(count / P));
   emit('allreduce', bytes, await time(bytes, () => comm.allReduce(input.subarray(0, count))));
