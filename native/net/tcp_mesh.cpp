@@ -91,7 +91,7 @@ std::string formatAddress(const sockaddr_storage& ss) {
 }  // namespace
 
 TcpMesh::TcpMesh(int rank, int size, uint64_t secret)
-    : rank_(rank), size_(size), secret_(secret), fds_(static_cast<size_t>(size), -1) {
+    : rank_(rank), size_(size), secret_(secret), fds_(static_cast<size_t>(size), -1), lowat_(static_cast<size_t>(size), 1) {
   wake_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_ < 0) throw Error(Code::Backend, std::string("tcp: eventfd: ") + std::strerror(errno));
 }
@@ -316,9 +316,36 @@ void TcpMesh::trySend(Xfer* sends, size_t nSends, size_t upTo) {
   for (size_t i = 0; i < nSends; ++i) sendSome(sends[i], std::min(sends[i].bytes, upTo), true);
 }
 
+void TcpMesh::setLowat(int peer, int bytes) {
+  int& now = lowat_[static_cast<size_t>(peer)];
+  if (now == bytes) return;
+  if (::setsockopt(fds_[static_cast<size_t>(peer)], SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof bytes) == 0) now = bytes;
+}
+
+namespace {
+// A receive waiting for at least this much asks the kernel not to wake it before
+// kLowatMax of it, or all of it, is in (SO_RCVLOWAT): over loopback the sender's CPU
+// delivers each 64 KiB segment itself and woke a reader asleep on another CPU for every
+// one (an inter-processor interrupt each, a VM exit on a virtual host).
+// The kernel still wakes the reader on end of stream, an error, or a receive window or
+// buffer too full for the mark to be reached, so no message can wait on it.
+constexpr size_t kLowatFrom = 64 * 1024;
+constexpr size_t kLowatMax = 256 * 1024;
+}  // namespace
+
 bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, Clock::time_point deadline,
                        const std::function<void(size_t)>& onRecv, Clock::time_point until) {
   std::vector<pollfd> pfds;
+  // Every mark this transfer set goes back to 1 however it ends: other paths poll these
+  // connections for a byte.
+  struct LowatReset {
+    TcpMesh* mesh;
+    ~LowatReset() {
+      for (int p = 0; p < mesh->size_; ++p) {
+        if (mesh->lowat_[static_cast<size_t>(p)] != 1) mesh->setLowat(p, 1);
+      }
+    }
+  } lowatReset{this};
   while (true) {
     if (aborted_) throw TransportError(Code::CommAborted, "communicator was aborted");
     bool progressed = false;
@@ -358,7 +385,11 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
       if (sends[i].done < sends[i].bytes) pfds.push_back({fds_[static_cast<size_t>(sends[i].peer)], POLLOUT, 0});
     }
     for (size_t i = 0; i < nRecvs; ++i) {
-      if (recvs[i].done < recvs[i].bytes) pfds.push_back({fds_[static_cast<size_t>(recvs[i].peer)], POLLIN, 0});
+      const Xfer& x = recvs[i];
+      if (x.done >= x.bytes) continue;
+      const size_t left = x.bytes - x.done;
+      setLowat(x.peer, x.ring == 0 && left >= kLowatFrom ? static_cast<int>(std::min(left, kLowatMax)) : 1);
+      pfds.push_back({fds_[static_cast<size_t>(x.peer)], POLLIN, 0});
     }
     pfds.push_back({wake_, POLLIN, 0});
     const auto now = Clock::now();

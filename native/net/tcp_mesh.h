@@ -103,6 +103,7 @@ class TcpMesh {
 
  private:
   [[noreturn]] void fail(int peer, const char* what, int err);
+  void setLowat(int peer, int bytes);
   bool sendSome(Xfer& x, size_t limit, bool drain);
   int listen(const std::string& host, const std::string& iface, std::string* address);
 
@@ -110,6 +111,7 @@ class TcpMesh {
   int size_;
   uint64_t secret_;
   std::vector<int> fds_;  // per peer; -1 for this rank
+  std::vector<int> lowat_;  // per peer: the SO_RCVLOWAT transfer() left set (1: the default)
   int wake_ = -1;         // eventfd written by abort()
   std::atomic<bool> aborted_{false};
   bool connected_ = false;
