@@ -26,6 +26,7 @@ import { fileURLToPath } from 'node:url';
 import { freePort } from '../test/helpers/ranks.js';
 import { gang } from './gang.js';
 import { median } from './stats.js';
+import { timeBackToBack } from './timing.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const arg = (name: string, def: string) => {
@@ -59,16 +60,7 @@ async function rankMain(): Promise<void> {
     for (let i = 0; i < 3; i++) await call(); // warm-up, as the C++ loops
     await comm.barrier();
     const n = itersFor(bytes);
-    const times = new Float64Array(n);
-    // Each call from the end of the one before, as the C++ side (bench/direct_common.h).
-    let t0 = performance.now();
-    for (let i = 0; i < n; i++) {
-      await call();
-      const t1 = performance.now();
-      times[i] = (t1 - t0) * 1000;
-      t0 = t1;
-    }
-    const us = times.sort()[n >> 1]!;
+    const us = (await timeBackToBack(n, call)).sort()[n >> 1]!;
     if (comm.rank === 0) process.stdout.write(`${JSON.stringify({ size: bytes, us: Number(us.toFixed(3)), iters: n })}\n`);
   }
   await comm.destroy();

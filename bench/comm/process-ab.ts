@@ -24,6 +24,7 @@ import { parseArgs } from 'node:util';
 import { freePort } from '../../test/helpers/ranks.js';
 import { gang } from '../gang.js';
 import { median } from '../stats.js';
+import { timeBackToBack } from '../timing.js';
 
 interface Comm {
   rank: number;
@@ -56,15 +57,7 @@ if (process.env.PROCESS_AB_ROOT) {
   for (let i = 0; i < 50; i++) await call();
   for (let b = 0; b < Number(process.env.PROCESS_AB_BLOCKS); b++) {
     await comm.barrier();
-    const us = new Float64Array(calls);
-    let t0 = performance.now();
-    for (let i = 0; i < calls; i++) {
-      await call();
-      const t1 = performance.now();
-      us[i] = (t1 - t0) * 1000;
-      t0 = t1;
-    }
-    blocks.push(median(us));
+    blocks.push(median(await timeBackToBack(calls, call)));
   }
   if (comm.rank === 0) process.stdout.write(`${JSON.stringify({ us: median(blocks), blocks })}\n`);
   await comm.destroy();

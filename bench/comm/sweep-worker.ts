@@ -10,6 +10,7 @@
  *   started by sweep.ts with SWEEP_SIZES=8,32,... SWEEP_ITERS=200 and the job's env
  */
 import { init } from '../../src/index.js';
+import { timeBackToBack } from '../timing.js';
 
 const SIZES = process.env.SWEEP_SIZES!.split(',').map(Number);
 const ITERS = Number(process.env.SWEEP_ITERS ?? '200');
@@ -28,16 +29,7 @@ async function time(bytes: number, call: () => PromiseLike<unknown>): Promise<nu
   for (let i = 0; i < warmupFor(bytes); i++) await call();
   await comm.barrier();
   const n = itersFor(bytes);
-  const us = new Float64Array(n);
-  // Each call from the end of the one before, as the C++ baselines (bench/direct_common.h).
-  let t0 = performance.now();
-  for (let i = 0; i < n; i++) {
-    await call();
-    const t1 = performance.now();
-    us[i] = (t1 - t0) * 1000;
-    t0 = t1;
-  }
-  return us.sort()[n >> 1]!;
+  return (await timeBackToBack(n, call)).sort()[n >> 1]!;
 }
 
 // A rooted collective's time as every rank sees it, as build/gloo_algos measures it too:
