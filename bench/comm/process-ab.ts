@@ -8,9 +8,11 @@
  * the way to compare builds on an effect that settles per process (a 2-rank broadcast of
  * 512 KiB over TCP ran at either 55-65 or 130-200 µs a call for a whole process).
  * Per run, rank 0's median µs per call over its blocks' medians; per checkout, the median
- * and range over runs, and their ratio. A benchmark, not a test; table and JSON.
+ * and range over runs, and their ratio. With --against-env NAME=VALUE the other side is
+ * this checkout with that variable set (a switch such as NCCL_NODE_TCP_RCVLOWAT=0, which
+ * also settles per process). A benchmark, not a test; table and JSON.
  *
- *   NCCL_NODE_SHM=0 node --import tsx bench/comm/process-ab.ts --against ../base [--ranks 2]
+ *   NCCL_NODE_SHM=0 node --import tsx bench/comm/process-ab.ts (--against ../base | --against-env NAME=VALUE) [--ranks 2]
  *        [--mode broadcast|allgather|allreduce|gather] [--bytes 524288] [--runs 4]
  *        [--blocks 6] [--calls 1000] [--json out.json]
  *
@@ -65,6 +67,7 @@ if (process.env.PROCESS_AB_ROOT) {
   const { values: a } = parseArgs({
     options: {
       against: { type: 'string' },
+      'against-env': { type: 'string' },
       ranks: { type: 'string', default: '2' },
       mode: { type: 'string', default: 'broadcast' },
       bytes: { type: 'string', default: '524288' },
@@ -74,10 +77,16 @@ if (process.env.PROCESS_AB_ROOT) {
       json: { type: 'string' },
     },
   });
-  if (!a.against) throw new Error('process-ab: --against <checkout> is required');
+  const againstEnv = a['against-env'];
+  if (!a.against === !againstEnv) throw new Error('process-ab: give one of --against <checkout> or --against-env NAME=VALUE');
+  const envPair = againstEnv ? /^([A-Z0-9_]+)=(.*)$/.exec(againstEnv) : null;
+  if (againstEnv && !envPair) throw new Error(`process-ab: --against-env takes NAME=VALUE, received ${againstEnv}`);
   if (!['broadcast', 'allreduce', 'allgather', 'gather'].includes(a.mode!)) throw new Error(`process-ab: --mode must be broadcast, allreduce, allgather or gather, received ${a.mode}`);
   const self = fileURLToPath(import.meta.url);
-  const roots = { this: resolve(fileURLToPath(new URL('../..', import.meta.url))), against: resolve(a.against) };
+  const here = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+  const roots = { this: here, against: a.against ? resolve(a.against) : here };
+  const sideEnv = { this: {}, against: envPair ? { [envPair[1]!]: envPair[2]! } : {} };
+  const against = a.against ? roots.against : `this checkout with ${againstEnv}`;
   const ranks = Number(a.ranks);
   const runs: { this: number[]; against: number[] } = { this: [], against: [] };
   for (let run = 0; run < Number(a.runs); run++) {
@@ -87,6 +96,7 @@ if (process.env.PROCESS_AB_ROOT) {
         ...process.env, PROCESS_AB_ROOT: roots[side], PROCESS_AB_MODE: a.mode, PROCESS_AB_BYTES: a.bytes, PROCESS_AB_BLOCKS: a.blocks,
         PROCESS_AB_CALLS: a.calls, RANK: String(rank), LOCAL_RANK: String(rank), WORLD_SIZE: String(ranks),
         LOCAL_WORLD_SIZE: String(ranks), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'process-ab',
+        ...sideEnv[side],
       }]);
       runs[side].push(Number(line!.us.toFixed(1)));
       process.stderr.write(`run ${run + 1} ${side}: ${line!.us.toFixed(1)} µs (blocks ${line!.blocks.map((x) => x.toFixed(0)).join(' ')})\n`);
@@ -97,7 +107,7 @@ if (process.env.PROCESS_AB_ROOT) {
     ratio: Number((median(runs.this) / median(runs.against)).toFixed(3)),
     thisRange: `${Math.min(...runs.this)}-${Math.max(...runs.this)}`, againstRange: `${Math.min(...runs.against)}-${Math.max(...runs.against)}`,
   };
-  console.log(`# ${a.mode} of ${a.bytes} bytes, ${ranks} ranks: this checkout against ${roots.against}, rank 0's µs per awaited call, median over ${a.runs} runs of separate processes`);
+  console.log(`# ${a.mode} of ${a.bytes} bytes, ${ranks} ranks: this checkout against ${against}, rank 0's µs per awaited call, median over ${a.runs} runs of separate processes`);
   console.table([row]);
-  if (a.json) writeFileSync(a.json, `${JSON.stringify({ bench: 'process-ab', shm: process.env.NCCL_NODE_SHM ?? null, runs, rows: [row] }, null, 2)}\n`);
+  if (a.json) writeFileSync(a.json, `${JSON.stringify({ bench: 'process-ab', shm: process.env.NCCL_NODE_SHM ?? null, against, runs, rows: [row] }, null, 2)}\n`);
 }

@@ -10,6 +10,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -32,6 +33,20 @@ void withWidth(size_t width, F&& f) {
   }
 }
 
+// NCCL_NODE_TCP_RCVLOWAT: a byte count, 0 (no mark) to 64 MiB; unset: the default.
+size_t parseWakeMark(const char* v) {
+  if (v == nullptr) return net::TcpMesh::kDefaultWakeMark;
+  constexpr unsigned long long kMax = 64ull << 20;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = *v >= '0' && *v <= '9' ? std::strtoull(v, &end, 10) : 0;
+  if (end == nullptr || *end != '\0' || errno != 0 || n > kMax) {
+    throw Error(Code::InvalidArgument, std::string("NCCL_NODE_TCP_RCVLOWAT must be a byte count from 0 (no mark) to ") +
+                                           std::to_string(kMax) + ", got \"" + v + "\"");
+  }
+  return static_cast<size_t>(n);
+}
+
 }  // namespace
 
 GlooBackend::GlooBackend(GlooConfig config, std::shared_ptr<StoreClient> store)
@@ -45,6 +60,11 @@ GlooBackend::GlooBackend(GlooConfig config, std::shared_ptr<StoreClient> store)
   }
   const char* land = std::getenv("NCCL_NODE_TCP_LAND");
   landing_ = !(land && std::strcmp(land, "0") == 0);
+  try {
+    wakeMark_ = parseWakeMark(std::getenv("NCCL_NODE_TCP_RCVLOWAT"));
+  } catch (const Error& e) {
+    wakeMarkError_ = e.what();
+  }
   try {
     tuning_ = GlooTuning(cfg_.tuning);
   } catch (const Error& e) {
@@ -70,6 +90,7 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
   try {
     if (!forcedError_.empty()) throw Error(Code::InvalidArgument, forcedError_);
     if (!tuningError_.empty()) throw Error(Code::InvalidArgument, tuningError_);
+    if (!wakeMarkError_.empty()) throw Error(Code::InvalidArgument, wakeMarkError_);
     if (!store_) {
       store_ = std::make_shared<StoreClient>(cfg_.storeHost, cfg_.storePort, cfg_.token,
                                              "rank " + std::to_string(cfg_.rank), timeout);
@@ -127,6 +148,7 @@ void GlooBackend::openTcp(int rank, int size, const std::string& keyPrefix, std:
     if (aborted_) throw Error(Code::CommAborted, "communicator was aborted while connecting");
     *slot = std::make_unique<net::TcpMesh>(rank, size, secret);
     tcp = slot->get();
+    tcp->setWakeMark(wakeMark_);
   }
   net::Rendezvous rv;
   rv.set = [this](const std::string& k, const std::string& v) { store_->set(k, std::vector<char>(v.begin(), v.end())); };

@@ -206,6 +206,9 @@ class GlooBackend : public Backend {
   // outnumber its cores).
   bool callerYield_ = false;
   bool landing_ = true;  // NCCL_NODE_TCP_LAND: the TCP round reads large blocks into outputs (landBodies)
+  // NCCL_NODE_TCP_RCVLOWAT: the receive mark of every TcpMesh this backend opens.
+  size_t wakeMark_ = net::TcpMesh::kDefaultWakeMark;
+  std::string wakeMarkError_;
 };
 
 }  // namespace ncclnode

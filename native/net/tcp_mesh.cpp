@@ -316,21 +316,32 @@ void TcpMesh::trySend(Xfer* sends, size_t nSends, size_t upTo) {
   for (size_t i = 0; i < nSends; ++i) sendSome(sends[i], std::min(sends[i].bytes, upTo), true);
 }
 
+namespace {
+std::atomic<uint64_t> markedReceiveCount{0};
+}  // namespace
+
+uint64_t markedReceives() { return markedReceiveCount.load(std::memory_order_relaxed); }
+
 void TcpMesh::setLowat(int peer, int bytes) {
   int& now = lowat_[static_cast<size_t>(peer)];
   if (now == bytes) return;
-  if (::setsockopt(fds_[static_cast<size_t>(peer)], SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof bytes) == 0) now = bytes;
+  if (::setsockopt(fds_[static_cast<size_t>(peer)], SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof bytes) == 0) {
+    now = bytes;
+    if (bytes > 1) markedReceiveCount.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 namespace {
 // A receive waiting for at least this much asks the kernel not to wake it before
-// kLowatMax of it, or all of it, is in (SO_RCVLOWAT): over loopback the sender's CPU
-// delivers each 64 KiB segment itself and woke a reader asleep on another CPU for every
-// one (an inter-processor interrupt each, a VM exit on a virtual host).
+// wakeMark_ of it (256 KiB by default), or all of it, is in (SO_RCVLOWAT): over loopback
+// the sender's CPU delivers each 64 KiB segment itself and woke a reader asleep on another
+// CPU for every one (an inter-processor interrupt each, a VM exit on a virtual host).
 // The kernel still wakes the reader on end of stream, an error, or a receive window or
-// buffer too full for the mark to be reached, so no message can wait on it.
+// buffer too full for the mark to be reached, so no message can wait on it. Where the
+// socket's buffer is below twice the mark the kernel grows it and clamps the window to
+// the mark; its receive-buffer autotuning lifts the clamp as the flow grows
+// (NCCL_NODE_TCP_RCVLOWAT=0 leaves the sockets alone: docs/gloo.md).
 constexpr size_t kLowatFrom = 64 * 1024;
-constexpr size_t kLowatMax = 256 * 1024;
 }  // namespace
 
 bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, Clock::time_point deadline,
@@ -388,7 +399,8 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
       const Xfer& x = recvs[i];
       if (x.done >= x.bytes) continue;
       const size_t left = x.bytes - x.done;
-      setLowat(x.peer, x.ring == 0 && left >= kLowatFrom ? static_cast<int>(std::min(left, kLowatMax)) : 1);
+      const bool marked = wakeMark_ > 1 && x.ring == 0 && left >= kLowatFrom;
+      setLowat(x.peer, marked ? static_cast<int>(std::min(left, wakeMark_)) : 1);
       pfds.push_back({fds_[static_cast<size_t>(x.peer)], POLLIN, 0});
     }
     pfds.push_back({wake_, POLLIN, 0});

@@ -54,6 +54,10 @@ struct Xfer {
   const uint8_t* tail = nullptr;
 };
 
+// Receives this process put to sleep under a mark above one byte (SO_RCVLOWAT set by
+// transfer()), over every mesh: the tests see the mark in use, or off.
+uint64_t markedReceives();
+
 class TcpMesh {
  public:
   // secret: a value every rank of this communicator shares (from the job token and the
@@ -97,6 +101,12 @@ class TcpMesh {
   // agreement round asks after each round.
   void checkAborted();
 
+  // The most a receive of 64 KiB or more asks the kernel to hold it asleep for
+  // (SO_RCVLOWAT, transfer()); 0: no mark, the reader wakes as each segment lands.
+  // Before connect(); the backend passes NCCL_NODE_TCP_RCVLOWAT.
+  void setWakeMark(size_t bytes) { wakeMark_ = bytes; }
+  static constexpr size_t kDefaultWakeMark = 256 * 1024;
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   bool connected() const { return connected_; }
@@ -112,6 +122,7 @@ class TcpMesh {
   uint64_t secret_;
   std::vector<int> fds_;  // per peer; -1 for this rank
   std::vector<int> lowat_;  // per peer: the SO_RCVLOWAT transfer() left set (1: the default)
+  size_t wakeMark_ = kDefaultWakeMark;
   int wake_ = -1;         // eventfd written by abort()
   std::atomic<bool> aborted_{false};
   bool connected_ = false;

@@ -348,6 +348,8 @@ export interface GlooAlgoStats {
   tcpOnCaller: number;
   /** Peers' messages the TCP agreement round read straight into a call's output instead of its own buffers. */
   meshLandedBodies: number;
+  /** TCP receives of 64 KiB or more put to sleep until a mark of their bytes is in (NCCL_NODE_TCP_RCVLOWAT). */
+  tcpMarkedReceives: number;
 }
 
 export interface GlooShmStats {

@@ -47,3 +47,32 @@ describe('an unknown NCCL_NODE_GLOO_ALLREDUCE', () => {
     expect(results.flatMap((r) => r.reports)).toEqual([]);
   }, 30_000);
 });
+
+describe('a bad NCCL_NODE_TCP_RCVLOWAT', () => {
+  // One rank: the check is the backend's, before any connection; at two, rank 1 would
+  // wait out its timeout for the store rank 0 hosted.
+  it.each(['256K', '-1', '67108865', ''])('%j fails init with ERR_INVALID_ARGUMENT naming the range', async (value) => {
+    const results = await runRanks<Row>('test/fixtures/gloo-algos.ts', 1, {
+      args: ['1'],
+      env: { NCCL_NODE_TCP_RCVLOWAT: value },
+      timeoutMs: 10_000,
+    });
+    expect(results[0]!.code).toBe(1);
+    expect(results[0]!.stderr).toContain('ERR_INVALID_ARGUMENT');
+    expect(results[0]!.stderr).toContain(`NCCL_NODE_TCP_RCVLOWAT must be a byte count from 0 (no mark) to 67108864, got "${value}"`);
+    expect(results[0]!.reports).toEqual([]);
+  }, 30_000);
+
+  it('67108864 (the largest) runs the fixture exact', async () => {
+    const results = await runRanks<Row>('test/fixtures/gloo-algos.ts', 2, {
+      args: ['70001'],
+      env: { NCCL_NODE_TCP_RCVLOWAT: String(64 * 1024 * 1024), NCCL_NODE_SHM: '0' },
+      timeoutMs: 60_000,
+    });
+    expect(results.map((r) => r.code), describeRanks(results)).toEqual([0, 0]);
+    for (const row of results.flatMap((r) => r.reports as Row[]).filter((x) => x.case)) {
+      if (row.wrong !== undefined) expect(row.wrong, row.case).toBe(0);
+      else expect(row.maxErr!, row.case).toBeLessThanOrEqual(row.bound!);
+    }
+  }, 90_000);
+});

@@ -4,7 +4,7 @@
  * (SO_RCVLOWAT, native/net/tcp_mesh.cpp). A message that arrives a segment at a time must
  * still complete exact, and a peer that dies with its message half sent must fail the
  * receiver at once (the kernel wakes a reader at end of stream whatever its mark), not
- * at the call's timeout.
+ * at the call's timeout. NCCL_NODE_TCP_RCVLOWAT sets the mark's size, 0 none.
  */
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,18 +15,18 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const FIXTURE = 'test/fixtures/tcp-slow-link.ts';
 const PORT = 29511;
 
-interface Report { rank: number; wrong?: number; ms?: number; code?: string | null; t0?: number; at?: number }
+interface Report { rank: number; wrong?: number; ms?: number; marked?: number; code?: string | null; t0?: number; at?: number }
 
 let cluster: Cluster;
 
-function start(phase: string): Spawned[] {
+function start(phase: string, env: Record<string, string> = {}): Spawned[] {
   const [n0, n1] = cluster.nodes;
   return [n0!, n1!].map((node, rank) => cluster.spawnOn(node, process.execPath, ['--import', 'tsx', FIXTURE, phase], {
     cwd: ROOT,
     timeoutMs: 90_000,
     env: {
       ...process.env, NCCL_NODE_SHM: '0', NCCL_NODE_TOKEN: 'slow-link-token', RANK: String(rank), LOCAL_RANK: '0',
-      WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '1', MASTER_ADDR: n0!.addr, MASTER_PORT: String(PORT),
+      WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '1', MASTER_ADDR: n0!.addr, MASTER_PORT: String(PORT), ...env,
     },
   }));
 }
@@ -43,16 +43,26 @@ describe.skipIf(!netnsAvailable())('TCP messages over a slow link', { timeout: 1
   });
   afterAll(() => cluster?.destroy());
 
-  it('messages of 1-8 MiB arriving a segment at a time complete exact', async () => {
+  // Unset: the default 256 KiB; 65536: the smallest receive marked waits for all of itself
+  // at once; 0: no mark, every segment wakes the reader.
+  it.each([
+    ['unset', undefined],
+    ['65536', '65536'],
+    ['0', '0'],
+  ])('messages of 1-8 MiB arriving a segment at a time complete exact (NCCL_NODE_TCP_RCVLOWAT %s)', async (_, mark) => {
     cluster.slow(cluster.nodes[1]!, '80mbit');
     try {
-      const ranks = start('exact');
+      const ranks = start('exact', mark === undefined ? {} : { NCCL_NODE_TCP_RCVLOWAT: mark });
       const ends = await Promise.all(ranks.map((r) => r.done));
       expect(ends.map((e) => e.code), ranks.map((r) => r.stderr()).join('\n')).toEqual([0, 0]);
-      expect(ranks.map((r) => reportOf(r).wrong)).toEqual([0, 0]);
+      const reports = ranks.map(reportOf);
+      expect(reports.map((r) => r.wrong)).toEqual([0, 0]);
       // About 10 MiB from rank 1 at 10 MB/s; a receive left asleep would wait out its 60 s
       // timeout's poll (the call then completes, late).
-      for (const r of ranks) expect(reportOf(r).ms!).toBeLessThan(20_000);
+      for (const r of reports) expect(r.ms!).toBeLessThan(20_000);
+      // Rank 0 receives the slow side's 1-8 MiB: with a mark it sleeps under it, without none.
+      if (mark === '0') expect(reports.map((r) => r.marked)).toEqual([0, 0]);
+      else expect(reports[0]!.marked!).toBeGreaterThan(0);
     } finally {
       cluster.unslow();
     }
