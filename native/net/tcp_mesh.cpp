@@ -23,7 +23,7 @@ namespace ncclnode::net {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x6e6e2d7463702d31ull;  // "nn-tcp-1"
+constexpr uint64_t kMagic = 0x6e6e2d7463702d32ull;  // "nn-tcp-2": a connection each way per pair
 
 // What each side of a new connection sends first: a stranger (another job, a port
 // scanner) that does not present the communicator's secret is dropped.
@@ -91,14 +91,16 @@ std::string formatAddress(const sockaddr_storage& ss) {
 }  // namespace
 
 TcpMesh::TcpMesh(int rank, int size, uint64_t secret)
-    : rank_(rank), size_(size), secret_(secret), fds_(static_cast<size_t>(size), -1), lowat_(static_cast<size_t>(size), 1) {
+    : rank_(rank), size_(size), secret_(secret), sendFds_(static_cast<size_t>(size), -1), recvFds_(static_cast<size_t>(size), -1), lowat_(static_cast<size_t>(size), 1) {
   wake_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_ < 0) throw Error(Code::Backend, std::string("tcp: eventfd: ") + std::strerror(errno));
 }
 
 TcpMesh::~TcpMesh() {
-  for (int fd : fds_) {
-    if (fd >= 0) ::close(fd);
+  for (const auto* fds : {&sendFds_, &recvFds_}) {
+    for (int fd : *fds) {
+      if (fd >= 0) ::close(fd);
+    }
   }
   if (wake_ >= 0) ::close(wake_);
 }
@@ -108,11 +110,16 @@ void TcpMesh::abort(bool announce) {
   // Peers blocked on this rank see their connections drop; a transfer of ours wakes.
   // The urgent byte lets a peer that already holds this rank's message of a round tell
   // an abort from an orderly close (which follows the last round and must not fail it).
-  for (int fd : fds_) {
+  // The byte goes on the connections this rank sends on: each peer receives, and looks
+  // for it (checkAborted()), on the other end of them.
+  for (int fd : sendFds_) {
     if (fd < 0) continue;
     const char bang = '!';
     if (announce) (void)::send(fd, &bang, 1, MSG_OOB | MSG_NOSIGNAL | MSG_DONTWAIT);
     ::shutdown(fd, SHUT_RDWR);
+  }
+  for (int fd : recvFds_) {
+    if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
   }
   const uint64_t one = 1;
   (void)!::write(wake_, &one, sizeof one);
@@ -171,10 +178,17 @@ void TcpMesh::connect(const std::string& host, const std::string& iface, const R
   rv.set(keyPrefix + std::to_string(rank_), address);
   const Hello mine{kMagic, secret_, rank_, size_};
 
-  // Dial every lower rank. A lower rank dials its own lower ranks before it accepts,
-  // which ends at rank 0, so the chain always completes; the kernel's backlog holds
-  // the connection meanwhile.
-  for (int p = 0; p < rank_; ++p) {
+  // Two connections per pair, one each way: every rank sends on the connections it dialed
+  // and receives on those it accepted, so a rank's sending never holds the socket its
+  // peer's bytes are arriving on (on one socket for both directions, a send in progress
+  // owns the socket and the peer's segments wait in its backlog for the sender to
+  // process them: docs/gloo.md). First every rank dials every lower rank and then
+  // waits for every higher one; a lower rank dials its own lower ranks before it
+  // accepts, which ends at rank 0, so this always completes (the kernel's backlog holds a
+  // connection meanwhile). Then the same upwards: every rank dials every higher rank and
+  // waits for the lower ones, the highest rank dialing none. The accept loop takes a peer
+  // whichever half it is in, so a rank that dials upwards early is answered.
+  auto dial = [&](int p) {
     const std::string peer = rv.get(keyPrefix + std::to_string(p), std::chrono::milliseconds(std::max(msLeft(deadline), 1)));
     std::istringstream in(peer);
     std::string ip, port;
@@ -219,44 +233,57 @@ void TcpMesh::connect(const std::string& host, const std::string& iface, const R
                                      std::to_string(timeout.count()) + " ms");
     }
     setNoDelay(fd);
-    fds_[static_cast<size_t>(p)] = fd;
-  }
+    sendFds_[static_cast<size_t>(p)] = fd;
+  };
 
-  // Accept every higher rank; anything that does not greet like one is dropped.
+  // Accepts until every rank in [from, size_) but this one has dialed in; anything that
+  // does not greet like a peer not yet in is dropped.
   setNonBlocking(lfd, true);
-  int missing = size_ - 1 - rank_;
-  while (missing > 0) {
-    pollfd pfd[2] = {{lfd, POLLIN, 0}, {wake_, POLLIN, 0}};
-    const int ms = msLeft(deadline);
-    if (aborted_) throw Error(Code::CommAborted, "communicator was aborted while connecting");
-    if (ms == 0) {
-      std::string which;
-      for (int p = rank_ + 1; p < size_; ++p) {
-        if (fds_[static_cast<size_t>(p)] < 0) which += (which.empty() ? "" : ", ") + std::to_string(p);
+  auto acceptFrom = [&](int from) {
+    auto missing = [&] {
+      int n = 0;
+      for (int p = from; p < size_; ++p) n += p != rank_ && recvFds_[static_cast<size_t>(p)] < 0;
+      return n;
+    };
+    while (missing() > 0) {
+      pollfd pfd[2] = {{lfd, POLLIN, 0}, {wake_, POLLIN, 0}};
+      const int ms = msLeft(deadline);
+      if (aborted_) throw Error(Code::CommAborted, "communicator was aborted while connecting");
+      if (ms == 0) {
+        std::string which;
+        for (int p = from; p < size_; ++p) {
+          if (p != rank_ && recvFds_[static_cast<size_t>(p)] < 0) which += (which.empty() ? "" : ", ") + std::to_string(p);
+        }
+        throw Error(Code::Timeout, "tcp: ranks " + which + " did not connect within " + std::to_string(timeout.count()) +
+                                       " ms");
       }
-      throw Error(Code::Timeout, "tcp: ranks " + which + " did not connect within " + std::to_string(timeout.count()) +
-                                     " ms");
+      if (::poll(pfd, 2, ms) <= 0 || !(pfd[0].revents & POLLIN)) continue;
+      const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) continue;
+      // A stranger gets at most a second to greet, so it cannot hold the group up.
+      const auto greet = std::min(deadline, Clock::now() + std::chrono::seconds(1));
+      Hello theirs{};
+      const bool ok = ioAll(fd, &theirs, sizeof theirs, false, greet) && theirs.magic == kMagic &&
+                      theirs.secret == secret_ && theirs.size == size_ && theirs.rank >= 0 && theirs.rank != rank_ &&
+                      theirs.rank < size_ && recvFds_[static_cast<size_t>(theirs.rank)] < 0 &&
+                      ioAll(fd, const_cast<Hello*>(&mine), sizeof mine, true, greet);
+      if (!ok) {
+        ::close(fd);
+        continue;
+      }
+      setNoDelay(fd);
+      recvFds_[static_cast<size_t>(theirs.rank)] = fd;
     }
-    if (::poll(pfd, 2, ms) <= 0 || !(pfd[0].revents & POLLIN)) continue;
-    const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;
-    // A stranger gets at most a second to greet, so it cannot hold the group up.
-    const auto greet = std::min(deadline, Clock::now() + std::chrono::seconds(1));
-    Hello theirs{};
-    const bool ok = ioAll(fd, &theirs, sizeof theirs, false, greet) && theirs.magic == kMagic &&
-                    theirs.secret == secret_ && theirs.size == size_ && theirs.rank > rank_ &&
-                    theirs.rank < size_ && fds_[static_cast<size_t>(theirs.rank)] < 0 &&
-                    ioAll(fd, const_cast<Hello*>(&mine), sizeof mine, true, greet);
-    if (!ok) {
-      ::close(fd);
-      continue;
+  };
+
+  for (int p = 0; p < rank_; ++p) dial(p);
+  acceptFrom(rank_ + 1);
+  for (int p = rank_ + 1; p < size_; ++p) dial(p);
+  acceptFrom(0);
+  for (const auto* fds : {&sendFds_, &recvFds_}) {
+    for (int fd : *fds) {
+      if (fd >= 0) setNonBlocking(fd, true);
     }
-    setNoDelay(fd);
-    fds_[static_cast<size_t>(theirs.rank)] = fd;
-    --missing;
-  }
-  for (int fd : fds_) {
-    if (fd >= 0) setNonBlocking(fd, true);
   }
   connected_ = true;
 }
@@ -269,7 +296,7 @@ void TcpMesh::fail(int peer, const char* what, int err) {
 
 void TcpMesh::checkAborted() {
   for (int p = 0; p < size_; ++p) {
-    const int fd = fds_[static_cast<size_t>(p)];
+    const int fd = recvFds_[static_cast<size_t>(p)];
     if (fd < 0) continue;
     char c = 0;
     // EINVAL: no urgent data; EAGAIN: none yet. Only an aborting peer sends any.
@@ -286,7 +313,7 @@ bool TcpMesh::sendSome(Xfer& x, size_t limit, bool drain) {
   while (x.done < limit && (drain || !progressed)) {
     ssize_t n;
     if (x.split == 0) {
-      n = ::send(fds_[static_cast<size_t>(x.peer)], x.data + x.done, limit - x.done, MSG_NOSIGNAL | MSG_DONTWAIT);
+      n = ::send(sendFds_[static_cast<size_t>(x.peer)], x.data + x.done, limit - x.done, MSG_NOSIGNAL | MSG_DONTWAIT);
     } else {
       iovec iov[2];
       int parts = 0;
@@ -296,7 +323,7 @@ bool TcpMesh::sendSome(Xfer& x, size_t limit, bool drain) {
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = static_cast<size_t>(parts);
-      n = ::sendmsg(fds_[static_cast<size_t>(x.peer)], &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      n = ::sendmsg(sendFds_[static_cast<size_t>(x.peer)], &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     if (n > 0) {
       x.done += static_cast<size_t>(n);
@@ -325,7 +352,7 @@ uint64_t markedReceives() { return markedReceiveCount.load(std::memory_order_rel
 void TcpMesh::setLowat(int peer, int bytes) {
   int& now = lowat_[static_cast<size_t>(peer)];
   if (now == bytes) return;
-  if (::setsockopt(fds_[static_cast<size_t>(peer)], SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof bytes) == 0) {
+  if (::setsockopt(recvFds_[static_cast<size_t>(peer)], SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof bytes) == 0) {
     now = bytes;
     if (bytes > 1) markedReceiveCount.fetch_add(1, std::memory_order_relaxed);
   }
@@ -377,7 +404,7 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
         len = std::min(len, x.ring - off);
         dst = x.data + off;
       }
-      const ssize_t n = ::recv(fds_[static_cast<size_t>(x.peer)], dst, len, MSG_DONTWAIT);
+      const ssize_t n = ::recv(recvFds_[static_cast<size_t>(x.peer)], dst, len, MSG_DONTWAIT);
       if (n > 0) {
         x.done += static_cast<size_t>(n);
         progressed = true;
@@ -393,7 +420,7 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
     if (progressed) continue;
     pfds.clear();
     for (size_t i = 0; i < nSends; ++i) {
-      if (sends[i].done < sends[i].bytes) pfds.push_back({fds_[static_cast<size_t>(sends[i].peer)], POLLOUT, 0});
+      if (sends[i].done < sends[i].bytes) pfds.push_back({sendFds_[static_cast<size_t>(sends[i].peer)], POLLOUT, 0});
     }
     for (size_t i = 0; i < nRecvs; ++i) {
       const Xfer& x = recvs[i];
@@ -401,7 +428,7 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
       const size_t left = x.bytes - x.done;
       const bool marked = wakeMark_ > 1 && x.ring == 0 && left >= kLowatFrom;
       setLowat(x.peer, marked ? static_cast<int>(std::min(left, wakeMark_)) : 1);
-      pfds.push_back({fds_[static_cast<size_t>(x.peer)], POLLIN, 0});
+      pfds.push_back({recvFds_[static_cast<size_t>(x.peer)], POLLIN, 0});
     }
     pfds.push_back({wake_, POLLIN, 0});
     const auto now = Clock::now();

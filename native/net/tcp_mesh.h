@@ -1,4 +1,4 @@
-// The CPU backend's own TCP connections, one per pair of ranks, for the collectives'
+// The CPU backend's own TCP connections, two per pair of ranks (one each way), for the collectives'
 // bulk data between hosts (tcp_ring.h). Why not Gloo's pairs: Gloo's TCP transport
 // moves every byte through its event-loop thread, which then wakes the thread waiting
 // on the buffer; on a host with few cores that hand-off, and the loop thread's own
@@ -69,8 +69,8 @@ class TcpMesh {
 
   // Listens on `host` (a name or a numeric address) or, when `iface` is set, on that
   // interface's first address; publishes it under "<keyPrefix><rank>"; connects to
-  // every peer (the higher rank of a pair dials the lower). Throws Error(Timeout |
-  // Backend | CommAborted).
+  // every peer twice, one connection each way (each rank dials the one it sends on).
+  // Throws Error(Timeout | Backend | CommAborted).
   void connect(const std::string& host, const std::string& iface, const Rendezvous& rv,
                const std::string& keyPrefix, std::chrono::milliseconds timeout);
 
@@ -120,7 +120,10 @@ class TcpMesh {
   int rank_;
   int size_;
   uint64_t secret_;
-  std::vector<int> fds_;  // per peer; -1 for this rank
+  // Per peer (-1 for this rank): the connection this rank dialed, which carries only its
+  // bytes to the peer, and the one the peer dialed, which carries only the peer's to it.
+  std::vector<int> sendFds_;
+  std::vector<int> recvFds_;
   std::vector<int> lowat_;  // per peer: the SO_RCVLOWAT transfer() left set (1: the default)
   size_t wakeMark_ = kDefaultWakeMark;
   int wake_ = -1;         // eventfd written by abort()
