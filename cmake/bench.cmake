@@ -52,3 +52,7 @@ endif()
 # no addon: the floor under allReduceSync() in bench/shm/allreduce.ts.
 add_executable(shm_round ${CMAKE_CURRENT_SOURCE_DIR}/bench/shm_round.cpp)
 target_link_libraries(shm_round PRIVATE bench_native)
+
+# bench/tcp_directions: a 2-process exchange over loopback TCP on one connection against
+# one connection each way, the layout native/net/tcp_mesh.cpp opens; plain sockets, no addon.
+add_executable(tcp_directions ${CMAKE_CURRENT_SOURCE_DIR}/bench/tcp_directions.cpp)

@@ -8,7 +8,9 @@
  * the way to compare builds on an effect that settles per process (a 2-rank broadcast of
  * 512 KiB over TCP ran at either 55-65 or 130-200 µs a call for a whole process).
  * Per run, rank 0's median µs per call over its blocks' medians; per checkout, the median
- * and range over runs, and their ratio. With --against-env NAME=VALUE the other side is
+ * and range over runs, and their ratio; and the mean over every block of every run (a
+ * process can switch between a fast and a slow mode from block to block, which the median
+ * of a few runs hides). With --against-env NAME=VALUE the other side is
  * this checkout with that variable set (a switch such as NCCL_NODE_TCP_RCVLOWAT=0, which
  * also settles per process). A benchmark, not a test; table and JSON.
  *
@@ -25,7 +27,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { freePort } from '../../test/helpers/ranks.js';
 import { gang } from '../gang.js';
-import { median } from '../stats.js';
+import { mean, median } from '../stats.js';
 import { timeBackToBack } from '../timing.js';
 
 interface Comm {
@@ -89,6 +91,7 @@ if (process.env.PROCESS_AB_ROOT) {
   const against = a.against ? roots.against : `this checkout with ${againstEnv}`;
   const ranks = Number(a.ranks);
   const runs: { this: number[]; against: number[] } = { this: [], against: [] };
+  const blocks: { this: number[]; against: number[] } = { this: [], against: [] };
   for (let run = 0; run < Number(a.runs); run++) {
     for (const side of ['against', 'this'] as const) {
       const port = await freePort();
@@ -99,6 +102,7 @@ if (process.env.PROCESS_AB_ROOT) {
         ...sideEnv[side],
       }]);
       runs[side].push(Number(line!.us.toFixed(1)));
+      blocks[side].push(...line!.blocks.map((x) => Number(x.toFixed(1))));
       process.stderr.write(`run ${run + 1} ${side}: ${line!.us.toFixed(1)} µs (blocks ${line!.blocks.map((x) => x.toFixed(0)).join(' ')})\n`);
     }
   }
@@ -106,8 +110,10 @@ if (process.env.PROCESS_AB_ROOT) {
     ranks, mode: a.mode, bytes: Number(a.bytes), thisUs: Number(median(runs.this).toFixed(1)), againstUs: Number(median(runs.against).toFixed(1)),
     ratio: Number((median(runs.this) / median(runs.against)).toFixed(3)),
     thisRange: `${Math.min(...runs.this)}-${Math.max(...runs.this)}`, againstRange: `${Math.min(...runs.against)}-${Math.max(...runs.against)}`,
+    thisBlockMean: Number(mean(blocks.this).toFixed(1)), againstBlockMean: Number(mean(blocks.against).toFixed(1)),
+    blockMeanRatio: Number((mean(blocks.this) / mean(blocks.against)).toFixed(3)),
   };
   console.log(`# ${a.mode} of ${a.bytes} bytes, ${ranks} ranks: this checkout against ${against}, rank 0's µs per awaited call, median over ${a.runs} runs of separate processes`);
   console.table([row]);
-  if (a.json) writeFileSync(a.json, `${JSON.stringify({ bench: 'process-ab', shm: process.env.NCCL_NODE_SHM ?? null, against, runs, rows: [row] }, null, 2)}\n`);
+  if (a.json) writeFileSync(a.json, `${JSON.stringify({ bench: 'process-ab', shm: process.env.NCCL_NODE_SHM ?? null, against, runs, blocks, rows: [row] }, null, 2)}\n`);
 }

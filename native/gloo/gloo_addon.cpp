@@ -63,12 +63,13 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
 // glooAlgoStats() -> {meshAllReduces, meshTwoRoundAllReduces, meshAllGathers, meshReduceScatters,
 // legacyAllReduces, legacyAllGathers, legacyReduceScatters, tcpRingCalls, glooAllGathers,
 // meshAllToAlls, shmAllToAlls, tcpAllToAlls, meshRooted, shmRooted, tcpRooted, tcpOnCaller,
-// meshLandedBodies, tcpMarkedReceives}: calls of this process that took the mesh round, one of Gloo's legacy
+// meshLandedBodies, tcpMarkedReceives, tcpOneWayPeers}: calls of this process that took the mesh round, one of Gloo's legacy
 // classes, the backend's own ring or gloo::allgather (gloo_tuning.h), and all-to-alls
 // (gloo_alltoall.cpp) and broadcasts, reduces, gathers and scatters (gloo_rooted.cpp) in the
 // TCP round, through the shared-memory segment or on the own connections; and the peers'
 // bodies the TCP round read straight into an output; receives put to sleep under a
-// receive mark (net::markedReceives()).
+// receive mark (net::markedReceives()); peers connected one connection each way, summed
+// over the meshes connected (net::oneWayPairs()).
 Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto& s = glooAlgoStats();
@@ -91,6 +92,7 @@ Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   o.Set("tcpRooted", static_cast<double>(s.tcpRooted.load()));
   o.Set("meshLandedBodies", static_cast<double>(s.meshLandedBodies.load()));
   o.Set("tcpMarkedReceives", static_cast<double>(net::markedReceives()));
+  o.Set("tcpOneWayPeers", static_cast<double>(net::oneWayPairs()));
   return o;
 }
 

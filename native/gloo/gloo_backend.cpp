@@ -34,6 +34,13 @@ void withWidth(size_t width, F&& f) {
 }
 
 // NCCL_NODE_TCP_RCVLOWAT: a byte count, 0 (no mark) to 64 MiB; unset: the default.
+// NCCL_NODE_TCP_CONNECTIONS_PER_PAIR: 1 or 2; unset: 0 (chosen per host).
+int parsePairConnections(const char* v) {
+  if (v == nullptr) return 0;
+  if (std::strcmp(v, "1") == 0 || std::strcmp(v, "2") == 0) return *v - '0';
+  throw Error(Code::InvalidArgument, std::string("NCCL_NODE_TCP_CONNECTIONS_PER_PAIR must be 1 or 2, got \"") + v + "\"");
+}
+
 size_t parseWakeMark(const char* v) {
   if (v == nullptr) return net::TcpMesh::kDefaultWakeMark;
   constexpr unsigned long long kMax = 64ull << 20;
@@ -62,8 +69,9 @@ GlooBackend::GlooBackend(GlooConfig config, std::shared_ptr<StoreClient> store)
   landing_ = !(land && std::strcmp(land, "0") == 0);
   try {
     wakeMark_ = parseWakeMark(std::getenv("NCCL_NODE_TCP_RCVLOWAT"));
+    pairConnections_ = parsePairConnections(std::getenv("NCCL_NODE_TCP_CONNECTIONS_PER_PAIR"));
   } catch (const Error& e) {
-    wakeMarkError_ = e.what();
+    tcpEnvError_ = e.what();
   }
   try {
     tuning_ = GlooTuning(cfg_.tuning);
@@ -90,7 +98,7 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
   try {
     if (!forcedError_.empty()) throw Error(Code::InvalidArgument, forcedError_);
     if (!tuningError_.empty()) throw Error(Code::InvalidArgument, tuningError_);
-    if (!wakeMarkError_.empty()) throw Error(Code::InvalidArgument, wakeMarkError_);
+    if (!tcpEnvError_.empty()) throw Error(Code::InvalidArgument, tcpEnvError_);
     if (!store_) {
       store_ = std::make_shared<StoreClient>(cfg_.storeHost, cfg_.storePort, cfg_.token,
                                              "rank " + std::to_string(cfg_.rank), timeout);
@@ -130,6 +138,7 @@ void GlooBackend::connect(std::chrono::milliseconds timeout) {
 // communicator never lands on it.
 void GlooBackend::connectTcp(std::chrono::milliseconds timeout) {
   if (cfg_.size < 2) return;
+  learnHosts(timeout);
   openTcp(cfg_.rank, cfg_.size, cfg_.prefix + "tcp/", &tcp_, timeout);
   ring_.prepare();
 }
@@ -149,6 +158,7 @@ void GlooBackend::openTcp(int rank, int size, const std::string& keyPrefix, std:
     *slot = std::make_unique<net::TcpMesh>(rank, size, secret);
     tcp = slot->get();
     tcp->setWakeMark(wakeMark_);
+    tcp->setOneWay(oneWayConnections());
   }
   net::Rendezvous rv;
   rv.set = [this](const std::string& k, const std::string& v) { store_->set(k, std::vector<char>(v.begin(), v.end())); };

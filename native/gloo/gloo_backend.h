@@ -129,6 +129,8 @@ class GlooBackend : public Backend {
   [[noreturn]] void rethrow(const Op& op, std::exception_ptr e);
   // Shared memory between the ranks of a host (gloo_shm.cpp, docs/gloo.md).
   void setupShm(std::chrono::milliseconds timeout);
+  void learnHosts(std::chrono::milliseconds timeout);
+  bool oneWayConnections() const;
   bool usesShm(const Op& op) const;
   void shmAllReduce(Op& op);
   // in -> out reduced over every rank through the segment (two levels across hosts); Avg as a sum.
@@ -208,7 +210,12 @@ class GlooBackend : public Backend {
   bool landing_ = true;  // NCCL_NODE_TCP_LAND: the TCP round reads large blocks into outputs (landBodies)
   // NCCL_NODE_TCP_RCVLOWAT: the receive mark of every TcpMesh this backend opens.
   size_t wakeMark_ = net::TcpMesh::kDefaultWakeMark;
-  std::string wakeMarkError_;
+  // NCCL_NODE_TCP_CONNECTIONS_PER_PAIR: 1, 2, or 0 (unset): 2 where this host's ranks of
+  // the group fit its cores (learnHosts()).
+  int pairConnections_ = 0;
+  std::string tcpEnvError_;  // the first bad NCCL_NODE_TCP_* value
+  // Per rank, its host's identity (learnHosts(): the store, before the TCP connections).
+  std::vector<std::string> hostIds_;
 };
 
 }  // namespace ncclnode

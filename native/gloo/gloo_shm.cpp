@@ -114,21 +114,39 @@ void logFallbackOnce(const std::string& why) {
 
 }  // namespace
 
+// Every rank's host identity, from the store: which ranks share a host decides the TCP
+// connections' layout (oneWayConnections()) and the shared-memory segments (setupShm()).
+void GlooBackend::learnHosts(std::chrono::milliseconds timeout) {
+  const std::string base = cfg_.prefix + "host/";
+  const std::string mine = hostIdentity();
+  store_->set(base + std::to_string(cfg_.rank), std::vector<char>(mine.begin(), mine.end()));
+  hostIds_.assign(static_cast<size_t>(cfg_.size), std::string());
+  for (int r = 0; r < cfg_.size; ++r) {
+    auto v = store_->get(base + std::to_string(r), timeout);
+    hostIds_[static_cast<size_t>(r)] = std::string(v.begin(), v.end());
+  }
+}
+
+// One TCP connection each way with a peer (when the peer asks too) unless this host runs
+// more of the group's ranks than it has cores: there a pair's two connections cost a
+// bare acknowledgement per message, which the single connection carries on the reply's
+// data, and on 4 ranks over 2 cores small calls took 1.07x the time
+// (bench/README.md, "One connection each way"). NCCL_NODE_TCP_CONNECTIONS_PER_PAIR
+// decides instead when set.
+bool GlooBackend::oneWayConnections() const {
+  if (pairConnections_ != 0) return pairConnections_ == 2;
+  const auto here = static_cast<unsigned>(std::count(hostIds_.begin(), hostIds_.end(), hostIds_[static_cast<size_t>(cfg_.rank)]));
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores == 0 || here <= cores;
+}
+
 // Collective over the group, after the TCP mesh is up. Every rank takes the same
 // branch: the host map comes from the store, and the segments' fate from one
 // all-gather of a status byte.
 void GlooBackend::setupShm(std::chrono::milliseconds timeout) {
   if (cfg_.size < 2 || !shmEnabled()) return;
   const std::string base = cfg_.prefix + "shm/";
-  store_->set(base + "host/" + std::to_string(cfg_.rank), [] {
-    std::string id = hostIdentity();
-    return std::vector<char>(id.begin(), id.end());
-  }());
-  std::vector<std::string> ids(cfg_.size);
-  for (int r = 0; r < cfg_.size; ++r) {
-    auto v = store_->get(base + "host/" + std::to_string(r), timeout);
-    ids[r] = std::string(v.begin(), v.end());
-  }
+  const std::vector<std::string>& ids = hostIds_;  // learnHosts(), from connectTcp()
   std::map<std::string, int> hostIndex;  // by first rank: host 0 holds rank 0
   std::vector<int> hostOf(cfg_.size);
   for (int r = 0; r < cfg_.size; ++r) {

@@ -23,7 +23,9 @@ namespace ncclnode::net {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x6e6e2d7463702d32ull;  // "nn-tcp-2": a connection each way per pair
+std::atomic<uint64_t> oneWayCount{0};
+
+constexpr uint64_t kMagic = 0x6e6e2d7463702d32ull;  // "nn-tcp-2": the greeting carries oneWay
 
 // What each side of a new connection sends first: a stranger (another job, a port
 // scanner) that does not present the communicator's secret is dropped.
@@ -32,6 +34,8 @@ struct Hello {
   uint64_t secret;
   int32_t rank;
   int32_t size;
+  int32_t oneWay;  // 1: this rank asks for one connection each way
+  int32_t reserved;
 };
 
 int msLeft(Clock::time_point deadline) {
@@ -97,10 +101,9 @@ TcpMesh::TcpMesh(int rank, int size, uint64_t secret)
 }
 
 TcpMesh::~TcpMesh() {
-  for (const auto* fds : {&sendFds_, &recvFds_}) {
-    for (int fd : *fds) {
-      if (fd >= 0) ::close(fd);
-    }
+  for (size_t p = 0; p < sendFds_.size(); ++p) {
+    if (sendFds_[p] >= 0) ::close(sendFds_[p]);
+    if (recvFds_[p] >= 0 && recvFds_[p] != sendFds_[p]) ::close(recvFds_[p]);
   }
   if (wake_ >= 0) ::close(wake_);
 }
@@ -118,8 +121,8 @@ void TcpMesh::abort(bool announce) {
     if (announce) (void)::send(fd, &bang, 1, MSG_OOB | MSG_NOSIGNAL | MSG_DONTWAIT);
     ::shutdown(fd, SHUT_RDWR);
   }
-  for (int fd : recvFds_) {
-    if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+  for (size_t p = 0; p < recvFds_.size(); ++p) {
+    if (recvFds_[p] >= 0 && recvFds_[p] != sendFds_[p]) ::shutdown(recvFds_[p], SHUT_RDWR);
   }
   const uint64_t one = 1;
   (void)!::write(wake_, &one, sizeof one);
@@ -176,18 +179,18 @@ void TcpMesh::connect(const std::string& host, const std::string& iface, const R
     ~Closer() { ::close(fd); }
   } closeListener{lfd};
   rv.set(keyPrefix + std::to_string(rank_), address);
-  const Hello mine{kMagic, secret_, rank_, size_};
+  const Hello mine{kMagic, secret_, rank_, size_, oneWay_ ? 1 : 0, 0};
 
-  // Two connections per pair, one each way: every rank sends on the connections it dialed
-  // and receives on those it accepted, so a rank's sending never holds the socket its
-  // peer's bytes are arriving on (on one socket for both directions, a send in progress
-  // owns the socket and the peer's segments wait in its backlog for the sender to
-  // process them: docs/gloo.md). First every rank dials every lower rank and then
-  // waits for every higher one; a lower rank dials its own lower ranks before it
-  // accepts, which ends at rank 0, so this always completes (the kernel's backlog holds a
-  // connection meanwhile). Then the same upwards: every rank dials every higher rank and
-  // waits for the lower ones, the highest rank dialing none. The accept loop takes a peer
-  // whichever half it is in, so a rank that dials upwards early is answered.
+  // First every rank dials every lower rank and then waits for every higher one; a lower
+  // rank dials its own lower ranks before it accepts, which ends at rank 0, so this always
+  // completes (the kernel's backlog holds a connection meanwhile). Both greetings say
+  // whether that rank asks for one connection each way; where both do, the pair's first
+  // connection carries only the higher rank's bytes, and a second, which the lower rank
+  // dials upwards afterwards (the highest rank dialing none, so that too completes),
+  // only the lower rank's. Then a rank's sending never holds the socket its peer's bytes
+  // arrive on (docs/gloo.md, "Connecting"). The accept loop takes a peer whichever half
+  // it is in, so a rank that dials upwards early is answered.
+  std::vector<char> apart(static_cast<size_t>(size_), 0);
   auto dial = [&](int p) {
     const std::string peer = rv.get(keyPrefix + std::to_string(p), std::chrono::milliseconds(std::max(msLeft(deadline), 1)));
     std::istringstream in(peer);
@@ -201,6 +204,7 @@ void TcpMesh::connect(const std::string& host, const std::string& iface, const R
       throw Error(Code::Backend, "tcp: rank " + std::to_string(p) + " published an unusable address \"" + peer + "\"");
     }
     int fd = -1;
+    bool theirOneWay = false;
     while (true) {
       fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
       int rc = fd < 0 ? -1 : ::connect(fd, res->ai_addr, res->ai_addrlen);
@@ -215,6 +219,7 @@ void TcpMesh::connect(const std::string& host, const std::string& iface, const R
       if (rc == 0 && ioAll(fd, const_cast<Hello*>(&mine), sizeof mine, true, deadline) &&
           ioAll(fd, &theirs, sizeof theirs, false, deadline) && theirs.magic == kMagic &&
           theirs.secret == secret_ && theirs.rank == p && theirs.size == size_) {
+        theirOneWay = theirs.oneWay == 1;
         break;
       }
       if (fd >= 0) ::close(fd);
@@ -233,7 +238,10 @@ void TcpMesh::connect(const std::string& host, const std::string& iface, const R
                                      std::to_string(timeout.count()) + " ms");
     }
     setNoDelay(fd);
-    sendFds_[static_cast<size_t>(p)] = fd;
+    const auto at = static_cast<size_t>(p);
+    if (p < rank_) apart[at] = oneWay_ && theirOneWay;
+    sendFds_[at] = fd;
+    if (!apart[at]) recvFds_[at] = fd;
   };
 
   // Accepts until every rank in [from, size_) but this one has dialed in; anything that
@@ -263,22 +271,31 @@ void TcpMesh::connect(const std::string& host, const std::string& iface, const R
       // A stranger gets at most a second to greet, so it cannot hold the group up.
       const auto greet = std::min(deadline, Clock::now() + std::chrono::seconds(1));
       Hello theirs{};
+      // A higher rank's first connection, or a lower rank's second (only of a one-way pair).
       const bool ok = ioAll(fd, &theirs, sizeof theirs, false, greet) && theirs.magic == kMagic &&
                       theirs.secret == secret_ && theirs.size == size_ && theirs.rank >= 0 && theirs.rank != rank_ &&
                       theirs.rank < size_ && recvFds_[static_cast<size_t>(theirs.rank)] < 0 &&
+                      (theirs.rank > rank_ || apart[static_cast<size_t>(theirs.rank)]) &&
                       ioAll(fd, const_cast<Hello*>(&mine), sizeof mine, true, greet);
       if (!ok) {
         ::close(fd);
         continue;
       }
       setNoDelay(fd);
-      recvFds_[static_cast<size_t>(theirs.rank)] = fd;
+      const auto peer = static_cast<size_t>(theirs.rank);
+      if (theirs.rank > rank_) {
+        apart[peer] = oneWay_ && theirs.oneWay == 1;
+        if (!apart[peer]) sendFds_[peer] = fd;
+      }
+      recvFds_[peer] = fd;
     }
   };
 
   for (int p = 0; p < rank_; ++p) dial(p);
   acceptFrom(rank_ + 1);
-  for (int p = rank_ + 1; p < size_; ++p) dial(p);
+  for (int p = rank_ + 1; p < size_; ++p) {
+    if (apart[static_cast<size_t>(p)]) dial(p);
+  }
   acceptFrom(0);
   for (const auto* fds : {&sendFds_, &recvFds_}) {
     for (int fd : *fds) {
@@ -286,6 +303,13 @@ void TcpMesh::connect(const std::string& host, const std::string& iface, const R
     }
   }
   connected_ = true;
+  oneWayCount.fetch_add(static_cast<uint64_t>(oneWayPeers()), std::memory_order_relaxed);
+}
+
+int TcpMesh::oneWayPeers() const {
+  int n = 0;
+  for (size_t p = 0; p < sendFds_.size(); ++p) n += sendFds_[p] >= 0 && recvFds_[p] >= 0 && sendFds_[p] != recvFds_[p];
+  return n;
 }
 
 void TcpMesh::fail(int peer, const char* what, int err) {
@@ -348,6 +372,7 @@ std::atomic<uint64_t> markedReceiveCount{0};
 }  // namespace
 
 uint64_t markedReceives() { return markedReceiveCount.load(std::memory_order_relaxed); }
+uint64_t oneWayPairs() { return oneWayCount.load(std::memory_order_relaxed); }
 
 void TcpMesh::setLowat(int peer, int bytes) {
   int& now = lowat_[static_cast<size_t>(peer)];

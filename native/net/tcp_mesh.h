@@ -1,4 +1,4 @@
-// The CPU backend's own TCP connections, two per pair of ranks (one each way), for the collectives'
+// The CPU backend's own TCP connections, one or two per pair of ranks, for the collectives'
 // bulk data between hosts (tcp_ring.h). Why not Gloo's pairs: Gloo's TCP transport
 // moves every byte through its event-loop thread, which then wakes the thread waiting
 // on the buffer; on a host with few cores that hand-off, and the loop thread's own
@@ -57,6 +57,8 @@ struct Xfer {
 // Receives this process put to sleep under a mark above one byte (SO_RCVLOWAT set by
 // transfer()), over every mesh: the tests see the mark in use, or off.
 uint64_t markedReceives();
+// Peers connected one connection each way, summed over every mesh this process connected.
+uint64_t oneWayPairs();
 
 class TcpMesh {
  public:
@@ -69,8 +71,9 @@ class TcpMesh {
 
   // Listens on `host` (a name or a numeric address) or, when `iface` is set, on that
   // interface's first address; publishes it under "<keyPrefix><rank>"; connects to
-  // every peer twice, one connection each way (each rank dials the one it sends on).
-  // Throws Error(Timeout | Backend | CommAborted).
+  // every peer: one connection per pair carrying both directions, or, where both ranks
+  // of the pair were set oneWay, one connection each way (each rank sending on the one it
+  // dialed). Throws Error(Timeout | Backend | CommAborted).
   void connect(const std::string& host, const std::string& iface, const Rendezvous& rv,
                const std::string& keyPrefix, std::chrono::milliseconds timeout);
 
@@ -105,6 +108,11 @@ class TcpMesh {
   // (SO_RCVLOWAT, transfer()); 0: no mark, the reader wakes as each segment lands.
   // Before connect(); the backend passes NCCL_NODE_TCP_RCVLOWAT.
   void setWakeMark(size_t bytes) { wakeMark_ = bytes; }
+  // Before connect(): whether this rank asks for one connection each way with every peer
+  // (a pair gets them when both ranks ask; docs/gloo.md "Connecting").
+  void setOneWay(bool on) { oneWay_ = on; }
+  // After connect(): peers this rank has one connection each way with.
+  int oneWayPeers() const;
   static constexpr size_t kDefaultWakeMark = 256 * 1024;
 
   int rank() const { return rank_; }
@@ -120,12 +128,14 @@ class TcpMesh {
   int rank_;
   int size_;
   uint64_t secret_;
-  // Per peer (-1 for this rank): the connection this rank dialed, which carries only its
-  // bytes to the peer, and the one the peer dialed, which carries only the peer's to it.
+  // Per peer (-1 for this rank): the connection this rank's bytes to the peer go on, and
+  // the one the peer's come in on: the same one, or (a one-way pair) the one this rank
+  // dialed and the one the peer dialed.
   std::vector<int> sendFds_;
   std::vector<int> recvFds_;
   std::vector<int> lowat_;  // per peer: the SO_RCVLOWAT transfer() left set (1: the default)
   size_t wakeMark_ = kDefaultWakeMark;
+  bool oneWay_ = true;
   int wake_ = -1;         // eventfd written by abort()
   std::atomic<bool> aborted_{false};
   bool connected_ = false;

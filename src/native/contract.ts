@@ -350,6 +350,8 @@ export interface GlooAlgoStats {
   meshLandedBodies: number;
   /** TCP receives of 64 KiB or more put to sleep until a mark of their bytes is in (NCCL_NODE_TCP_RCVLOWAT). */
   tcpMarkedReceives: number;
+  /** Peers connected over TCP one connection each way (NCCL_NODE_TCP_CONNECTIONS_PER_PAIR), summed over this process's communicators. */
+  tcpOneWayPeers: number;
 }
 
 export interface GlooShmStats {
