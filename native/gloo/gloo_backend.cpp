@@ -33,7 +33,6 @@ void withWidth(size_t width, F&& f) {
   }
 }
 
-// NCCL_NODE_TCP_RCVLOWAT: a byte count, 0 (no mark) to 64 MiB; unset: the default.
 // NCCL_NODE_TCP_CONNECTIONS_PER_PAIR: 1 or 2; unset: 0 (chosen per host).
 int parsePairConnections(const char* v) {
   if (v == nullptr) return 0;
@@ -41,6 +40,7 @@ int parsePairConnections(const char* v) {
   throw Error(Code::InvalidArgument, std::string("NCCL_NODE_TCP_CONNECTIONS_PER_PAIR must be 1 or 2, got \"") + v + "\"");
 }
 
+// NCCL_NODE_TCP_RCVLOWAT: a byte count, 0 (no mark) to 64 MiB; unset: the default.
 size_t parseWakeMark(const char* v) {
   if (v == nullptr) return net::TcpMesh::kDefaultWakeMark;
   constexpr unsigned long long kMax = 64ull << 20;

@@ -130,11 +130,12 @@ void GlooBackend::learnHosts(std::chrono::milliseconds timeout) {
 // One TCP connection each way with a peer (when the peer asks too) unless this host runs
 // more of the group's ranks than it has cores: there a pair's two connections cost a
 // bare acknowledgement per message, which the single connection carries on the reply's
-// data, and on 4 ranks over 2 cores small calls took 1.07x the time
+// data, and on 4 ranks over 2 cores small calls took 1.08x the time
 // (bench/README.md, "One connection each way"). NCCL_NODE_TCP_CONNECTIONS_PER_PAIR
 // decides instead when set.
 bool GlooBackend::oneWayConnections() const {
   if (pairConnections_ != 0) return pairConnections_ == 2;
+  if (hostIds_.empty()) return true;
   const auto here = static_cast<unsigned>(std::count(hostIds_.begin(), hostIds_.end(), hostIds_[static_cast<size_t>(cfg_.rank)]));
   const unsigned cores = std::thread::hardware_concurrency();
   return cores == 0 || here <= cores;

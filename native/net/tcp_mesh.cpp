@@ -23,6 +23,8 @@ namespace ncclnode::net {
 
 namespace {
 
+// What markedReceives() and oneWayPairs() report.
+std::atomic<uint64_t> markedReceiveCount{0};
 std::atomic<uint64_t> oneWayCount{0};
 
 constexpr uint64_t kMagic = 0x6e6e2d7463702d32ull;  // "nn-tcp-2": the greeting carries oneWay
@@ -366,10 +368,6 @@ bool TcpMesh::sendSome(Xfer& x, size_t limit, bool drain) {
 void TcpMesh::trySend(Xfer* sends, size_t nSends, size_t upTo) {
   for (size_t i = 0; i < nSends; ++i) sendSome(sends[i], std::min(sends[i].bytes, upTo), true);
 }
-
-namespace {
-std::atomic<uint64_t> markedReceiveCount{0};
-}  // namespace
 
 uint64_t markedReceives() { return markedReceiveCount.load(std::memory_order_relaxed); }
 uint64_t oneWayPairs() { return oneWayCount.load(std::memory_order_relaxed); }
