@@ -77,9 +77,16 @@ size_t GlooBackend::meshReceives(const Op& op, const MeshBody& body) const {
 }
 
 // A broadcast rides in the round while what its root sends there, its buffer to every
-// peer, comes to at most kMeshBroadcastBytes (and each message fits the round).
+// peer, comes to at most kMeshBroadcastBytes (and each message fits the round); when every
+// rank of the group is on this host (TCP over loopback, the shared-memory path off), while
+// the buffer alone does: there the root's n-1 copies cost memory bandwidth, not a link's,
+// and at 4 ranks over loopback the round took 0.54-0.70 of the chain's time at 512 KiB-1 MiB
+// (bench/README.md, "Broadcasts within one host over TCP"). Every rank knows the same
+// host map (learnHosts()), so all take the same path.
 bool GlooBackend::pickBroadcastRound(size_t bytes) const {
-  return bytes <= meshBytes() && bytes * static_cast<size_t>(cfg_.size - 1) <= kMeshBroadcastBytes;
+  if (bytes > meshBytes()) return false;
+  const size_t sent = oneHost_ ? bytes : bytes * static_cast<size_t>(cfg_.size - 1);
+  return sent <= kMeshBroadcastBytes;
 }
 
 size_t GlooBackend::meshBytes() const { return mesh_ ? mesh_->cap() - sizeof(Fingerprint) : 0; }

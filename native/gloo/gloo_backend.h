@@ -216,6 +216,7 @@ class GlooBackend : public Backend {
   std::string tcpEnvError_;  // the first bad NCCL_NODE_TCP_* value
   // Per rank, its host's identity (learnHosts(): the store, before the TCP connections).
   std::vector<std::string> hostIds_;
+  bool oneHost_ = false;  // every rank of the group on this host (learnHosts())
 };
 
 }  // namespace ncclnode

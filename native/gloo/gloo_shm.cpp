@@ -125,6 +125,7 @@ void GlooBackend::learnHosts(std::chrono::milliseconds timeout) {
     auto v = store_->get(base + std::to_string(r), timeout);
     hostIds_[static_cast<size_t>(r)] = std::string(v.begin(), v.end());
   }
+  oneHost_ = std::all_of(hostIds_.begin(), hostIds_.end(), [&](const std::string& id) { return id == hostIds_[0]; });
 }
 
 // One TCP connection each way with a peer (when the peer asks too) unless this host runs

@@ -46,13 +46,14 @@ describe.each([['tcp', '0'], ['shared memory', '1']])('rooted collectives over %
 
 // Over TCP a gather rides in the agreement round up to 1 MiB a rank, and a broadcast while
 // its root sends at most 1 MiB there (its buffer to each peer: 1 MiB at 2 ranks, 349525
-// bytes at 4) (native/gloo/gloo_agreement.cpp; blocks beyond 256 KiB read straight into the
-// output); a reduce and a scatter up to the round's own capacity. One float32 more than
-// each limit goes on the connections.
+// bytes at 4), or, with every rank on one host as here, while its buffer is at most 1 MiB
+// (native/gloo/gloo_agreement.cpp; blocks beyond 256 KiB read straight into the output;
+// test/shm/multinode.test.ts has the limit between hosts); a reduce and a scatter up to
+// the round's own capacity. One float32 more than each limit goes on the connections.
 describe('rooted collectives over TCP: the round\'s limits', () => {
   it.each([
     [2, [16385, 262144, 262145], 262144],
-    [4, [87381, 87382], 87381],
+    [4, [87382, 262144, 262145], 262144],
   ])('%i ranks: %j float32, a broadcast in the round up to %i, the others as their limits say', async (size, counts, broadcastLimit) => {
     const results = await runRanks('test/fixtures/rooted.ts', size, {
       args: ['', counts.join(',')], env: { NCCL_NODE_SHM: '0' }, timeoutMs: 90_000,

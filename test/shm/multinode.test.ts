@@ -72,9 +72,13 @@ describe.skipIf(!netnsAvailable())('collectives across network-namespace hosts',
   it('3 nodes x 1 rank over TCP: one round, two rounds and the ring are exact and the same on every rank', async () => {
     // 1031 elements ride the agreement round; 70001 and 300007 (blocks of 93 and 400 KB)
     // take two rounds; 4400001 (blocks of 5.87 MB, beyond the round's 4 MiB) the ring.
-    for (const r of await runJob(3, 1, { SHM_SIZES: '1031,70001,300007,4400001', NCCL_NODE_SHM: '0' })) {
+    // Between hosts a broadcast rides the round while its root sends at most 1 MiB there
+    // (131072 float32 to each of two peers), one element more goes along the chain; on one
+    // host the limit is the buffer's 1 MiB alone (test/comm/rooted.test.ts).
+    const env = { SHM_SIZES: '1031,70001,300007,4400001', SHM_BROADCASTS: '131072,131073', NCCL_NODE_SHM: '0' };
+    for (const r of await runJob(3, 1, env)) {
       expect(r.stats).toMatchObject({ segments: 0, twoLevel: 0 });
-      expect(r.algos).toMatchObject({ meshAllReduces: 4, meshTwoRoundAllReduces: 8, tcpRingCalls: 4 });
+      expect(r.algos).toMatchObject({ meshAllReduces: 4, meshTwoRoundAllReduces: 8, tcpRingCalls: 4, meshRooted: 1, tcpRooted: 1 });
     }
   });
 
