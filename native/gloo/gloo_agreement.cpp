@@ -36,7 +36,8 @@ constexpr size_t kMeshAllToAllBlock = 1024 * 1024;
 // fixed but 1.22-1.25x rotating.
 constexpr size_t kMeshGatherBytes = 1024 * 1024;
 // A broadcast rides in the round while its root sends at most this much there (1 MiB at
-// 2 ranks, 341 KiB a peer at 4); beyond, the chain of pieces (gloo_rooted.cpp), which
+// 2 ranks, 341 KiB a peer at 4; the buffer alone when every rank is on one host:
+// pickBroadcastRound); beyond, the chain of pieces (gloo_rooted.cpp), which
 // sends the buffer once from the root where the round sends it n-1 times. With the
 // calling thread's wait (the peers receive the buffer, the root nothing), in alternating
 // blocks over TCP, the round against the fingerprint round and then the chain
