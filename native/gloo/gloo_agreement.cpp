@@ -46,8 +46,11 @@ constexpr size_t kMeshGatherBytes = 1024 * 1024;
 // 128 KiB-1 MiB, 0.49-0.91 on loopback, where the root's n-1 copies cost memory
 // bandwidth alone, not a link's.
 constexpr size_t kMeshBroadcastBytes = 1024 * 1024;
-// Blocks larger than this that ride in the round are read straight into the output (landBodies).
+// Blocks larger than this that ride in the round are read straight into the output
+// (landBodies); where this host's ranks outnumber its cores, larger than
+// kLandBytesOversubscribed.
 constexpr size_t kLandBytes = 256 * 1024;
+constexpr size_t kLandBytesOversubscribed = 32 * 1024;
 // The most a round may bring a rank's calling thread (finishTcpOnCaller). A round handed
 // to the worker costs two thread hand-offs, which on this project's 2-core test host took
 // 70-140 µs a call (2 ranks, awaited all-reduces of 32-128 KiB against the same round
@@ -291,7 +294,11 @@ void GlooBackend::postMesh(const Op& op) {
 // landing and copying were level within the noise of these measurements (0.52-1.81 by
 // median over blocks) where from 512 KiB landing was ahead (over TCP, both ways in
 // alternating blocks in the same processes, all-gathers, all-to-alls and scatters of
-// 512 KiB-4 MiB a rank: bench/README.md).
+// 512 KiB-4 MiB a rank: bench/README.md). Where this host's ranks outnumber its cores the
+// copy out of the slots waits for a core the other ranks want: there blocks land beyond
+// 32 KiB (4 ranks on 2 cores, in separate processes against landing beyond 256 KiB:
+// all-gathers of 64-256 KiB blocks and gathers of 128 KiB ones 0.82-0.92 of the time;
+// bench/README.md, "Landing smaller blocks where ranks outnumber cores").
 // NCCL_NODE_TCP_LAND=0 keeps every body in the slots.
 void GlooBackend::landBodies(const Op& op) {
   const size_t bytes = op.count * elementSize(op.dtype);
@@ -319,7 +326,7 @@ void GlooBackend::landBodies(const Op& op) {
     default:
       return;
   }
-  if (!landing_ || block <= kLandBytes) return;
+  if (!landing_ || block <= (oversubscribed_ ? kLandBytesOversubscribed : kLandBytes)) return;
   auto* out = static_cast<uint8_t*>(op.recv.data);
   for (int p = 0; p < cfg_.size; ++p) {
     if (p == cfg_.rank || (fromRoot && p != op.root)) continue;

@@ -217,6 +217,8 @@ class GlooBackend : public Backend {
   // Per rank, its host's identity (learnHosts(): the store, before the TCP connections).
   std::vector<std::string> hostIds_;
   bool oneHost_ = false;  // every rank of the group on this host (learnHosts())
+  // This host runs more of the group's ranks than it has cores (learnHosts()).
+  bool oversubscribed_ = false;
 };
 
 }  // namespace ncclnode

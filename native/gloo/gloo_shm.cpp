@@ -126,6 +126,9 @@ void GlooBackend::learnHosts(std::chrono::milliseconds timeout) {
     hostIds_[static_cast<size_t>(r)] = std::string(v.begin(), v.end());
   }
   oneHost_ = std::all_of(hostIds_.begin(), hostIds_.end(), [&](const std::string& id) { return id == hostIds_[0]; });
+  const auto here = static_cast<unsigned>(std::count(hostIds_.begin(), hostIds_.end(), hostIds_[static_cast<size_t>(cfg_.rank)]));
+  const unsigned cores = std::thread::hardware_concurrency();
+  oversubscribed_ = cores != 0 && here > cores;
 }
 
 // One TCP connection each way with a peer (when the peer asks too) unless this host runs
@@ -136,10 +139,7 @@ void GlooBackend::learnHosts(std::chrono::milliseconds timeout) {
 // decides instead when set.
 bool GlooBackend::oneWayConnections() const {
   if (pairConnections_ != 0) return pairConnections_ == 2;
-  if (hostIds_.empty()) return true;
-  const auto here = static_cast<unsigned>(std::count(hostIds_.begin(), hostIds_.end(), hostIds_[static_cast<size_t>(cfg_.rank)]));
-  const unsigned cores = std::thread::hardware_concurrency();
-  return cores == 0 || here <= cores;
+  return !oversubscribed_;
 }
 
 // Collective over the group, after the TCP mesh is up. Every rank takes the same

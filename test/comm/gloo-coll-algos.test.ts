@@ -1,5 +1,5 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { DTYPES, REDUCE_OPS } from '../../src/index.js';
@@ -233,6 +233,36 @@ describe('the TCP round reads large blocks straight into the output', () => {
       });
       expect(byCase.mismatch?.code, `rank ${r.rank}`).toBe('ERR_SIZE_MISMATCH');
       expect(byCase.mismatch?.untouched, `rank ${r.rank}`).toBe(true);
+    }
+  }, 90_000);
+
+  // Where a host's ranks outnumber its cores, blocks land from 32 KiB (gloo_agreement.cpp,
+  // landBodies); elsewhere from 256 KiB, so 100 KB blocks land here only when this
+  // machine has fewer than 4 cores.
+  it('4 ranks, 100 KB blocks: landed where the ranks outnumber the cores, else copied; every result right', async () => {
+    const P = 4;
+    const lands = cpus().length < P;
+    const results = await runRanks('test/fixtures/mesh-landing.ts', P, { args: ['25003'], env: { NCCL_NODE_SHM: '0' }, timeoutMs: 60_000 });
+    expect(results.map((r) => r.code), describeRanks(results)).toEqual([0, 0, 0, 0]);
+    for (const r of results) {
+      const rows = r.reports as Record<string, any>[];
+      expect(rows.some((x) => x.done), `rank ${r.rank} finished`).toBe(true);
+      const byCase: Record<string, Record<string, any>> = Object.fromEntries(rows.filter((x) => x.case).map((x) => [x.case, x]));
+      for (const c of Object.values(byCase)) if ('wrong' in c) expect(c.wrong, `rank ${r.rank} ${c.case}`).toBe(0);
+      const n = (k: number): number => (lands ? k : 0);
+      const root = (q: number, atRoot: number, elsewhere: number): number => n(r.rank === q ? atRoot : elsewhere);
+      const landed = Object.fromEntries(Object.entries(byCase).filter(([k]) => k !== 'mismatch').map(([k, v]) => [k, v.landed]));
+      expect(landed, `rank ${r.rank}`).toEqual({
+        'allGather/apart': n(P - 1), 'allGather/inPlace': n(P - 1), 'allGather/overlapping': n(P - 1),
+        'allToAll/apart': n(P - 1), 'allToAll/inPlace': 0,
+        'scatter/root=0': root(0, 0, 1), 'scatter/root=1': root(1, 0, 1),
+        'gather/root=0': root(0, P - 1, 0), 'gather/root=0/inPlace': root(0, P - 1, 0),
+        'gather/root=1': root(1, P - 1, 0), 'gather/root=1/inPlace': root(1, P - 1, 0),
+        'broadcast/root=0': root(0, 0, 1), 'broadcast/root=1': root(1, 0, 1),
+        'allGather/after': n(P - 1),
+      });
+      expect(byCase.mismatch?.code, `rank ${r.rank}`).toBe('ERR_SIZE_MISMATCH');
+      if (r.rank === 0) expect(byCase.mismatch, 'rank 0, whose peers all differ from it').toMatchObject({ untouched: true, landed: 0 });
     }
   }, 90_000);
 });
