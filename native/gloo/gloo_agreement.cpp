@@ -250,6 +250,14 @@ void GlooBackend::finishTwoRounds(const Op& op) {
     if (op.redop == RedOp::Avg) divideInPlace(recv + at, op.dtype, len / width, cfg_.size);
   }
   mesh_->post(&len, sizeof len, recv + at, len);
+  // A peer's reduced block may land in its place in the output as the round reads it
+  // (landBodies): its head, the length, must then be this rank's own, so only where the
+  // blocks are equal, and the round sends nothing from those places.
+  if (lands(len)) {
+    for (int r = 0; r < cfg_.size; ++r) {
+      if (r != cfg_.rank && blockLen(r) == len) mesh_->landBody(r, recv + blockAt(r), len);
+    }
+  }
   mesh_->wait(op.timeout);
   for (int r = 0; r < cfg_.size; ++r) {
     if (r == cfg_.rank) continue;
@@ -260,7 +268,11 @@ void GlooBackend::finishTwoRounds(const Op& op) {
                                      "-byte block in an all-reduce's second round where " +
                                      std::to_string(blockLen(r)) + " were expected (ranks out of step)");
     }
-    std::memcpy(recv + blockAt(r), mesh_->from(r) + sizeof got, got);
+    if (mesh_->landed(r)) {
+      glooAlgoStats().meshLandedBodies++;
+    } else {
+      std::memcpy(recv + blockAt(r), mesh_->from(r) + sizeof got, got);
+    }
   }
   glooAlgoStats().meshTwoRoundAllReduces++;
 }
@@ -300,6 +312,10 @@ void GlooBackend::postMesh(const Op& op) {
 // all-gathers of 64-256 KiB blocks and gathers of 128 KiB ones 0.82-0.92 of the time;
 // bench/README.md, "Landing smaller blocks where ranks outnumber cores").
 // NCCL_NODE_TCP_LAND=0 keeps every body in the slots.
+bool GlooBackend::lands(size_t block) const {
+  return landing_ && block > (oversubscribed_ ? kLandBytesOversubscribed : kLandBytes);
+}
+
 void GlooBackend::landBodies(const Op& op) {
   const size_t bytes = op.count * elementSize(op.dtype);
   size_t block = 0;      // what each landing peer sends
@@ -326,7 +342,7 @@ void GlooBackend::landBodies(const Op& op) {
     default:
       return;
   }
-  if (!landing_ || block <= (oversubscribed_ ? kLandBytesOversubscribed : kLandBytes)) return;
+  if (!lands(block)) return;
   auto* out = static_cast<uint8_t*>(op.recv.data);
   for (int p = 0; p < cfg_.size; ++p) {
     if (p == cfg_.rank || (fromRoot && p != op.root)) continue;

@@ -229,7 +229,8 @@ describe('the TCP round reads large blocks straight into the output', () => {
         'gather/root=1': r.rank === 1 ? 1 : 0, 'gather/root=1/inPlace': r.rank === 1 ? 1 : 0,
         // A broadcast's other rank receives the root's buffer.
         'broadcast/root=0': r.rank === 0 ? 0 : 1, 'broadcast/root=1': r.rank === 1 ? 0 : 1,
-        mismatch: 0, 'allGather/after': 1,
+        // At 2 ranks an all-reduce's one round lands nothing (every block is reduced).
+        allReduce: 0, mismatch: 0, 'allGather/after': 1,
       });
       expect(byCase.mismatch?.code, `rank ${r.rank}`).toBe('ERR_SIZE_MISMATCH');
       expect(byCase.mismatch?.untouched, `rank ${r.rank}`).toBe(true);
@@ -239,7 +240,7 @@ describe('the TCP round reads large blocks straight into the output', () => {
   // Where a host's ranks outnumber its cores, blocks land from 32 KiB (gloo_agreement.cpp,
   // landBodies); elsewhere from 256 KiB, so 100 KB blocks land here only when this
   // machine has fewer than 4 cores.
-  it('4 ranks, 100 KB blocks: landed where the ranks outnumber the cores, else copied; every result right', async () => {
+  it('4 ranks, 100 KB blocks (an all-reduce\'s second round too): landed where the ranks outnumber the cores, else copied; every result right', async () => {
     const P = 4;
     const lands = cpus().length < P;
     const results = await runRanks('test/fixtures/mesh-landing.ts', P, { args: ['25003'], env: { NCCL_NODE_SHM: '0' }, timeoutMs: 60_000 });
@@ -259,7 +260,8 @@ describe('the TCP round reads large blocks straight into the output', () => {
         'gather/root=0': root(0, P - 1, 0), 'gather/root=0/inPlace': root(0, P - 1, 0),
         'gather/root=1': root(1, P - 1, 0), 'gather/root=1/inPlace': root(1, P - 1, 0),
         'broadcast/root=0': root(0, 0, 1), 'broadcast/root=1': root(1, 0, 1),
-        'allGather/after': n(P - 1),
+        // The second round of the two-round all-reduce: every peer's reduced block.
+        allReduce: n(P - 1), 'allGather/after': n(P - 1),
       });
       expect(byCase.mismatch?.code, `rank ${r.rank}`).toBe('ERR_SIZE_MISMATCH');
       if (r.rank === 0) expect(byCase.mismatch, 'rank 0, whose peers all differ from it').toMatchObject({ untouched: true, landed: 0 });
