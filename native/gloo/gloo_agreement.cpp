@@ -232,7 +232,10 @@ void GlooBackend::finishMesh(const Op& op, const MeshBody& body) {
 // every peer's buffer; it reduces that block in rank order, then a second round gives
 // every peer its reduced block and brings theirs. Each block is summed once, by its
 // owner, so every rank ends with the same bits. The second round's message starts with
-// its block's length, so a rank out of step is named instead of misread.
+// the all-reduce's size in bytes, the same on every rank of the call, so a rank out of
+// step is named instead of misread, and each owner's block may land in its place in the
+// output as the round reads it (landBodies: a block lands only after a head equal to this
+// rank's own); the round sends nothing from those places.
 void GlooBackend::finishTwoRounds(const Op& op) {
   const size_t head = sizeof(Fingerprint);
   const size_t width = elementSize(op.dtype);
@@ -243,35 +246,31 @@ void GlooBackend::finishTwoRounds(const Op& op) {
   const auto* send = static_cast<const uint8_t*>(op.send.data);
   auto* recv = static_cast<uint8_t*>(op.recv.data);
   const size_t at = blockAt(cfg_.rank);
-  const uint64_t len = blockLen(cfg_.rank);
+  const size_t len = blockLen(cfg_.rank);
   if (len > 0) {
     reduceInRankOrder(*mesh_, head, cfg_.rank, send + at, cfg_.size, reduceFunction(op.dtype, op.redop), recv + at,
                       len / width, width);
     if (op.redop == RedOp::Avg) divideInPlace(recv + at, op.dtype, len / width, cfg_.size);
   }
-  mesh_->post(&len, sizeof len, recv + at, len);
-  // A peer's reduced block may land in its place in the output as the round reads it
-  // (landBodies): its head, the length, must then be this rank's own, so only where the
-  // blocks are equal, and the round sends nothing from those places.
-  if (lands(len)) {
-    for (int r = 0; r < cfg_.size; ++r) {
-      if (r != cfg_.rank && blockLen(r) == len) mesh_->landBody(r, recv + blockAt(r), len);
-    }
+  const uint64_t size = total;
+  mesh_->post(&size, sizeof size, recv + at, len);
+  for (int r = 0; r < cfg_.size; ++r) {
+    if (r != cfg_.rank && lands(blockLen(r))) mesh_->landBody(r, recv + blockAt(r), blockLen(r));
   }
   mesh_->wait(op.timeout);
   for (int r = 0; r < cfg_.size; ++r) {
     if (r == cfg_.rank) continue;
     uint64_t got = 0;
     std::memcpy(&got, mesh_->from(r), sizeof got);
-    if (got != blockLen(r)) {
-      throw Error(Code::Backend, "rank " + std::to_string(r) + " sent a " + std::to_string(got) +
-                                     "-byte block in an all-reduce's second round where " +
-                                     std::to_string(blockLen(r)) + " were expected (ranks out of step)");
+    if (got != size) {
+      throw Error(Code::Backend, "rank " + std::to_string(r) + " sent the second round of a " + std::to_string(got) +
+                                     "-byte all-reduce where this rank's is " + std::to_string(size) +
+                                     " bytes (ranks out of step)");
     }
     if (mesh_->landed(r)) {
       glooAlgoStats().meshLandedBodies++;
     } else {
-      std::memcpy(recv + blockAt(r), mesh_->from(r) + sizeof got, got);
+      std::memcpy(recv + blockAt(r), mesh_->from(r) + sizeof got, blockLen(r));
     }
   }
   glooAlgoStats().meshTwoRoundAllReduces++;

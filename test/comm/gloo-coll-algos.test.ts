@@ -230,7 +230,7 @@ describe('the TCP round reads large blocks straight into the output', () => {
         // A broadcast's other rank receives the root's buffer.
         'broadcast/root=0': r.rank === 0 ? 0 : 1, 'broadcast/root=1': r.rank === 1 ? 0 : 1,
         // At 2 ranks an all-reduce's one round lands nothing (every block is reduced).
-        allReduce: 0, mismatch: 0, 'allGather/after': 1,
+        allReduce: 0, 'allReduce/uneven': 0, mismatch: 0, 'allGather/after': 1,
       });
       expect(byCase.mismatch?.code, `rank ${r.rank}`).toBe('ERR_SIZE_MISMATCH');
       expect(byCase.mismatch?.untouched, `rank ${r.rank}`).toBe(true);
@@ -260,8 +260,9 @@ describe('the TCP round reads large blocks straight into the output', () => {
         'gather/root=0': root(0, P - 1, 0), 'gather/root=0/inPlace': root(0, P - 1, 0),
         'gather/root=1': root(1, P - 1, 0), 'gather/root=1/inPlace': root(1, P - 1, 0),
         'broadcast/root=0': root(0, 0, 1), 'broadcast/root=1': root(1, 0, 1),
-        // The second round of the two-round all-reduce: every peer's reduced block.
-        allReduce: n(P - 1), 'allGather/after': n(P - 1),
+        // The second round of the two-round all-reduce: every peer's reduced block, the
+        // last rank's shorter one too.
+        allReduce: n(P - 1), 'allReduce/uneven': n(P - 1), 'allGather/after': n(P - 1),
       });
       expect(byCase.mismatch?.code, `rank ${r.rank}`).toBe('ERR_SIZE_MISMATCH');
       if (r.rank === 0) expect(byCase.mismatch, 'rank 0, whose peers all differ from it').toMatchObject({ untouched: true, landed: 0 });
