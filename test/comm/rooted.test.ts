@@ -47,7 +47,7 @@ describe.each([['tcp', '0'], ['shared memory', '1']])('rooted collectives over %
 // Over TCP a gather rides in the agreement round up to 1 MiB a rank, and a broadcast while
 // its root sends at most 1 MiB there (its buffer to each peer: 1 MiB at 2 ranks, 349525
 // bytes at 4), or, with every rank on one host as here, while its buffer is at most 1 MiB
-// (native/gloo/gloo_agreement.cpp; blocks beyond 256 KiB read straight into the output;
+// (native/gloo/gloo_agreement.cpp; large blocks read straight into the output, landBodies;
 // test/shm/multinode.test.ts has the limit between hosts); a reduce and a scatter up to
 // the round's own capacity. One float32 more than each limit goes on the connections.
 describe('rooted collectives over TCP: the round\'s limits', () => {
