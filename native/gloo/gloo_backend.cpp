@@ -40,15 +40,16 @@ int parsePairConnections(const char* v) {
   throw Error(Code::InvalidArgument, std::string("NCCL_NODE_TCP_CONNECTIONS_PER_PAIR must be 1 or 2, got \"") + v + "\"");
 }
 
-// NCCL_NODE_TCP_RCVLOWAT: a byte count, 0 (no mark) to 64 MiB; unset: the default.
-size_t parseWakeMark(const char* v) {
-  if (v == nullptr) return net::TcpMesh::kDefaultWakeMark;
+// NCCL_NODE_TCP_RCVLOWAT and NCCL_NODE_TCP_RCVBUF: a byte count, 0 (none: the kernel's
+// default) to 64 MiB; unset: `def`.
+size_t parseByteCount(const char* name, const char* v, size_t def) {
+  if (v == nullptr) return def;
   constexpr unsigned long long kMax = 64ull << 20;
   char* end = nullptr;
   errno = 0;
   const unsigned long long n = *v >= '0' && *v <= '9' ? std::strtoull(v, &end, 10) : 0;
   if (end == nullptr || *end != '\0' || errno != 0 || n > kMax) {
-    throw Error(Code::InvalidArgument, std::string("NCCL_NODE_TCP_RCVLOWAT must be a byte count from 0 (no mark) to ") +
+    throw Error(Code::InvalidArgument, std::string(name) + " must be a byte count from 0 (the kernel's default) to " +
                                            std::to_string(kMax) + ", got \"" + v + "\"");
   }
   return static_cast<size_t>(n);
@@ -68,7 +69,9 @@ GlooBackend::GlooBackend(GlooConfig config, std::shared_ptr<StoreClient> store)
   const char* land = std::getenv("NCCL_NODE_TCP_LAND");
   landing_ = !(land && std::strcmp(land, "0") == 0);
   try {
-    wakeMark_ = parseWakeMark(std::getenv("NCCL_NODE_TCP_RCVLOWAT"));
+    wakeMark_ = parseByteCount("NCCL_NODE_TCP_RCVLOWAT", std::getenv("NCCL_NODE_TCP_RCVLOWAT"), net::TcpMesh::kDefaultWakeMark);
+    localRcvBuf_ = static_cast<int>(parseByteCount("NCCL_NODE_TCP_RCVBUF", std::getenv("NCCL_NODE_TCP_RCVBUF"),
+                                                   net::TcpMesh::kDefaultLocalReceiveBuffer));
     pairConnections_ = parsePairConnections(std::getenv("NCCL_NODE_TCP_CONNECTIONS_PER_PAIR"));
   } catch (const Error& e) {
     tcpEnvError_ = e.what();
@@ -158,6 +161,7 @@ void GlooBackend::openTcp(int rank, int size, const std::string& keyPrefix, std:
     *slot = std::make_unique<net::TcpMesh>(rank, size, secret);
     tcp = slot->get();
     tcp->setWakeMark(wakeMark_);
+    tcp->setLocalReceiveBuffer(localRcvBuf_);
     tcp->setOneWay(oneWayConnections());
   }
   net::Rendezvous rv;

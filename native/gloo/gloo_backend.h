@@ -211,6 +211,8 @@ class GlooBackend : public Backend {
   bool landing_ = true;  // NCCL_NODE_TCP_LAND: the TCP round reads large blocks into outputs (landBodies)
   // NCCL_NODE_TCP_RCVLOWAT: the receive mark of every TcpMesh this backend opens.
   size_t wakeMark_ = net::TcpMesh::kDefaultWakeMark;
+  // NCCL_NODE_TCP_RCVBUF: the receive buffer of its connections within the host.
+  int localRcvBuf_ = net::TcpMesh::kDefaultLocalReceiveBuffer;
   // NCCL_NODE_TCP_CONNECTIONS_PER_PAIR: 1, 2, or 0 (unset): 2 where this host's ranks of
   // the group fit its cores (learnHosts()).
   int pairConnections_ = 0;

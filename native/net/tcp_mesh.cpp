@@ -23,9 +23,10 @@ namespace ncclnode::net {
 
 namespace {
 
-// What markedReceives() and oneWayPairs() report.
+// What markedReceives(), oneWayPairs() and sizedReceiveBuffers() report.
 std::atomic<uint64_t> markedReceiveCount{0};
 std::atomic<uint64_t> oneWayCount{0};
+std::atomic<uint64_t> sizedReceiveCount{0};
 
 constexpr uint64_t kMagic = 0x6e6e2d7463702d32ull;  // "nn-tcp-2": the greeting carries oneWay
 
@@ -50,6 +51,25 @@ std::string errnoText(int err) { return err ? std::strerror(err) : "connection c
 void setNoDelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// Whether a connection's two ends have one address: both ranks on this host (loopback,
+// or the host's own address dialed).
+bool withinHost(int fd) {
+  sockaddr_storage mine{}, theirs{};
+  socklen_t ml = sizeof mine, tl = sizeof theirs;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &ml) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &tl) != 0 || mine.ss_family != theirs.ss_family) {
+    return false;
+  }
+  if (mine.ss_family == AF_INET) {
+    return reinterpret_cast<sockaddr_in*>(&mine)->sin_addr.s_addr == reinterpret_cast<sockaddr_in*>(&theirs)->sin_addr.s_addr;
+  }
+  if (mine.ss_family == AF_INET6) {
+    return std::memcmp(&reinterpret_cast<sockaddr_in6*>(&mine)->sin6_addr, &reinterpret_cast<sockaddr_in6*>(&theirs)->sin6_addr,
+                       sizeof(in6_addr)) == 0;
+  }
+  return false;
 }
 
 void setNonBlocking(int fd, bool on) {
@@ -240,6 +260,7 @@ void TcpMesh::connect(const std::string& host, const std::string& iface, const R
                                      std::to_string(timeout.count()) + " ms");
     }
     setNoDelay(fd);
+    sizeReceiveBuffer(fd);
     const auto at = static_cast<size_t>(p);
     if (p < rank_) apart[at] = oneWay_ && theirOneWay;
     sendFds_[at] = fd;
@@ -284,6 +305,7 @@ void TcpMesh::connect(const std::string& host, const std::string& iface, const R
         continue;
       }
       setNoDelay(fd);
+      sizeReceiveBuffer(fd);
       const auto peer = static_cast<size_t>(theirs.rank);
       if (theirs.rank > rank_) {
         apart[peer] = oneWay_ && theirs.oneWay == 1;
@@ -371,6 +393,22 @@ void TcpMesh::trySend(Xfer* sends, size_t nSends, size_t upTo) {
 
 uint64_t markedReceives() { return markedReceiveCount.load(std::memory_order_relaxed); }
 uint64_t oneWayPairs() { return oneWayCount.load(std::memory_order_relaxed); }
+uint64_t sizedReceiveBuffers() { return sizedReceiveCount.load(std::memory_order_relaxed); }
+
+// A connection within this host gets a fixed receive buffer of localRcvBuf_ (the kernel
+// doubles it for its own bookkeeping and caps it at net.core.rmem_max). Left to the
+// kernel's autotuning, a loopback socket's buffer started at 128 KiB and grew, or did not,
+// by how the process's first calls went: 2-rank all-gathers of 256 KiB took 30 or 62-71
+// µs a call for a whole process, by which one it was (docs/gloo.md, "Connecting"). Fixed,
+// the kernel also leaves it alone when a receive mark is set (SO_RCVLOWAT, which
+// otherwise clamps the window to the mark). Between hosts the autotuning stays, which
+// sizes the window to the link's bandwidth and round trip.
+void TcpMesh::sizeReceiveBuffer(int fd) {
+  if (localRcvBuf_ <= 0 || !withinHost(fd)) return;
+  if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &localRcvBuf_, sizeof localRcvBuf_) == 0) {
+    sizedReceiveCount.fetch_add(1, std::memory_order_relaxed);
+  }
+}
 
 void TcpMesh::setLowat(int peer, int bytes) {
   int& now = lowat_[static_cast<size_t>(peer)];

@@ -59,6 +59,9 @@ struct Xfer {
 uint64_t markedReceives();
 // Peers connected one connection each way, summed over every mesh this process connected.
 uint64_t oneWayPairs();
+// Connections within a host given a fixed receive buffer (setLocalReceiveBuffer()), summed
+// over every mesh this process connected.
+uint64_t sizedReceiveBuffers();
 
 class TcpMesh {
  public:
@@ -111,6 +114,11 @@ class TcpMesh {
   // Before connect(): whether this rank asks for one connection each way with every peer
   // (a pair gets them when both ranks ask; docs/gloo.md "Connecting").
   void setOneWay(bool on) { oneWay_ = on; }
+  // Before connect(): the receive buffer (SO_RCVBUF) a connection whose two ends are on
+  // this host gets; 0: the kernel's autotuning, as between hosts. The backend passes
+  // NCCL_NODE_TCP_RCVBUF.
+  void setLocalReceiveBuffer(int bytes) { localRcvBuf_ = bytes; }
+  static constexpr int kDefaultLocalReceiveBuffer = 4 << 20;
   // After connect(): peers this rank has one connection each way with.
   int oneWayPeers() const;
   static constexpr size_t kDefaultWakeMark = 256 * 1024;
@@ -122,6 +130,7 @@ class TcpMesh {
  private:
   [[noreturn]] void fail(int peer, const char* what, int err);
   void setLowat(int peer, int bytes);
+  void sizeReceiveBuffer(int fd);
   bool sendSome(Xfer& x, size_t limit, bool drain);
   int listen(const std::string& host, const std::string& iface, std::string* address);
 
@@ -135,6 +144,7 @@ class TcpMesh {
   std::vector<int> recvFds_;
   std::vector<int> lowat_;  // per peer: the SO_RCVLOWAT transfer() left set (1: the default)
   size_t wakeMark_ = kDefaultWakeMark;
+  int localRcvBuf_ = kDefaultLocalReceiveBuffer;
   bool oneWay_ = true;
   int wake_ = -1;         // eventfd written by abort()
   std::atomic<bool> aborted_{false};

@@ -352,6 +352,8 @@ export interface GlooAlgoStats {
   tcpMarkedReceives: number;
   /** Peers connected over TCP one connection each way (NCCL_NODE_TCP_CONNECTIONS_PER_PAIR), summed over this process's communicators. */
   tcpOneWayPeers: number;
+  /** TCP connections within the host given a fixed receive buffer (NCCL_NODE_TCP_RCVBUF), summed over this process's communicators. */
+  tcpSizedReceiveBuffers: number;
 }
 
 export interface GlooShmStats {

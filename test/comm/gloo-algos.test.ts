@@ -59,7 +59,7 @@ describe('a bad NCCL_NODE_TCP_RCVLOWAT', () => {
     });
     expect(results[0]!.code).toBe(1);
     expect(results[0]!.stderr).toContain('ERR_INVALID_ARGUMENT');
-    expect(results[0]!.stderr).toContain(`NCCL_NODE_TCP_RCVLOWAT must be a byte count from 0 (no mark) to 67108864, got "${value}"`);
+    expect(results[0]!.stderr).toContain(`NCCL_NODE_TCP_RCVLOWAT must be a byte count from 0 (the kernel's default) to 67108864, got "${value}"`);
     expect(results[0]!.reports).toEqual([]);
   }, 30_000);
 

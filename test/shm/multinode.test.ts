@@ -60,6 +60,9 @@ describe.skipIf(!netnsAvailable())('collectives across network-namespace hosts',
     for (const r of await runJob(2, 2, shmEnv)) {
       // Four all-reduces per size above the one-round mesh size (2 sizes), all two-level.
       expect(r.stats).toMatchObject({ segments: 1, allReduces: 8, twoLevel: 8, fallbacks: 0 });
+      // Of its TCP connections only those to the rank on its own host get a fixed receive
+      // buffer: two where that pair has one each way (both ranks fit the host's cores).
+      expect(r.algos.tcpSizedReceiveBuffers).toBe(2 <= os.availableParallelism() ? 2 : 1);
     }
   });
 
@@ -78,7 +81,10 @@ describe.skipIf(!netnsAvailable())('collectives across network-namespace hosts',
     const env = { SHM_SIZES: '1031,70001,300007,4400001', SHM_BROADCASTS: '131072,131073', NCCL_NODE_SHM: '0' };
     for (const r of await runJob(3, 1, env)) {
       expect(r.stats).toMatchObject({ segments: 0, twoLevel: 0 });
-      expect(r.algos).toMatchObject({ meshAllReduces: 4, meshTwoRoundAllReduces: 8, tcpRingCalls: 4, meshRooted: 1, tcpRooted: 1 });
+      // Every connection is between hosts: none given a fixed receive buffer (the kernel's
+      // autotuning sizes a link's window; test/comm/tcp-receive-buffer.test.ts).
+      expect(r.algos).toMatchObject({ meshAllReduces: 4, meshTwoRoundAllReduces: 8, tcpRingCalls: 4, meshRooted: 1, tcpRooted: 1,
+        tcpSizedReceiveBuffers: 0 });
     }
   });
 
@@ -93,7 +99,8 @@ describe.skipIf(!netnsAvailable())('collectives across network-namespace hosts',
     for (const r of await runJob(2, 1, { SHM_SIZES: '1031,1000003', SHM_BLOCKS: '1000003', NCCL_NODE_SHM: '0' })) {
       expect(r.stats).toMatchObject({ segments: 0, twoLevel: 0 });
       // The 4 MB all-gather's block from the peer read straight into the output (landBody).
-      expect(r.algos).toMatchObject({ meshAllReduces: 4, tcpRingCalls: 4, meshAllGathers: 1, meshReduceScatters: 1, meshLandedBodies: 1 });
+      expect(r.algos).toMatchObject({ meshAllReduces: 4, tcpRingCalls: 4, meshAllGathers: 1, meshReduceScatters: 1, meshLandedBodies: 1,
+        tcpSizedReceiveBuffers: 0 });
     }
   });
 
