@@ -15,11 +15,11 @@
  * also settles per process). A benchmark, not a test; table and JSON.
  *
  *   NCCL_NODE_SHM=0 node --import tsx bench/comm/process-ab.ts (--against ../base | --against-env NAME=VALUE) [--ranks 2]
- *        [--mode broadcast|allgather|allreduce|gather] [--bytes 524288] [--runs 4]
+ *        [--mode broadcast|allgather|allreduce|gather|scatter] [--bytes 524288] [--runs 4]
  *        [--blocks 6] [--calls 1000] [--json out.json]
  *
  * --bytes: a broadcast's buffer (root 0), an all-reduce's, an all-gather's output, a
- * gather's output on the root (root 0); float32.
+ * gather's output on the root, a scatter's input on the root (root 0); float32.
  */
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -38,6 +38,7 @@ interface Comm {
   allReduce(b: Float32Array): PromiseLike<unknown>;
   allGather(i: Float32Array, o: Float32Array): PromiseLike<unknown>;
   gather(i: Float32Array, o: Float32Array | null, opts: object): PromiseLike<unknown>;
+  scatter(i: Float32Array | null, o: Float32Array, opts: object): PromiseLike<unknown>;
   destroy(): PromiseLike<unknown>;
 }
 
@@ -55,6 +56,7 @@ if (process.env.PROCESS_AB_ROOT) {
     allreduce: () => comm.allReduce(input),
     allgather: () => comm.allGather(input.subarray(0, per), output.subarray(0, per * comm.size)),
     gather: () => comm.gather(input.subarray(0, per), comm.rank === 0 ? output.subarray(0, per * comm.size) : null, { root: 0 }),
+    scatter: () => comm.scatter(comm.rank === 0 ? input.subarray(0, per * comm.size) : null, output.subarray(0, per), { root: 0 }),
   }[mode]!;
   const calls = Number(process.env.PROCESS_AB_CALLS);
   const blocks: number[] = [];
@@ -83,7 +85,7 @@ if (process.env.PROCESS_AB_ROOT) {
   if (!a.against === !againstEnv) throw new Error('process-ab: give one of --against <checkout> or --against-env NAME=VALUE');
   const envPair = againstEnv ? /^([A-Z0-9_]+)=(.*)$/.exec(againstEnv) : null;
   if (againstEnv && !envPair) throw new Error(`process-ab: --against-env takes NAME=VALUE, received ${againstEnv}`);
-  if (!['broadcast', 'allreduce', 'allgather', 'gather'].includes(a.mode!)) throw new Error(`process-ab: --mode must be broadcast, allreduce, allgather or gather, received ${a.mode}`);
+  if (!['broadcast', 'allreduce', 'allgather', 'gather', 'scatter'].includes(a.mode!)) throw new Error(`process-ab: --mode must be broadcast, allreduce, allgather, gather or scatter, received ${a.mode}`);
   const self = fileURLToPath(import.meta.url);
   const here = resolve(fileURLToPath(new URL('../..', import.meta.url)));
   const roots = { this: here, against: a.against ? resolve(a.against) : here };

@@ -122,9 +122,12 @@ class GlooBackend : public Backend {
   // takes every rank's (gloo_rooted.cpp).
   using RoundRead = std::function<void(size_t at, size_t len, const shm::Reader& from)>;
   void shmRounds(const Op& op, size_t total, const uint8_t* mine, const RoundRead& read);
-  // The root's block p to or from rank p over the own connections, at once.
+  // The root's block p to or from rank p over the own connections, at once; the root's
+  // own block copied by ownCopy(at, len), a slice of kOwnCopySlice at a time while the
+  // sockets wait.
   void rootTransfer(const Op& op, uint8_t* base, uint8_t* mine, size_t bytes, bool toPeers,
-                    const std::function<void()>& ownCopy);
+                    const std::function<void(size_t, size_t)>& ownCopy);
+  static constexpr size_t kOwnCopySlice = 256 * 1024;
   void send(Op& op);
   void recv(Op& op);
   [[noreturn]] void rethrow(const Op& op, std::exception_ptr e);

@@ -125,13 +125,16 @@ void GlooBackend::shmRounds(const Op& op, size_t total, const uint8_t* mine, con
 
 // Between the root and every peer at once over the own connections: the root's block p
 // (at base + p * bytes) goes to rank p (toPeers) or comes from it; a peer's `mine` the
-// other way. The root's copy of its own block (ownCopy) runs while the bytes are under
-// way: after a first nonblocking write of its sends, or while its peers' blocks fill its
-// sockets' buffers, not after the transfer.
+// other way. The root copies its own block (ownCopy(at, len) for [at, at + len) of it) a
+// slice at a time whenever its sockets have nothing to move, instead of all of it before
+// the transfer (after a first nonblocking write of its sends): a 2-rank gather of 32 MiB
+// over loopback took 0.65 of the time (bench/README.md), its root copying while its
+// peer's bytes were under way rather than sleeping in poll() once it had copied.
 void GlooBackend::rootTransfer(const Op& op, uint8_t* base, uint8_t* mine, size_t bytes, bool toPeers,
-                               const std::function<void()>& ownCopy) {
+                               const std::function<void(size_t, size_t)>& ownCopy) {
+  const bool root = cfg_.rank == op.root;
   std::vector<net::Xfer> xfers;
-  if (cfg_.rank == op.root) {
+  if (root) {
     xfers.reserve(static_cast<size_t>(cfg_.size));
     for (int k = 1; k < cfg_.size; ++k) {
       net::Xfer x;
@@ -147,13 +150,19 @@ void GlooBackend::rootTransfer(const Op& op, uint8_t* base, uint8_t* mine, size_
     x.bytes = bytes;
     xfers.push_back(x);
   }
-  const bool sends = toPeers == (cfg_.rank == op.root);
-  if (cfg_.rank == op.root) {
-    if (sends) tcp_->trySend(xfers.data(), xfers.size());
-    ownCopy();
-  }
+  const bool sends = toPeers == root;
+  if (root && sends) tcp_->trySend(xfers.data(), xfers.size());
+  size_t copied = root ? 0 : bytes;
+  const auto copySlice = [&]() -> bool {
+    if (copied == bytes) return false;
+    const size_t len = std::min(kOwnCopySlice, bytes - copied);
+    ownCopy(copied, len);
+    copied += len;
+    return true;
+  };
   tcp_->transfer(sends ? xfers.data() : nullptr, sends ? xfers.size() : 0, sends ? nullptr : xfers.data(),
-                 sends ? 0 : xfers.size(), deadlineOf(op));
+                 sends ? 0 : xfers.size(), deadlineOf(op), {}, net::Clock::time_point::max(), copySlice);
+  if (copied < bytes) ownCopy(copied, bytes - copied);
   glooAlgoStats().tcpRooted++;
 }
 
@@ -233,9 +242,6 @@ void GlooBackend::gather(Op& op) {
   // The root's input is apart from the peers' blocks of its output, or its own block.
   const auto* in = static_cast<const uint8_t*>(op.send.data);
   auto* recv = static_cast<uint8_t*>(op.recv.data);
-  const auto own = [&] {
-    if (root) std::memmove(recv + me * bytes, in, bytes);
-  };
   if (shmSingleHost()) {
     shmRounds(op, bytes, in, [&](size_t at, size_t len, const shm::Reader& from) {
       if (!root) return;
@@ -243,9 +249,12 @@ void GlooBackend::gather(Op& op) {
         if (r != cfg_.rank) std::memcpy(recv + static_cast<size_t>(r) * bytes + at, from(r), len);
       }
     });
-    own();
+    if (root) std::memmove(recv + me * bytes, in, bytes);
   } else {
-    rootTransfer(op, recv, const_cast<uint8_t*>(in), bytes, false, own);
+    // Slices of the root's own block: in place, or apart from every block (comm_wrap.cpp
+    // refuses any other overlap), so copying them while peers' blocks land is safe.
+    rootTransfer(op, recv, const_cast<uint8_t*>(in), bytes, false,
+                 [&](size_t at, size_t len) { std::memmove(recv + me * bytes + at, in + at, len); });
   }
 }
 
@@ -258,9 +267,6 @@ void GlooBackend::scatter(Op& op) {
   const size_t me = static_cast<size_t>(cfg_.rank);
   const auto* send = static_cast<const uint8_t*>(op.send.data);
   auto* recv = static_cast<uint8_t*>(op.recv.data);
-  const auto own = [&] {
-    if (root) std::memmove(recv, send + me * bytes, bytes);
-  };
   if (shmSingleHost()) {
     shmRounds(op, bytes * static_cast<size_t>(cfg_.size), root ? send : nullptr,
               [&](size_t at, size_t len, const shm::Reader& from) {
@@ -270,9 +276,10 @@ void GlooBackend::scatter(Op& op) {
                 const size_t hi = std::min(at + len, (me + 1) * bytes);
                 if (lo < hi) std::memcpy(recv + (lo - me * bytes), from(op.root) + (lo - at), hi - lo);
               });
-    own();
+    if (root) std::memmove(recv, send + me * bytes, bytes);
   } else {
-    rootTransfer(op, const_cast<uint8_t*>(send), recv, bytes, true, own);
+    rootTransfer(op, const_cast<uint8_t*>(send), recv, bytes, true,
+                 [&](size_t at, size_t len) { std::memmove(recv + at, send + me * bytes + at, len); });
   }
 }
 

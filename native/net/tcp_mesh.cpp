@@ -433,7 +433,9 @@ constexpr size_t kLowatFrom = 64 * 1024;
 }  // namespace
 
 bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, Clock::time_point deadline,
-                       const std::function<void(size_t)>& onRecv, Clock::time_point until) {
+                       const std::function<void(size_t)>& onRecv, Clock::time_point until,
+                       const std::function<bool()>& whileWaiting) {
+  bool waitingWork = static_cast<bool>(whileWaiting);
   std::vector<pollfd> pfds;
   // Every mark this transfer set goes back to 1 however it ends: other paths poll these
   // connections for a byte.
@@ -479,6 +481,7 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
     }
     if (!pending) return true;
     if (progressed) continue;
+    if (waitingWork && (waitingWork = whileWaiting())) continue;
     pfds.clear();
     for (size_t i = 0; i < nSends; ++i) {
       if (sends[i].done < sends[i].bytes) pfds.push_back({sendFds_[static_cast<size_t>(sends[i].peer)], POLLOUT, 0});

@@ -87,9 +87,13 @@ class TcpMesh {
   // communicator broken. With `until` before the deadline: returns false once it has
   // passed with something still to move (a bounded wait, no failure: each Xfer's done
   // says how far it got, and a later call with the same Xfers goes on from there);
-  // true when all is done.
+  // true when all is done. With whileWaiting: each time a pass moved nothing, it runs
+  // instead of sleeping in poll() (a piece of the caller's own work, such as a copy), and
+  // the pass is retried; once it returns false (nothing left of that work) the transfer
+  // sleeps as it would without it.
   bool transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, Clock::time_point deadline,
-                const std::function<void(size_t)>& onRecv = {}, Clock::time_point until = Clock::time_point::max());
+                const std::function<void(size_t)>& onRecv = {}, Clock::time_point until = Clock::time_point::max(),
+                const std::function<bool()>& whileWaiting = {});
 
   // One pass of nonblocking writes of at most the first upTo bytes of each transfer,
   // never waiting (the caller's thread posts a call's messages this way, as far as is
