@@ -7,13 +7,15 @@ cd "$(dirname "$0")/.."
 
 say() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
 
-# 1. System packages: a C++ toolchain, cmake and Gloo (the CPU backend).
+# 1. System packages: a C++ toolchain, cmake, Gloo (the CPU backend) and iproute2.
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 [ -f /usr/include/gloo/allreduce.h ] || need+=(libgloo-dev)
+# ss (iproute2): test/comm/tcp-receive-buffer.test.ts reads each socket's buffer from it.
+command -v ss >/dev/null 2>&1 || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
   say "installing system packages: ${need[*]}"
   SUDO=""

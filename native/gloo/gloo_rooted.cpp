@@ -26,8 +26,8 @@ constexpr size_t kChainPieceMax = 1u << 20;
 // A broadcast over TCP with every rank on one host goes from the root to every peer at
 // once up to this size (beyond the round's 1 MiB), along the chain beyond: over loopback
 // the root's n-1 sends cost its memory bandwidth, not a link's, and no rank waits for a
-// piece to be forwarded. Root 0's time a call, back to back (bench/README.md): 0.79 of the
-// chain's at 4 ranks 2 MiB, 0.94 at 4 MiB, level at 8 MiB; 3 ranks 0.85 at 2 MiB.
+// piece to be forwarded. Root 0's time a call, back to back (bench/README.md): 0.80 of the
+// chain's at 4 ranks 2 MiB, 0.95 at 4 MiB, level at 8 MiB; 3 ranks 0.86 at 2 MiB.
 constexpr size_t kOneHostDirectMax = 4u << 20;
 
 // A broadcast, gather or scatter once a round brought every message: part(r) is what
@@ -134,7 +134,7 @@ void GlooBackend::shmRounds(const Op& op, size_t total, const uint8_t* mine, con
 // other way. The root copies its own block (ownCopy(at, len) for [at, at + len) of it) a
 // slice at a time whenever its sockets have nothing to move, instead of all of it before
 // the transfer (after a first nonblocking write of its sends): a 2-rank gather of 32 MiB
-// over loopback took 0.65 of the time (bench/README.md), its root copying while its
+// over loopback took 0.68 of the time (bench/README.md), its root copying while its
 // peer's bytes were under way rather than sleeping in poll() once it had copied.
 void GlooBackend::rootTransfer(const Op& op, uint8_t* base, uint8_t* mine, size_t bytes, bool toPeers,
                                const std::function<void(size_t, size_t)>& ownCopy) {

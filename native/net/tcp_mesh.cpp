@@ -397,9 +397,9 @@ uint64_t sizedReceiveBuffers() { return sizedReceiveCount.load(std::memory_order
 
 // A connection within this host gets a fixed receive buffer of localRcvBuf_ (the kernel
 // doubles it for its own bookkeeping and caps it at net.core.rmem_max). Left to the
-// kernel's autotuning, a loopback socket's buffer started at 128 KiB and grew, or did not,
-// by how the process's first calls went: 2-rank all-gathers of 256 KiB took 30 or 62-71
-// µs a call for a whole process, by which one it was (docs/gloo.md, "Connecting"). Fixed,
+// kernel's autotuning, a loopback socket's buffer started at 128 KiB and grew with the
+// flow, and 2-rank all-gathers of 256 KiB took 30 or 63-75 µs a call for a whole process;
+// fixed, 30 in every process (docs/gloo.md, "Connecting"). Fixed,
 // the kernel also leaves it alone when a receive mark is set (SO_RCVLOWAT, which
 // otherwise clamps the window to the mark). Between hosts the autotuning stays, which
 // sizes the window to the link's bandwidth and round trip.
