@@ -23,12 +23,6 @@ namespace {
 // the transfer itself, and every piece costs each rank one transfer call.
 constexpr size_t kChainPieceMin = 64u << 10;
 constexpr size_t kChainPieceMax = 1u << 20;
-// A broadcast over TCP with every rank on one host goes from the root to every peer at
-// once up to this size (beyond the round's 1 MiB), along the chain beyond: over loopback
-// the root's n-1 sends cost its memory bandwidth, not a link's, and no rank waits for a
-// piece to be forwarded. Root 0's time a call, back to back (bench/README.md): 0.80 of the
-// chain's at 4 ranks 2 MiB, 0.95 at 4 MiB, level at 8 MiB; 3 ranks 0.86 at 2 MiB.
-constexpr size_t kOneHostDirectMax = 4u << 20;
 
 // A broadcast, gather or scatter once a round brought every message: part(r) is what
 // rank r sent this one (a broadcast's or a scatter's root: this rank's data; a gather's
@@ -173,9 +167,8 @@ void GlooBackend::rootTransfer(const Op& op, uint8_t* base, uint8_t* mine, size_
 }
 
 // The root's buffer to every rank. Through the segment: the root posts a piece a round
-// and the others copy it out. Over TCP: with every rank on this host and up to
-// kOneHostDirectMax, from the root to every peer at once; else along a chain from the
-// root in rank order, pieces forwarded as the next arrives (one transfer at 2 ranks).
+// and the others copy it out. Over TCP: along a chain from the root in rank order,
+// pieces forwarded as the next arrives (one transfer at 2 ranks).
 void GlooBackend::broadcast(Op& op) {
   const size_t bytes = op.count * elementSize(op.dtype);
   const bool root = cfg_.rank == op.root;
@@ -185,19 +178,6 @@ void GlooBackend::broadcast(Op& op) {
     shmRounds(op, bytes, root ? send : nullptr, [&](size_t at, size_t len, const shm::Reader& from) {
       if (!root) std::memcpy(recv + at, from(op.root), len);
     });
-  } else if (oneHost_ && bytes <= kOneHostDirectMax) {
-    std::vector<net::Xfer> xfers;
-    for (int k = 1; k < cfg_.size; ++k) {
-      net::Xfer x;
-      x.peer = root ? (cfg_.rank + k) % cfg_.size : op.root;  // staggered, as the other transfers
-      x.data = root ? const_cast<uint8_t*>(send) : recv;
-      x.bytes = bytes;
-      xfers.push_back(x);
-      if (!root) break;
-    }
-    tcp_->transfer(root ? xfers.data() : nullptr, root ? xfers.size() : 0, root ? nullptr : xfers.data(),
-                   root ? 0 : 1, deadlineOf(op));
-    glooAlgoStats().tcpRooted++;
   } else {
     const int n = cfg_.size;
     const int pos = (cfg_.rank - op.root + n) % n;  // place on the chain
@@ -228,7 +208,6 @@ void GlooBackend::broadcast(Op& op) {
       tcp_->transfer(&out, nOut, &in, nIn, deadlineOf(op));
     }
     glooAlgoStats().tcpRooted++;
-    glooAlgoStats().tcpBroadcastChains++;
   }
   if (root && send != recv) std::memmove(recv, send, bytes);
 }

@@ -344,8 +344,6 @@ export interface GlooAlgoStats {
   shmRooted: number;
   /** Broadcasts, reduces, gathers and scatters on the backend's own TCP connections. */
   tcpRooted: number;
-  /** Of those, broadcasts along the chain of ranks (the others went from the root to every peer at once, within one host). */
-  tcpBroadcastChains: number;
   /** Calls whose TCP agreement round completed them on the calling thread (its peers waited for briefly). */
   tcpOnCaller: number;
   /** Peers' messages the TCP agreement round read straight into a call's output instead of its own buffers. */

@@ -83,10 +83,8 @@ describe.skipIf(!netnsAvailable())('collectives across network-namespace hosts',
       expect(r.stats).toMatchObject({ segments: 0, twoLevel: 0 });
       // Every connection is between hosts: none given a fixed receive buffer (the kernel's
       // autotuning sizes a link's window; test/comm/tcp-receive-buffer.test.ts).
-      // Between hosts the broadcast beyond the round goes along the chain (within one host,
-      // up to 4 MiB, from the root to every peer at once: test/comm/rooted.test.ts).
       expect(r.algos).toMatchObject({ meshAllReduces: 4, meshTwoRoundAllReduces: 8, tcpRingCalls: 4, meshRooted: 1, tcpRooted: 1,
-        tcpBroadcastChains: 1, tcpSizedReceiveBuffers: 0 });
+        tcpSizedReceiveBuffers: 0 });
     }
   });
 
