@@ -399,10 +399,10 @@ uint64_t sizedReceiveBuffers() { return sizedReceiveCount.load(std::memory_order
 // doubles it for its own bookkeeping and caps it at net.core.rmem_max). Left to the
 // kernel's autotuning, a loopback socket's buffer started at 128 KiB and grew with the
 // flow, and 2-rank all-gathers of 256 KiB took 30 or 63-75 µs a call for a whole process;
-// fixed, 30 in every process (docs/gloo.md, "Connecting"). Fixed,
-// the kernel also leaves it alone when a receive mark is set (SO_RCVLOWAT, which
-// otherwise clamps the window to the mark). Between hosts the autotuning stays, which
-// sizes the window to the link's bandwidth and round trip.
+// fixed, 30 in every process (docs/gloo.md, "Connecting"). A fixed buffer is also one the
+// kernel leaves alone when a receive mark is set (SO_RCVLOWAT, which otherwise clamps the
+// window to the mark). Between hosts the autotuning stays, which sizes the window to the
+// link's bandwidth and round trip.
 void TcpMesh::sizeReceiveBuffer(int fd) {
   if (localRcvBuf_ <= 0 || !withinHost(fd)) return;
   if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &localRcvBuf_, sizeof localRcvBuf_) == 0) {
