@@ -17,7 +17,7 @@ bool usesRedOp(OpKind k) {
 // allToAll with per-peer counts marks its fingerprint in the (otherwise unused)
 // redop field: its totals differ across ranks by design, so count is left out and
 // the counts are checked pairwise by the backend.
-constexpr int32_t kPerPeerCounts = 1;
+constexpr uint8_t kPerPeerCounts = 1;
 
 bool perPeer(const Fingerprint& f) {
   return static_cast<OpKind>(f.kind) == OpKind::AllToAll && f.redop == kPerPeerCounts;
@@ -31,8 +31,8 @@ std::string describe(const Fingerprint& f) {
     s << " with per-rank counts of " << dtypeName(static_cast<DType>(f.dtype));
     return s.str();
   }
-  if (f.dtype < 0 || f.dtype >= kNumDTypes) {
-    s << " of " << f.bytes << " bytes";
+  if (f.dtype >= kNumDTypes) {
+    s << " of " << f.count << " elements of an unknown dtype (" << int(f.dtype) << ")";
     return s.str();
   }
   s << " of " << f.count << " x " << dtypeName(static_cast<DType>(f.dtype));
@@ -43,26 +43,29 @@ std::string describe(const Fingerprint& f) {
 
 }  // namespace
 
+static_assert(kNumCodes < 255 && kNumDTypes < 256, "a fingerprint carries these in a byte");
+
+uint64_t bytesOf(const Fingerprint& f) {
+  return f.dtype < kNumDTypes ? f.count * elementSize(static_cast<DType>(f.dtype)) : ~uint64_t{0};
+}
+
 Fingerprint fingerprintOf(const Op& op) {
   Fingerprint f{};
   f.seq = op.seq;
   f.count = op.count;
-  f.kind = static_cast<int32_t>(op.kind);
-  f.dtype = static_cast<int32_t>(op.dtype);
-  f.redop = usesRedOp(op.kind) ? static_cast<int32_t>(op.redop) : 0;
+  f.kind = static_cast<uint8_t>(op.kind);
+  f.dtype = static_cast<uint8_t>(op.dtype);
+  f.redop = usesRedOp(op.kind) ? static_cast<uint8_t>(op.redop) : 0;
   f.root = usesRoot(op.kind) ? op.root : -1;
-  f.bytes = op.count * elementSize(op.dtype);
   if (op.kind == OpKind::AllToAll && !op.sendCounts.empty()) {
     f.redop = kPerPeerCounts;
     f.count = 0;
-    f.bytes = 0;
   }
   if (op.kind == OpKind::Barrier || op.kind == OpKind::Split) {
     f.count = 0;
     f.dtype = 0;
-    f.bytes = 0;
   }
-  if (op.rejected) f.rejected = 1 + static_cast<int32_t>(op.rejectCode);
+  if (op.rejected) f.rejected = static_cast<uint8_t>(1 + static_cast<int>(op.rejectCode));
   return f;
 }
 
@@ -82,7 +85,7 @@ void checkAgreement(const Op& op, const Fingerprint* all, int size, int myRank, 
   const Fingerprint mine = fingerprintOf(op);
   for (size_t r = 0; r < n; ++r) {
     const Fingerprint& f = all[r];
-    const bool layout = f.seq == mine.seq && f.bytes == mine.bytes && f.kind == mine.kind && f.root == mine.root &&
+    const bool layout = f.seq == mine.seq && bytesOf(f) == bytesOf(mine) && f.kind == mine.kind && f.root == mine.root &&
                         perPeer(f) == perPeer(mine);
     if (layout && (!strict || (f.count == mine.count && f.dtype == mine.dtype && f.redop == mine.redop))) continue;
     std::ostringstream s;

@@ -15,18 +15,24 @@
 
 namespace ncclnode {
 
+// 24 bytes, so that through the shared-memory segment the round's flag word, the
+// fingerprint and up to 32 bytes of a small all-reduce's data share one cache line
+// (shm_collectives.cpp: one line transfer per peer and round instead of two at 16-32 B).
+// The byte count is not sent: it is count x the dtype's size (bytesOf).
 struct Fingerprint {
   uint64_t seq;
   uint64_t count;
-  uint64_t bytes;    // what this rank's side of the call moves: count x element size
-  int32_t kind;
-  int32_t dtype;
-  int32_t redop;
   int32_t root;
-  int32_t rejected;  // 0, or 1 + the Code this rank refused its call with
-  int32_t reserved;
+  uint8_t kind;
+  uint8_t dtype;
+  uint8_t redop;
+  uint8_t rejected;  // 0, or 1 + the Code this rank refused its call with
 };
-static_assert(sizeof(Fingerprint) == 48, "fingerprint is exchanged as raw bytes");
+static_assert(sizeof(Fingerprint) == 24, "fingerprint is exchanged as raw bytes");
+
+// What the call moves on its rank's side (count x element size), or ~0 for a dtype this
+// build does not know (a peer's garbage: it matches nothing).
+uint64_t bytesOf(const Fingerprint& f);
 
 Fingerprint fingerprintOf(const Op& op);
 

@@ -318,6 +318,11 @@ bool GlooBackend::shmCarries(const Op& op) const {
   }
 }
 
+// A small all-reduce's whole message shares its flag's cache line (shm_collectives.cpp):
+// with the 48-byte fingerprint this had, 16-32 B took a second line and 0.87-0.90 of the
+// time per call went with it (bench/README.md).
+static_assert(shm::kRoundFlagBytes + sizeof(Fingerprint) + 32 <= 64, "flag, fingerprint and 32 B in one line");
+
 // What a slot holds beside the fingerprint.
 size_t GlooBackend::shmRoundCap() const { return shm_->chunkBytes - shm::kRoundFlagBytes - sizeof(Fingerprint); }
 

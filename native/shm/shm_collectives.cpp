@@ -100,13 +100,14 @@ namespace {
 // A round's message goes into its slot behind a flag word, written last: the step,
 // mixed with the segment's nonce. A peer polls that word, in the same cache line as the
 // message's first 56 bytes, so one transfer of that line both tells it the message is
-// in and brings a small all-reduce's whole message (flag, fingerprint, 8 bytes of data);
-// polling the rank's posted counter instead took one transfer for the counter and another
-// for the message after it, and the counter's line bounces with every done as well. The
-// nonce keeps what other collectives leave in a slot (they use its first word as data,
-// cleared first: clearFlag()) from reading as a flag: eight bytes of data equal to
-// step ^ nonce would have to be guessed, and fewer leave a zero top byte. The
-// posted counter is still written, after the flag, for the waits that watch it.
+// in and brings a small all-reduce's whole message (flag, 24-byte fingerprint, up to 32
+// bytes of data: gloo_shm.cpp); polling the rank's posted counter instead took one
+// transfer for the counter and another for the message after it, and the counter's line
+// bounces with every done as well. The nonce keeps what other collectives leave in a
+// slot (they use its first word as data, cleared first: clearFlag()) from reading as a
+// flag: eight bytes of data equal to step ^ nonce would have to be guessed, and fewer
+// leave a zero top byte. The posted counter is still written, after the flag, for the
+// waits that watch it.
 uint64_t roundFlag(const Segment& seg, uint64_t s) { return s ^ seg.nonce(); }
 uint64_t* flagOf(uint8_t* slot) { return reinterpret_cast<uint64_t*>(slot); }
 
