@@ -22,6 +22,7 @@ import { HealthMonitor } from './health-monitor.js';
 import { hostOrJoinStore } from './host.js';
 import { doneKey, joinKey, publishFailure, watchFailure, watchJoins, type FailureRecord, type JoinInfo } from './join.js';
 import { prefixedView, type KeyView } from './keyview.js';
+import { CPUS_ENV } from './cpu-bind.js';
 import { resolveOptions, resolveToken, type LaunchOptions, type Resolved } from './options.js';
 import { rankOutput } from './output.js';
 import { GUARD_FD, nodeArgs, rankEnv } from './rank-process.js';
@@ -317,8 +318,12 @@ export class Launcher {
       storeHost: this.storeHost, storePort: this.port, token: this.rankToken, restarts, jobId: this.jobId });
     const env = spare === undefined ? base : { ...base, [SPARE_ENV]: '1', [SPARE_INDEX_ENV]: String(spare) };
     const out = rankOutput({ ...o.output, attempt: gang.attempt, restart: restarts }, spare === undefined ? rank : `s${spare}`, localRank);
+    // --cpu-bind: taskset binds, then execs node in the same process (same pid, same group).
+    const cpus = spare === undefined ? o.cpuBinding?.cpus[localRank] : undefined;
+    const [file, argv] = cpus === undefined ? [process.execPath, args] : [o.cpuBinding!.taskset, ['-c', cpus, process.execPath, ...args]];
+    if (cpus !== undefined) env[CPUS_ENV] = cpus;
     // detached: the rank leads its own process group (see process-group.ts).
-    const child = spawn(process.execPath, args, { cwd: o.cwd, env, detached: true, stdio: ['ignore', ...out.stdio, 'pipe'] });
+    const child = spawn(file, argv, { cwd: o.cwd, env, detached: true, stdio: ['ignore', ...out.stdio, 'pipe'] });
     child.once('exit', (code, signal) => {
       r.exit = { code, signal };
       r.exitOrder = this.exits++;

@@ -8,6 +8,7 @@ import path from 'node:path';
 import type { Writable } from 'node:stream';
 
 import { NcclNodeError } from '../errors.js';
+import { allowedCpus, checkCpuBindMode, cpuPlaces, exclusiveCpus, findTaskset, formatCpuList, type CpuBindMode } from './cpu-bind.js';
 import { DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT } from './env.js';
 import type { OutputPolicy, StdMask } from './output.js';
 
@@ -68,6 +69,11 @@ export interface LaunchOptions {
   heartbeatTimeoutMs?: number;
   /** Run the node self-test (health-check.ts) before joining each rendezvous round; a failing node does not join. */
   healthCheck?: boolean;
+  /**
+   * 'exclusive': each local rank runs on its own share of the CPUs the launcher may use
+   * (cpu-bind.ts; torchrun's --numa-binding exclusive, mpirun's --bind-to core). Default 'none'.
+   */
+  cpuBind?: CpuBindMode;
   /** Prefix each output line with "[rank] " (default false, as torchrun). */
   prefix?: boolean;
   /** Where --redirects/--tee write each rank's output: <logDir>/<runId>_<random>/attempt_0/<local rank>/. */
@@ -115,6 +121,8 @@ export interface Resolved {
   heartbeatIntervalMs: number;
   heartbeatTimeoutMs: number;
   healthCheck: boolean;
+  /** cpuBind 'exclusive': per local rank its CPU list and the taskset that applies it. */
+  cpuBinding?: { taskset: string; cpus: string[] };
   prefix: boolean;
   output: OutputPolicy;
   exitBarrierTimeoutMs: number;
@@ -202,10 +210,15 @@ export function resolveOptions(o: LaunchOptions): Resolved {
     mkdirSync(base, { recursive: true });
     runLogDir = mkdtempSync(path.join(base, `${runId}_`));
   }
+  const nprocPerNode = checkInt('nprocPerNode', o.nprocPerNode, 1, 4096);
+  const env = o.env ?? process.env;
+  const cpuBinding = checkCpuBindMode(o.cpuBind ?? 'none') === 'exclusive'
+    ? { taskset: findTaskset(env), cpus: exclusiveCpus(cpuPlaces(allowedCpus()), nprocPerNode).map(formatCpuList) }
+    : undefined;
   return {
     script,
     scriptArgs: o.scriptArgs ?? [],
-    nprocPerNode: checkInt('nprocPerNode', o.nprocPerNode, 1, 4096),
+    nprocPerNode,
     nnodes,
     nodeRank,
     elastic,
@@ -225,10 +238,11 @@ export function resolveOptions(o: LaunchOptions): Resolved {
     heartbeatIntervalMs,
     heartbeatTimeoutMs,
     healthCheck: o.healthCheck ?? false,
+    ...(cpuBinding ? { cpuBinding } : {}),
     prefix,
     output: { prefix, redirects, tee, ...(o.localRanksFilter ? { consoleRanks: o.localRanksFilter } : {}), ...(runLogDir ? { runLogDir } : {}), attempt: 0 },
     exitBarrierTimeoutMs: checkMs('exitBarrierTimeoutMs', o.exitBarrierTimeoutMs ?? 300_000, 0),
-    env: o.env ?? process.env,
+    env,
     cwd,
     stdout: o.stdout ?? process.stdout,
     stderr: o.stderr ?? process.stderr,

@@ -6,6 +6,7 @@ import { InvalidArgumentError, Option, type Command } from 'commander';
 
 import { isNcclNodeError } from '../../errors.js';
 import { gpuInfo } from '../../gpu/info.js';
+import { CPU_BIND_MODES, type CpuBindMode } from '../../launch/cpu-bind.js';
 import { DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT } from '../../launch/env.js';
 import { Launcher } from '../../launch/launcher.js';
 import { parseRanksFilter, parseStdMask } from '../../launch/output.js';
@@ -36,6 +37,7 @@ interface RunFlags {
   heartbeatInterval: number;
   heartbeatTimeout?: number;
   healthCheck?: boolean;
+  cpuBind: CpuBindMode;
   prefix?: boolean;
 }
 
@@ -65,6 +67,14 @@ function endpointArg(value: string): { host: string; port: number } {
   const port = m?.[2] !== undefined ? Number(m[2]) : DEFAULT_MASTER_PORT;
   if (m === null || port < 1 || port > 65535) throw new InvalidArgumentError('expected HOST or HOST:PORT, e.g. 10.0.0.1:29400');
   return { host: m[1]!.replace(/^\[|\]$/g, ''), port };
+}
+
+function cpuBindArg(value: string): CpuBindMode {
+  const v = value.trim();
+  if (!(CPU_BIND_MODES as readonly string[]).includes(v)) {
+    throw new InvalidArgumentError(`expected ${CPU_BIND_MODES.join(' or ')} (each local rank on its own share of this node's CPUs)`);
+  }
+  return v as CpuBindMode;
 }
 
 function backendArg(value: string): 'static' | 'c10d' | 'etcd' {
@@ -205,6 +215,7 @@ export function registerRunCommand(program: Command): void {
     .option('--heartbeat-interval <seconds>', 'how often ranks heartbeat through the store; 0 turns heartbeats off', secondsArg(0), 5)
     .option('--heartbeat-timeout <seconds>', 'fail a rank whose heartbeat stopped for this long (default: 3 intervals)', secondsArg(1e-9))
     .option('--health-check', 'before joining each rendezvous round, test the store connection, a local collective and the GPUs; a failing node does not join')
+    .option('--cpu-bind <mode>', 'none, or exclusive: each local rank on its own contiguous share of the CPUs this launcher may use, whole cores in NUMA order, under taskset (NCCL_NODE_CPUS tells the rank its list)', cpuBindArg, 'none')
     .option('--prefix', 'prefix output lines with "[rank] "')
     .option('--no-prefix', 'do not prefix output lines (the default)')
     .argument('<script>', 'the training script: .js, .mjs, .cjs, .ts, .mts or .cts')
@@ -274,6 +285,7 @@ async function run(script: string, scriptArgs: string[], flags: RunFlags): Promi
       heartbeatIntervalMs: flags.heartbeatInterval * 1000,
       ...(flags.heartbeatTimeout !== undefined ? { heartbeatTimeoutMs: flags.heartbeatTimeout * 1000 } : {}),
       healthCheck: flags.healthCheck ?? false,
+      cpuBind: flags.cpuBind,
       prefix: flags.prefix ?? false,
     });
   } catch (err) {
