@@ -60,8 +60,13 @@ const rooted = async (coll: string, bytes: number, call: () => PromiseLike<unkno
 // the library's call path, and collects what start-up left, on the host's cores (raw Gloo
 // from C++ has none of it). One pass was not enough on 4 ranks of a 2-core host: the
 // next two passes' spans (400 calls of 8-32 B) still held 1-8 calls of 1-8 ms, every rank
-// stalled at once, 93-160 µs a call against 75-83 from the fourth pass on.
-const WARM_PASSES = 3;
+// stalled at once, 93-160 µs a call against 75-83 from the fourth pass on. Three were not
+// either: with --trace-opt, each of the 4-rank spans that stalled 1-3 ms at every rank
+// (the same points run after run, moving with the sizes' order, gone with --no-opt) came
+// just after V8 finished optimizing a function of the call path on a background thread
+// (0.6-10 ms of a core each, zod's parse the largest), on a host whose 2 cores the 4 ranks
+// already filled. After 20 passes one such stall was left in 24 spans (bench/README.md).
+const WARM_PASSES = 20;
 for (const [i, bytes] of [...Array<number>(WARM_PASSES).fill(SIZES[0]!), ...SIZES].entries()) {
   warming = i < WARM_PASSES;
   const count = Math.max(1, Math.floor(bytes / 4));

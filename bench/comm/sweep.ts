@@ -19,7 +19,7 @@
  *
  *   node --import tsx bench/comm/sweep.ts [--ranks 2,4] [--min 8] [--max 256M] [--step 4]
  *        [--iters 100] [--rounds 3] [--shm] [--json bench/comm/sweep.json] [--write-tuning path]
- *        [--new-ring-max 4M] [--alltoall-max 2M] [--rooted-max 64M]
+ *        [--new-ring-max 4M] [--alltoall-max 2M] [--rooted-max 64M] [--cpu-bind]
  *
  * --write-tuning writes an NCCL_NODE_GLOO_TUNING file (docs/gloo.md): per
  * collective and rank count, the raw Gloo algorithm where it beat the addon beyond
@@ -34,6 +34,7 @@ import { gang } from '../gang.js';
 import { tuningFromSweep, type SweepRow } from './sweep-tuning.js';
 import { median } from '../stats.js';
 import { arg, bytesOf } from '../args.js';
+import { allowedCpus, cpuPlaces, exclusiveCpus, findTaskset, formatCpuList } from '../../src/launch/cpu-bind.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const RANKS = arg('--ranks', '2,4').split(',').map(Number);
@@ -56,6 +57,14 @@ const ALLTOALL_MAX = process.argv.includes('--alltoall-max') ? String(bytesOf(ar
 // --rooted-max: time raw Gloo's broadcast, reduce, gather and scatter only up to this size
 // (on 4 ranks of a 2-core host gloo::reduce moved about 2 MB/s at 128 MiB).
 const ROOTED_MAX = process.argv.includes('--rooted-max') ? String(bytesOf(arg('--rooted-max', '0'))) : undefined;
+// --cpu-bind: every rank of both sides under `taskset -c`, each on its own share of this
+// process's CPUs as `nccl-node run --cpu-bind exclusive` would give it (src/launch/cpu-bind.ts).
+const CPU_BIND = process.argv.includes('--cpu-bind');
+const bound = (ranks: number, rank: number, [file, args, env]: [string, string[], NodeJS.ProcessEnv]): [string, string[], NodeJS.ProcessEnv] => {
+  if (!CPU_BIND) return [file, args, env];
+  const cpus = exclusiveCpus(cpuPlaces(allowedCpus()), ranks)[rank]!;
+  return [findTaskset(process.env), ['-c', formatCpuList(cpus), file, ...args], env];
+};
 
 // The sizes gloo_algos visits for (min, max, step): x step, the last one max.
 const SIZES: number[] = [];
@@ -69,21 +78,21 @@ const key = (coll: string, size: number): string => `${coll}/${size}`;
 async function addonRound(ranks: number): Promise<Point[]> {
   const port = await freePort();
   const worker = fileURLToPath(new URL('./sweep-worker.ts', import.meta.url));
-  return gang<Point>(ranks, (rank) => [process.execPath, ['--import', 'tsx', worker], {
+  return gang<Point>(ranks, (rank) => bound(ranks, rank, [process.execPath, ['--import', 'tsx', worker], {
     ...process.env, NCCL_NODE_SHM: SHM ? '1' : '0', RANK: String(rank), LOCAL_RANK: String(rank), WORLD_SIZE: String(ranks),
     MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'sweep',
     SWEEP_SIZES: SIZES.join(','), SWEEP_ITERS: String(ITERS),
-  }]);
+  }]));
 }
 
 async function glooRound(bin: string, ranks: number): Promise<Point[]> {
   const dir = mkdtempSync(join(tmpdir(), 'sweep-gloo-'));
   try {
-    return await gang<Point>(ranks, (rank) =>
+    return await gang<Point>(ranks, (rank) => bound(ranks, rank,
       [bin, [String(rank), String(ranks), dir, String(ITERS), String(MIN), String(MAX), String(STEP)],
       { ...process.env, ...(NEW_RING_MAX ? { GLOO_ALGOS_NEW_RING_MAX: NEW_RING_MAX } : {}),
         ...(ALLTOALL_MAX ? { GLOO_ALGOS_ALLTOALL_MAX: ALLTOALL_MAX } : {}),
-        ...(ROOTED_MAX ? { GLOO_ALGOS_ROOTED_MAX: ROOTED_MAX } : {}) }]);
+        ...(ROOTED_MAX ? { GLOO_ALGOS_ROOTED_MAX: ROOTED_MAX } : {}) }]));
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -172,7 +181,7 @@ async function main(): Promise<void> {
     }
   }
   const doc = {
-    bench: 'comm-sweep', path: SHM ? 'shm' : 'tcp', dtype: 'float32', op: 'sum', rounds: ROUNDS, iters: ITERS, step: STEP,
+    bench: 'comm-sweep', path: SHM ? 'shm' : 'tcp', cpuBind: CPU_BIND, dtype: 'float32', op: 'sum', rounds: ROUNDS, iters: ITERS, step: STEP,
     tuning: process.env.NCCL_NODE_GLOO_TUNING ?? null, newRingMax: NEW_RING_MAX ? Number(NEW_RING_MAX) : null,
     alltoallMax: ALLTOALL_MAX ? Number(ALLTOALL_MAX) : null, rootedMax: ROOTED_MAX ? Number(ROOTED_MAX) : null,
     node: process.version, rows,

@@ -26,6 +26,7 @@ import {
   reduceSchema,
   reduceScatterSchema,
   rootedSchema,
+  rootOnly,
   splitSchema,
   type AllReduceOptions,
   type AllToAllOptions,
@@ -357,7 +358,7 @@ export class Communicator {
   /** Copies `buf` from `root` (default 0) to every rank. */
   broadcast(buf: Buffer, options?: RootedOptions): Work {
     return this.#guard('broadcast', -1, () => {
-      const o = options ? parse(rootedSchema, options, this.#where('broadcast')) : {};
+      const o = options ? (rootOnly(options) ?? parse(rootedSchema, options, this.#where('broadcast'))) : {};
       const dtype = dtypeOf(buf, o.dtype, this.#where('broadcast'));
       const root = this.#root('broadcast', o.root);
       return this.#submit('broadcast', { send: buf, recv: buf, count: lengthOf(buf, dtype), dtype, root, timeoutMs: o.timeoutMs });
@@ -367,7 +368,7 @@ export class Communicator {
   /** Reduces `buf` from every rank into `root`'s `buf` (or `out`); other ranks' buffers are unchanged. */
   reduce(buf: Buffer, options?: ReduceOptions<Buffer>): Work {
     return this.#guard('reduce', -1, () => {
-      const o = options ? parse(reduceSchema, options, this.#where('reduce')) : {};
+      const o = options ? (rootOnly(options) ?? parse(reduceSchema, options, this.#where('reduce'))) : {};
       const dtype = dtypeOf(buf, o.dtype, this.#where('reduce'));
       const root = this.#root('reduce', o.root);
       const count = lengthOf(buf, dtype);
@@ -430,7 +431,7 @@ export class Communicator {
   /** Concatenates every rank's `input` into `root`'s `output`; `output` is ignored elsewhere. */
   gather(input: Buffer, output: Buffer | null | undefined, options?: RootedOptions): Work {
     return this.#guard('gather', -1, () => {
-      const o = options ? parse(rootedSchema, options, this.#where('gather')) : {};
+      const o = options ? (rootOnly(options) ?? parse(rootedSchema, options, this.#where('gather'))) : {};
       const dtype = dtypeOf(input, o.dtype, this.#where('gather'));
       const root = this.#root('gather', o.root);
       const count = lengthOf(input, dtype);
@@ -446,7 +447,7 @@ export class Communicator {
   /** Splits `root`'s `input` (size x output length) into blocks; rank r receives block r. */
   scatter(input: Buffer | null | undefined, output: Buffer, options?: RootedOptions): Work {
     return this.#guard('scatter', -1, () => {
-      const o = options ? parse(rootedSchema, options, this.#where('scatter')) : {};
+      const o = options ? (rootOnly(options) ?? parse(rootedSchema, options, this.#where('scatter'))) : {};
       const dtype = dtypeOf(output, o.dtype, this.#where('scatter'));
       const root = this.#root('scatter', o.root);
       const count = lengthOf(output, dtype);
