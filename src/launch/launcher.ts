@@ -17,12 +17,12 @@ import { JOB_ID_ENV, launcherJobId, removeJobFiles, SNAPSHOT_DIR_ENV, DEFAULT_SN
 import { isNcclNodeError } from '../errors.js';
 import { scopeKeyPrefix, scopedToken } from '../rendezvous/scope.js';
 import type { StoreServer } from '../rendezvous/server.js';
+import { CPUS_ENV } from './cpu-bind.js';
 import { refusal } from './health-check.js';
 import { HealthMonitor } from './health-monitor.js';
 import { hostOrJoinStore } from './host.js';
 import { doneKey, joinKey, publishFailure, watchFailure, watchJoins, type FailureRecord, type JoinInfo } from './join.js';
 import { prefixedView, type KeyView } from './keyview.js';
-import { CPUS_ENV } from './cpu-bind.js';
 import { resolveOptions, resolveToken, type LaunchOptions, type Resolved } from './options.js';
 import { rankOutput } from './output.js';
 import { GUARD_FD, nodeArgs, rankEnv } from './rank-process.js';

@@ -202,6 +202,11 @@ export function resolveOptions(o: LaunchOptions): Resolved {
   if (heartbeatIntervalMs > 0 && heartbeatTimeoutMs <= heartbeatIntervalMs) {
     throw invalid(`heartbeatTimeoutMs (${heartbeatTimeoutMs}) must be longer than heartbeatIntervalMs (${heartbeatIntervalMs})`, { option: 'heartbeatTimeoutMs', received: heartbeatTimeoutMs });
   }
+  const nprocPerNode = checkInt('nprocPerNode', o.nprocPerNode, 1, 4096);
+  const env = o.env ?? process.env;
+  const cpuBinding = checkCpuBindMode(o.cpuBind ?? 'none') === 'exclusive'
+    ? { taskset: findTaskset(env), cpus: exclusiveCpus(cpuPlaces(allowedCpus()), nprocPerNode).map(formatCpuList) }
+    : undefined;
   const redirects = o.redirects ?? ((): StdMask => 0);
   const tee = o.tee ?? ((): StdMask => 0);
   let runLogDir: string | undefined;
@@ -210,11 +215,6 @@ export function resolveOptions(o: LaunchOptions): Resolved {
     mkdirSync(base, { recursive: true });
     runLogDir = mkdtempSync(path.join(base, `${runId}_`));
   }
-  const nprocPerNode = checkInt('nprocPerNode', o.nprocPerNode, 1, 4096);
-  const env = o.env ?? process.env;
-  const cpuBinding = checkCpuBindMode(o.cpuBind ?? 'none') === 'exclusive'
-    ? { taskset: findTaskset(env), cpus: exclusiveCpus(cpuPlaces(allowedCpus()), nprocPerNode).map(formatCpuList) }
-    : undefined;
   return {
     script,
     scriptArgs: o.scriptArgs ?? [],
