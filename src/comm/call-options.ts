@@ -64,28 +64,32 @@ export type AllToAllOptions = z.infer<typeof allToAllSchema>;
 export type BarrierOptions = z.infer<typeof barrierSchema>;
 export type SplitOptions = z.infer<typeof splitSchema>;
 
-/** Parses options; a failure is ERR_INVALID_ARGUMENT naming the call and each bad field. */
 /** What rootOnly() lets through: the other options of a rooted call are absent. */
-export type RootOnly = { root: number } & Partial<Record<'timeoutMs' | 'dtype' | 'op' | 'out', undefined>>;
+export type RootOnly = { root: number; out?: unknown } & Partial<Record<'timeoutMs' | 'dtype' | 'op', undefined>>;
 
 /**
- * `{ root: r }` and nothing else, the usual options of a rooted call, checked without
- * zod; undefined for anything else, which then goes through the schema, so every error
- * reads as it does there. The schema's parse was the largest part of such a call's
- * JavaScript (0.15 of a 0.64 µs broadcast at 1 rank) and, once hot, V8's largest compile
- * of the call path (about 10 ms of a core, bench/README.md).
+ * `{ root: r }` and nothing else (a reduce's `{ root: r, out }` too, withOut), the usual
+ * options of a rooted call, checked without zod; undefined for anything else, which then
+ * goes through the schema, so every error reads as it does there. The schema's parse was
+ * the largest part of such a call's JavaScript (0.15 of a 0.64 µs broadcast at 1 rank)
+ * and, once hot, V8's largest compile of the call path (about 10 ms of a core,
+ * bench/README.md). `out` is any value, as the schema's; the call checks it.
  */
-export function rootOnly(value: unknown): RootOnly | undefined {
+export function rootOnly(value: unknown, withOut = false): RootOnly | undefined {
   if (typeof value !== 'object' || value === null || Object.getPrototypeOf(value) !== Object.prototype) return undefined;
-  let keys = 0;
+  let hasRoot = false;
+  let hasOut = false;
   for (const key in value) {
-    if (key !== 'root') return undefined;
-    keys++;
+    if (key === 'root') hasRoot = true;
+    else if (key === 'out' && withOut) hasOut = true;
+    else return undefined;
   }
-  const root = (value as { root?: unknown }).root;
-  return keys === 1 && Number.isSafeInteger(root) && (root as number) >= 0 ? { root: root as number } : undefined;
+  const { root, out } = value as { root?: unknown; out?: unknown };
+  if (!hasRoot || !Number.isSafeInteger(root) || (root as number) < 0) return undefined;
+  return hasOut ? { root: root as number, out } : { root: root as number };
 }
 
+/** Parses options; a failure is ERR_INVALID_ARGUMENT naming the call and each bad field. */
 export function parse<S extends z.ZodType>(schema: S, value: unknown, where: string): z.infer<S> {
   const result = schema.safeParse(value ?? {});
   if (result.success) return result.data;

@@ -368,7 +368,7 @@ export class Communicator {
   /** Reduces `buf` from every rank into `root`'s `buf` (or `out`); other ranks' buffers are unchanged. */
   reduce(buf: Buffer, options?: ReduceOptions<Buffer>): Work {
     return this.#guard('reduce', -1, () => {
-      const o = options ? (rootOnly(options) ?? parse(reduceSchema, options, this.#where('reduce'))) : {};
+      const o = options ? (rootOnly(options, true) ?? parse(reduceSchema, options, this.#where('reduce'))) : {};
       const dtype = dtypeOf(buf, o.dtype, this.#where('reduce'));
       const root = this.#root('reduce', o.root);
       const count = lengthOf(buf, dtype);
