@@ -34,7 +34,7 @@ import { gang } from '../gang.js';
 import { tuningFromSweep, type SweepRow } from './sweep-tuning.js';
 import { median } from '../stats.js';
 import { arg, bytesOf } from '../args.js';
-import { allowedCpus, cpuPlaces, exclusiveCpus, findTaskset, formatCpuList } from '../../src/launch/cpu-bind.js';
+import { exclusiveBinding } from '../../src/launch/cpu-bind.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const RANKS = arg('--ranks', '2,4').split(',').map(Number);
@@ -60,10 +60,12 @@ const ROOTED_MAX = process.argv.includes('--rooted-max') ? String(bytesOf(arg('-
 // --cpu-bind: every rank of both sides under `taskset -c`, each on its own share of this
 // process's CPUs as `nccl-node run --cpu-bind exclusive` would give it (src/launch/cpu-bind.ts).
 const CPU_BIND = process.argv.includes('--cpu-bind');
+const bindings = new Map<number, ReturnType<typeof exclusiveBinding>>();  // per rank count, worked out once
 const bound = (ranks: number, rank: number, [file, args, env]: [string, string[], NodeJS.ProcessEnv]): [string, string[], NodeJS.ProcessEnv] => {
   if (!CPU_BIND) return [file, args, env];
-  const cpus = exclusiveCpus(cpuPlaces(allowedCpus()), ranks)[rank]!;
-  return [findTaskset(process.env), ['-c', formatCpuList(cpus), file, ...args], env];
+  if (!bindings.has(ranks)) bindings.set(ranks, exclusiveBinding(ranks, process.env));
+  const { taskset, cpus } = bindings.get(ranks)!;
+  return [taskset, ['-c', cpus[rank]!, file, ...args], env];
 };
 
 // The sizes gloo_algos visits for (min, max, step): x step, the last one max.

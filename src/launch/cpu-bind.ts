@@ -98,12 +98,14 @@ export function cpuPlaces(cpus: readonly number[], sysfs = '/sys/devices/system'
 export function exclusiveCpus(places: readonly CpuPlace[], nproc: number): number[][] {
   if (places.length === 0) throw new NcclNodeError('ERR_UNAVAILABLE', 'no CPUs to bind ranks to');
   // Whole cores, in NUMA node, package, core order; a core's hyperthreads together.
-  const byCore = new Map<string, CpuPlace[]>();
+  const byCore = new Map<string, number[]>();
   for (const p of [...places].sort((a, b) => a.node - b.node || a.pkg - b.pkg || a.core - b.core || a.cpu - b.cpu)) {
     const key = `${p.node}/${p.pkg}/${p.core}`;
-    byCore.set(key, [...(byCore.get(key) ?? []), p]);
+    const core = byCore.get(key);
+    if (core) core.push(p.cpu);
+    else byCore.set(key, [p.cpu]);
   }
-  let units: number[][] = [...byCore.values()].map((ps) => ps.map((p) => p.cpu));
+  let units: number[][] = [...byCore.values()];
   if (units.length < nproc) units = units.flat().map((c) => [c]);  // fewer cores than ranks: hyperthreads apart
   if (units.length < nproc) {
     // Fewer CPUs than ranks: neighbouring ranks share one.
@@ -120,6 +122,14 @@ export function exclusiveCpus(places: readonly CpuPlace[], nproc: number): numbe
     at += n;
   }
   return out;
+}
+
+/**
+ * `exclusive` on this host: the taskset that applies it and, per local rank of `nproc`,
+ * its CPU list as taskset takes it (the launcher's ranks, and bench/comm/sweep.ts --cpu-bind).
+ */
+export function exclusiveBinding(nproc: number, env: NodeJS.ProcessEnv): { taskset: string; cpus: string[] } {
+  return { taskset: findTaskset(env), cpus: exclusiveCpus(cpuPlaces(allowedCpus()), nproc).map(formatCpuList) };
 }
 
 /** The taskset binary on PATH, or an error naming what is missing. */

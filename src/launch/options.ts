@@ -8,7 +8,7 @@ import path from 'node:path';
 import type { Writable } from 'node:stream';
 
 import { NcclNodeError } from '../errors.js';
-import { allowedCpus, checkCpuBindMode, cpuPlaces, exclusiveCpus, findTaskset, formatCpuList, type CpuBindMode } from './cpu-bind.js';
+import { checkCpuBindMode, exclusiveBinding, type CpuBindMode } from './cpu-bind.js';
 import { DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT } from './env.js';
 import type { OutputPolicy, StdMask } from './output.js';
 
@@ -204,9 +204,7 @@ export function resolveOptions(o: LaunchOptions): Resolved {
   }
   const nprocPerNode = checkInt('nprocPerNode', o.nprocPerNode, 1, 4096);
   const env = o.env ?? process.env;
-  const cpuBinding = checkCpuBindMode(o.cpuBind ?? 'none') === 'exclusive'
-    ? { taskset: findTaskset(env), cpus: exclusiveCpus(cpuPlaces(allowedCpus()), nprocPerNode).map(formatCpuList) }
-    : undefined;
+  const cpuBinding = checkCpuBindMode(o.cpuBind ?? 'none') === 'exclusive' ? exclusiveBinding(nprocPerNode, env) : undefined;
   const redirects = o.redirects ?? ((): StdMask => 0);
   const tee = o.tee ?? ((): StdMask => 0);
   let runLogDir: string | undefined;
