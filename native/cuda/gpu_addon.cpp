@@ -1,5 +1,6 @@
 // The GPU half of the addon's exports. Nothing here touches a GPU library until a
 // function is called, so the addon loads on machines without CUDA, NCCL or NVML.
+#include <cstdio>
 #include <map>
 #include <mutex>
 
@@ -107,6 +108,27 @@ Napi::Value GpuInfo(const Napi::CallbackInfo& info) {
   }
   out.Set("devices", devices);
   out.Set("driverVersion", driver);
+  // Each device in CUDA's order (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER): its name and its
+  // PCI address as sysfs spells it ("0000:3b:00.0"), where the launcher finds its NUMA node.
+  Napi::Array gpus = Napi::Array::New(env);
+  for (int i = 0; cu && i < devices; ++i) {
+    CUdevice dev = 0;
+    char name[256] = {0};
+    int domain = 0, bus = 0, device = 0;
+    if (cu->cuDeviceGet(&dev, i) != kCudaSuccess || cu->cuDeviceGetName(name, sizeof name - 1, dev) != kCudaSuccess ||
+        cu->cuDeviceGetAttribute(&domain, kAttrPciDomainId, dev) != kCudaSuccess ||
+        cu->cuDeviceGetAttribute(&bus, kAttrPciBusId, dev) != kCudaSuccess ||
+        cu->cuDeviceGetAttribute(&device, kAttrPciDeviceId, dev) != kCudaSuccess) {
+      break;  // a device the driver will not describe: the list stops short of `devices`
+    }
+    char pci[32];
+    std::snprintf(pci, sizeof pci, "%04x:%02x:%02x.0", domain, bus, device);
+    Napi::Object g = Napi::Object::New(env);
+    g.Set("name", std::string(name));
+    g.Set("pciBusId", std::string(pci));
+    gpus.Set(static_cast<uint32_t>(i), g);
+  }
+  out.Set("gpus", gpus);
   why.clear();
   const NcclApi* nc = tryNccl(&why);
   out.Set("nccl", Napi::Boolean::New(env, nc != nullptr));

@@ -1,6 +1,6 @@
 /**
- * CPU binding of a node's ranks (`nccl-node run --cpu-bind`), as torchrun's
- * `--numa-binding exclusive` and mpirun's `--bind-to core` do: each local rank runs on
+ * CPU binding of a node's ranks (`nccl-node run --cpu-bind`), as mpirun's
+ * `--bind-to core` does: each local rank runs on
  * its own share of the CPUs the launcher may use, so the scheduler does not move a
  * rank's communicator thread between cores, or put two ranks' busy threads on one core
  * while another idles. Ranks start under `taskset -c` (util-linux), so every thread of
@@ -13,7 +13,8 @@
  * one node each. With fewer cores than ranks, cores are split into their hyperthreads;
  * with fewer CPUs than ranks, neighbouring ranks share a CPU (rank i on CPU
  * floor(i * cpus / nproc)). Spare workers (`--spares`) stay unbound: one may take any
- * rank's place.
+ * rank's place. The topology comes from sysfs under NCCL_NODE_SYSFS (default /sys).
+ * numa-binding.ts binds by where each rank's GPU sits instead.
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -25,6 +26,13 @@ export type CpuBindMode = (typeof CPU_BIND_MODES)[number];
 
 /** What a rank is told it was bound to (a CPU list as taskset and /proc print it). */
 export const CPUS_ENV = 'NCCL_NODE_CPUS';
+
+/** Where the launcher reads sysfs (default /sys), for containers that mount the host's elsewhere. */
+export const SYSFS_ENV = 'NCCL_NODE_SYSFS';
+
+export function sysfsRoot(env: NodeJS.ProcessEnv): string {
+  return env[SYSFS_ENV] || '/sys';
+}
 
 export function checkCpuBindMode(v: string): CpuBindMode {
   if (!(CPU_BIND_MODES as readonly string[]).includes(v)) {
@@ -129,7 +137,8 @@ export function exclusiveCpus(places: readonly CpuPlace[], nproc: number): numbe
  * its CPU list as taskset takes it (the launcher's ranks, and bench/comm/sweep.ts --cpu-bind).
  */
 export function exclusiveBinding(nproc: number, env: NodeJS.ProcessEnv): { taskset: string; cpus: string[] } {
-  return { taskset: findTaskset(env), cpus: exclusiveCpus(cpuPlaces(allowedCpus()), nproc).map(formatCpuList) };
+  const system = path.join(sysfsRoot(env), 'devices', 'system');
+  return { taskset: findTaskset(env), cpus: exclusiveCpus(cpuPlaces(allowedCpus(), system), nproc).map(formatCpuList) };
 }
 
 /** The taskset binary on PATH, or an error naming what is missing. */

@@ -8,7 +8,9 @@ import path from 'node:path';
 import type { Writable } from 'node:stream';
 
 import { NcclNodeError } from '../errors.js';
+import { gpuInfo } from '../gpu/info.js';
 import { checkCpuBindMode, exclusiveBinding, type CpuBindMode } from './cpu-bind.js';
+import { checkNumaBindingMode, numaBinding, type NumaBindingMode } from './numa-binding.js';
 import { DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT } from './env.js';
 import type { OutputPolicy, StdMask } from './output.js';
 
@@ -71,9 +73,16 @@ export interface LaunchOptions {
   healthCheck?: boolean;
   /**
    * 'exclusive': each local rank runs on its own share of the CPUs the launcher may use
-   * (cpu-bind.ts; torchrun's --numa-binding exclusive, mpirun's --bind-to core). Default 'none'.
+   * in rank order, whatever GPUs the host has (cpu-bind.ts; mpirun's --bind-to core). Default 'none'.
    */
   cpuBind?: CpuBindMode;
+  /**
+   * torchrun's --numa-binding: local rank i on CPUs of the NUMA node of GPU i
+   * (numa-binding.ts). Not with cpuBind. Default none.
+   */
+  numaBinding?: NumaBindingMode;
+  /** numaBinding: every visible GPU's PCI address in CUDA's order. Default: the CUDA driver's (gpuInfo()). */
+  gpuPciBusIds?: readonly string[];
   /** Prefix each output line with "[rank] " (default false, as torchrun). */
   prefix?: boolean;
   /** Where --redirects/--tee write each rank's output: <logDir>/<runId>_<random>/attempt_0/<local rank>/. */
@@ -121,7 +130,7 @@ export interface Resolved {
   heartbeatIntervalMs: number;
   heartbeatTimeoutMs: number;
   healthCheck: boolean;
-  /** cpuBind 'exclusive': per local rank its CPU list and the taskset that applies it. */
+  /** cpuBind 'exclusive' or numaBinding: per local rank its CPU list and the taskset that applies it. */
   cpuBinding?: { taskset: string; cpus: string[] };
   prefix: boolean;
   output: OutputPolicy;
@@ -147,6 +156,25 @@ function checkInt(name: string, v: number, min: number, max = Number.MAX_SAFE_IN
 function checkMs(name: string, v: number, min: number): number {
   if (!Number.isFinite(v) || v < min) throw invalid(`${name} must be at least ${min} ms, got ${v}`, { option: name, received: v });
   return v;
+}
+
+/** --cpu-bind or --numa-binding (at most one) as CPU lists per local rank, or no binding. */
+function bindingOf(o: LaunchOptions, nproc: number, env: NodeJS.ProcessEnv): Resolved['cpuBinding'] {
+  const cpuBind = checkCpuBindMode(o.cpuBind ?? 'none');
+  if (o.numaBinding === undefined) return cpuBind === 'exclusive' ? exclusiveBinding(nproc, env) : undefined;
+  const mode = checkNumaBindingMode(o.numaBinding);
+  if (cpuBind !== 'none') throw invalid('cpuBind and numaBinding both bind ranks to CPUs: give one', { option: 'numaBinding' });
+  return numaBinding(mode, o.gpuPciBusIds ?? driverGpus(), nproc, env);
+}
+
+/** The visible GPUs' PCI addresses, as the CUDA driver orders them in this process. */
+function driverGpus(): string[] {
+  const info = gpuInfo();
+  if (!info.cuda) {
+    throw new NcclNodeError('ERR_UNAVAILABLE', `--numa-binding finds each rank's GPU through the CUDA driver, which does not load here: ${info.cudaError ?? 'unknown reason'}`,
+      { option: 'numaBinding' });
+  }
+  return info.gpus.map((g) => g.pciBusId);
 }
 
 function checkScope(v: string): RestartScope {
@@ -204,7 +232,7 @@ export function resolveOptions(o: LaunchOptions): Resolved {
   }
   const nprocPerNode = checkInt('nprocPerNode', o.nprocPerNode, 1, 4096);
   const env = o.env ?? process.env;
-  const cpuBinding = checkCpuBindMode(o.cpuBind ?? 'none') === 'exclusive' ? exclusiveBinding(nprocPerNode, env) : undefined;
+  const cpuBinding = bindingOf(o, nprocPerNode, env);
   const redirects = o.redirects ?? ((): StdMask => 0);
   const tee = o.tee ?? ((): StdMask => 0);
   let runLogDir: string | undefined;

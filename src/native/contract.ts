@@ -232,6 +232,8 @@ export interface GpuInfo {
   cudaError?: string;
   devices: number;
   driverVersion: number;
+  /** Each device in CUDA's order: its name and PCI address as sysfs spells it ("0000:3b:00.0"). */
+  gpus: Array<{ name: string; pciBusId: string }>;
   nccl: boolean;
   ncclVersion?: string;
   ncclVersionCode?: number;

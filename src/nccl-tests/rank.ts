@@ -53,9 +53,18 @@ function commControl(comm: Communicator): Control {
 /** World rank, group color (NCCL_TESTS_SPLIT) and device, as nccl-tests' device report. */
 function myRankLine(world: Communicator, group: number): RankLine {
   const cpu = os.cpus()[0]?.model.trim().replace(/\s+/g, ' ') ?? 'unknown CPU';
-  // Gloo ranks have no GPU: device -1, no PCI address. NCCL ranks: LOCAL_RANK or NCCL_TESTS_DEVICE.
+  // Gloo ranks have no GPU: device -1, no PCI address. NCCL ranks: LOCAL_RANK or NCCL_TESTS_DEVICE,
+  // with the driver's name and PCI address for it, as nccl-tests prints them.
   const device = deviceOverride() ?? world.localRank;
-  if (world.backend === 'nccl') return { rank: world.rank, group, pid: process.pid, host: os.hostname(), device, pci: [0, 0, 0], name: `CUDA device ${device}` };
+  if (world.backend === 'nccl') {
+    const gpu = gpuInfo().gpus[device];
+    const pci = /^([0-9a-f]+):([0-9a-f]+):([0-9a-f]+)/i.exec(gpu?.pciBusId ?? '');
+    return {
+      rank: world.rank, group, pid: process.pid, host: os.hostname(), device,
+      pci: pci ? [parseInt(pci[1]!, 16), parseInt(pci[2]!, 16), parseInt(pci[3]!, 16)] : [0, 0, 0],
+      name: gpu?.name ?? `CUDA device ${device}`,
+    };
+  }
   return { rank: world.rank, group, pid: process.pid, host: os.hostname(), device: -1, pci: [0, 0, 0], name: `CPU ${cpu}` };
 }
 

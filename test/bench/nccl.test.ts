@@ -30,7 +30,11 @@ describe('bench on the NCCL stand-in', () => {
       // Data made and checked by the kernels: no fallback to the host generators.
       expect(r.err).not.toMatch(/verifiable-data kernels are unavailable/);
       expect(r.out).toMatch(/^# nccl-node version \S+ nccl-tests-format \S+ backend=nccl nccl-library=2\.\d+\.\d+$/m);
-      for (let rank = 0; rank < n; rank++) expect(r.out).toMatch(new RegExp(`Rank +${rank} Group +0 Pid +\\d+ on +\\S+ device +${rank} `));
+      // The driver's name and PCI address of each rank's device (the stand-in's: bus 0x18 + ordinal).
+      for (let rank = 0; rank < n; rank++) {
+        const bus = (0x18 + rank).toString(16);
+        expect(r.out).toMatch(new RegExp(`Rank +${rank} Group +0 Pid +\\d+ on +\\S+ device +${rank} \\[0000:${bus}:00\\] nccl-node stand-in GPU ${rank}$`, 'm'));
+      }
       const table = rows(r.out);
       // 8, 32, ..., 524288 bytes: 4^k * 8 up to 1 MiB.
       expect(table.map((t) => Number(t[0]))).toEqual([8, 32, 128, 512, 2048, 8192, 32768, 131072, 524288]);

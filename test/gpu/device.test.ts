@@ -39,6 +39,8 @@ describe('GPU libraries and device memory on the stand-ins', () => {
   it('with the stand-ins: versions, device count, and auto picks nccl', () => {
     const out = run(`return { info: nn.gpuInfo(), auto: nn.detectBackend().backend };`, standinEnv());
     expect(out.info).toMatchObject({ cuda: true, nccl: true, devices: 8, ncclVersion: '2.30.7' });
+    // Every device's name and PCI address as sysfs spells it (the stand-in's bus: 0x18 + ordinal).
+    expect(out.info.gpus).toEqual(Array.from({ length: 8 }, (_, i) => ({ name: `nccl-node stand-in GPU ${i}`, pciBusId: `0000:${(0x18 + i).toString(16)}:00.0` })));
     expect(out.auto).toBe('nccl');
   });
 

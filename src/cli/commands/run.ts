@@ -7,6 +7,7 @@ import { InvalidArgumentError, Option, type Command } from 'commander';
 import { isNcclNodeError } from '../../errors.js';
 import { gpuInfo } from '../../gpu/info.js';
 import { CPU_BIND_MODES, type CpuBindMode } from '../../launch/cpu-bind.js';
+import { NUMA_BINDING_MODES, type NumaBindingMode } from '../../launch/numa-binding.js';
 import { DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT } from '../../launch/env.js';
 import { Launcher } from '../../launch/launcher.js';
 import { parseRanksFilter, parseStdMask } from '../../launch/output.js';
@@ -38,11 +39,12 @@ interface RunFlags {
   heartbeatTimeout?: number;
   healthCheck?: boolean;
   cpuBind: CpuBindMode;
+  numaBinding?: NumaBindingMode;
   prefix?: boolean;
 }
 
 /** torchrun's flags that also have an underscore spelling (--nproc_per_node); ours accept both. */
-const UNDERSCORE_FLAGS = ['nproc-per-node', 'node-rank', 'master-addr', 'master-port', 'log-dir', 'local-ranks-filter', 'rdzv-id',
+const UNDERSCORE_FLAGS = ['nproc-per-node', 'numa-binding', 'node-rank', 'master-addr', 'master-port', 'log-dir', 'local-ranks-filter', 'rdzv-id',
   'max-restarts', 'rdzv-backend', 'rdzv-endpoint', 'rdzv-last-call', 'rdzv-lease-ttl'];
 
 /** --nnodes: N, or MIN:MAX for an elastic job. */
@@ -75,6 +77,14 @@ function cpuBindArg(value: string): CpuBindMode {
     throw new InvalidArgumentError(`expected ${CPU_BIND_MODES.join(' or ')} (each local rank on its own share of this node's CPUs)`);
   }
   return v as CpuBindMode;
+}
+
+function numaBindingArg(value: string): NumaBindingMode {
+  const v = value.trim();
+  if (!(NUMA_BINDING_MODES as readonly string[]).includes(v)) {
+    throw new InvalidArgumentError(`expected ${NUMA_BINDING_MODES.join(', ')} (local rank i on CPUs of the NUMA node of GPU i)`);
+  }
+  return v as NumaBindingMode;
 }
 
 function backendArg(value: string): 'static' | 'c10d' | 'etcd' {
@@ -216,6 +226,7 @@ export function registerRunCommand(program: Command): void {
     .option('--heartbeat-timeout <seconds>', 'fail a rank whose heartbeat stopped for this long (default: 3 intervals)', secondsArg(1e-9))
     .option('--health-check', 'before joining each rendezvous round, test the store connection, a local collective and the GPUs; a failing node does not join')
     .option('--cpu-bind <mode>', 'none, or exclusive: each local rank on its own contiguous share of the CPUs this launcher may use, whole cores in NUMA order, under taskset (NCCL_NODE_CPUS tells the rank its list)', cpuBindArg, 'none')
+    .option('--numa-binding <mode>', 'as torchrun: local rank i on CPUs of the NUMA node of GPU i, under taskset: node (all of them), socket (all of its socket\'s), exclusive (the node split among its GPUs)', numaBindingArg)
     .option('--prefix', 'prefix output lines with "[rank] "')
     .option('--no-prefix', 'do not prefix output lines (the default)')
     .argument('<script>', 'the training script: .js, .mjs, .cjs, .ts, .mts or .cts')
@@ -286,6 +297,7 @@ async function run(script: string, scriptArgs: string[], flags: RunFlags): Promi
       ...(flags.heartbeatTimeout !== undefined ? { heartbeatTimeoutMs: flags.heartbeatTimeout * 1000 } : {}),
       healthCheck: flags.healthCheck ?? false,
       cpuBind: flags.cpuBind,
+      ...(flags.numaBinding !== undefined ? { numaBinding: flags.numaBinding } : {}),
       prefix: flags.prefix ?? false,
     });
   } catch (err) {
