@@ -11,19 +11,22 @@
  * - `socket`: every such CPU of the package (socket) the GPU's node is on.
  * - `exclusive`: the GPU's node split among the GPUs on that node, whole cores in order,
  *   the lower GPU indices taking one more core where they do not divide evenly.
+ * - `core-complex`: one core complex of the GPU's node (the CPUs sharing a last-level
+ *   cache: an AMD CCD, ...), the GPUs on the node taking the complexes in turn, those
+ *   with the most usable CPUs first; GPUs outnumbering complexes share them.
  *
  * Where a GPU sits comes from the driver (the PCI address, gpuInfo()) and sysfs
  * (`bus/pci/devices/<address>/numa_node`); a node of -1, which one-node hosts and many
  * VMs report, counts as node 0, as torch counts it. The sysfs root is NCCL_NODE_SYSFS
  * (default /sys), for containers that mount the host's sysfs elsewhere.
  */
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 
 import { NcclNodeError } from '../errors.js';
-import { allowedCpus, cpuPlaces, exclusiveCpus, findTaskset, formatCpuList, sysfsRoot, type CpuPlace } from './cpu-bind.js';
+import { allowedCpus, cpuPlaces, exclusiveCpus, findTaskset, formatCpuList, parseCpuList, sysfsRoot, type CpuPlace } from './cpu-bind.js';
 
-export const NUMA_BINDING_MODES = ['node', 'socket', 'exclusive'] as const;
+export const NUMA_BINDING_MODES = ['node', 'socket', 'exclusive', 'core-complex'] as const;
 export type NumaBindingMode = (typeof NUMA_BINDING_MODES)[number];
 
 export function checkNumaBindingMode(v: string): NumaBindingMode {
@@ -64,6 +67,8 @@ export function numaCpus(mode: NumaBindingMode, gpus: readonly string[], nproc: 
   const onNode = (node: number): CpuPlace[] => places.filter((p) => p.node === node);
   // A node's package: the package of its lowest CPU the launcher may use.
   const packageOf = (node: number): number | undefined => onNode(node).sort((a, b) => a.cpu - b.cpu)[0]?.pkg;
+  // Every visible GPU on GPU i's node, in index order.
+  const sharingNode = (i: number): number[] => nodes.flatMap((n, g) => (n === nodes[i] ? [g] : []));
   const cpus = (i: number): number[] => {
     const node = nodes[i]!;
     switch (mode) {
@@ -75,9 +80,12 @@ export function numaCpus(mode: NumaBindingMode, gpus: readonly string[], nproc: 
         return pkg === undefined ? [] : places.filter((p) => nodesThere.has(p.node)).map((p) => p.cpu);
       }
       case 'exclusive': {
-        const sharing = nodes.flatMap((n, g) => (n === node ? [g] : []));  // every visible GPU on the node, in index order
         const mine = onNode(node);
-        return mine.length === 0 ? [] : exclusiveCpus(mine, sharing.length)[sharing.indexOf(i)]!;
+        return mine.length === 0 ? [] : exclusiveCpus(mine, sharingNode(i).length)[sharingNode(i).indexOf(i)]!;
+      }
+      case 'core-complex': {
+        const complexes = coreComplexes(onNode(node).map((p) => p.cpu), sysfs);
+        return complexes.length === 0 ? [] : complexes[sharingNode(i).indexOf(i) % complexes.length]!;
       }
     }
   };
@@ -90,6 +98,54 @@ export function numaCpus(mode: NumaBindingMode, gpus: readonly string[], nproc: 
     }
     return list;
   });
+}
+
+/**
+ * `cpus` grouped by the last-level cache they share (each CPU's highest-level data or
+ * unified cache, sysfs `cpu/cpuN/cache/index*`), the groups with the most of `cpus` first.
+ * A CPU whose caches sysfs does not list joins the group of all such CPUs.
+ */
+export function coreComplexes(cpus: readonly number[], sysfs: string): number[][] {
+  const groups = new Map<number, number[]>();
+  for (const cpu of cpus) {
+    const shared = lastLevelCache(cpu, sysfs);
+    const key = shared.length > 0 ? Math.min(...shared) : -1;
+    groups.set(key, [...(groups.get(key) ?? []), cpu]);
+  }
+  // Ties go to the complex whose lowest CPU (usable or not) is lower, as torch orders them.
+  return [...groups.entries()]
+    .sort(([ka, a], [kb, b]) => b.length - a.length || ka - kb)
+    .map(([, g]) => g.sort((a, b) => a - b));
+}
+
+/** The CPUs sharing `cpu`'s highest-level data or unified cache; [] where sysfs lists none. */
+function lastLevelCache(cpu: number, sysfs: string): number[] {
+  const dir = path.join(sysfs, 'devices', 'system', 'cpu', `cpu${cpu}`, 'cache');
+  let best = -1;
+  let shared: number[] = [];
+  let entries: string[];
+  try {
+    entries = readdirSync(dir);
+  } catch {
+    return [];
+  }
+  for (const entry of entries) {
+    if (!/^index\d+$/.test(entry)) continue;
+    const read = (f: string): string | undefined => {
+      try {
+        return readFileSync(path.join(dir, entry, f), 'utf8').trim();
+      } catch {
+        return undefined;
+      }
+    };
+    const type = read('type');
+    const level = Number(read('level'));
+    const list = read('shared_cpu_list');
+    if ((type !== 'Unified' && type !== 'Data') || !Number.isInteger(level) || level <= best || list === undefined) continue;
+    best = level;
+    shared = parseCpuList(list);
+  }
+  return shared;
 }
 
 /**

@@ -31,6 +31,8 @@ const range = (lo: number, hi: number): number[] => Array.from({ length: hi - lo
 interface Host {
   /** Per NUMA node: its package and its physical cores, each a list of hyperthreads. */
   nodes: Array<{ pkg: number; cores: number[][] }>;
+  /** Cores a last-level cache (a core complex) within each node; absent: no cache files. */
+  coresPerComplex?: number;
   /** Per GPU index: PCI address and what sysfs gives as its numa_node (-1: none). */
   gpus: Array<[string, number]>;
 }
@@ -47,6 +49,18 @@ function writeSysfs(name: string, host: Host): string {
         writeFileSync(path.join(topo, 'physical_package_id'), `${pkg}\n`);
         writeFileSync(path.join(topo, 'core_id'), `${core}\n`);
         writeFileSync(path.join(topo, 'thread_siblings_list'), `${formatCpuList(threads)}\n`);
+        if (host.coresPerComplex === undefined) continue;
+        // L1d and L1i a core, L2 a core, L3 a complex (as x86 lists them).
+        const first = core - (core % host.coresPerComplex);
+        const complex = cores.slice(first, first + host.coresPerComplex).flat();
+        const caches: Array<[string, number, number[]]> = [['Data', 1, threads], ['Instruction', 1, threads], ['Unified', 2, threads], ['Unified', 3, complex]];
+        caches.forEach(([type, level, shared], k) => {
+          const dir = path.join(system, 'cpu', `cpu${cpu}`, 'cache', `index${k}`);
+          mkdirSync(dir, { recursive: true });
+          writeFileSync(path.join(dir, 'type'), `${type}\n`);
+          writeFileSync(path.join(dir, 'level'), `${level}\n`);
+          writeFileSync(path.join(dir, 'shared_cpu_list'), `${formatCpuList(shared)}\n`);
+        });
       }
     });
     mkdirSync(path.join(system, 'node', `node${node}`), { recursive: true });
@@ -62,12 +76,14 @@ function writeSysfs(name: string, host: Host): string {
 
 /**
  * x86 numbering: `sockets` x `perSocket` nodes of `cores` cores, first threads numbered
- * node by node, then their siblings (cpu c and c + total share a core).
+ * node by node, then their siblings (cpu c and c + total share a core); a last-level
+ * cache per `coresPerComplex` cores of a node (default: one per node).
  */
-function x86(sockets: number, perSocket: number, cores: number, gpuNodes: number[]): Host {
+function x86(sockets: number, perSocket: number, cores: number, gpuNodes: number[], coresPerComplex = cores): Host {
   const nodes = sockets * perSocket;
   const total = nodes * cores;
   return {
+    coresPerComplex,
     nodes: range(0, nodes - 1).map((n) => ({
       pkg: Math.floor(n / perSocket),
       cores: range(0, cores - 1).map((c) => [n * cores + c, total + n * cores + c]),
@@ -76,7 +92,7 @@ function x86(sockets: number, perSocket: number, cores: number, gpuNodes: number
   };
 }
 
-const MODES: NumaBindingMode[] = ['node', 'socket', 'exclusive'];
+const MODES: NumaBindingMode[] = ['node', 'socket', 'exclusive', 'core-complex'];
 let venv: TorchVenv;
 beforeAll(async () => {
   venv = await torchVenv();
@@ -134,6 +150,19 @@ describe('the CPUs each mode picks, against torch.numa.binding', () => {
     const narrowed = both('uneven-narrowed', host, { nproc: 3, allowed: [...range(1, 13), ...range(15, 27)] });
     expect(narrowed.ours).toEqual(narrowed.torch);
     expect(narrowed.lists('exclusive')[0]).toEqual([1, 2, 15, 16]);
+  });
+
+  it('core complexes: 2 nodes of 8 cores in complexes of 4, more GPUs on a node than complexes, a narrowed launcher', () => {
+    const host = x86(1, 2, 8, [0, 0, 0, 1, 0], 4);
+    const all = both('complexes', host);
+    expect(all.ours).toEqual(all.torch);
+    // Node 0's complexes: cpus 0-3 and 16-19, then 4-7 and 20-23; its four GPUs (0, 1, 2, 4) take them in turn.
+    const [a, b] = [[0, 1, 2, 3, 16, 17, 18, 19], [4, 5, 6, 7, 20, 21, 22, 23]];
+    expect(all.lists('core-complex')).toEqual([a, b, a, [8, 9, 10, 11, 24, 25, 26, 27], b]);
+    // Without cpus 0-1 and 16-17 the first complex is the smaller one: the full one comes first.
+    const narrowed = both('complexes-narrowed', host, { allowed: [...range(2, 15), ...range(18, 31)] });
+    expect(narrowed.ours).toEqual(narrowed.torch);
+    expect(narrowed.lists('core-complex')[0]).toEqual(b);
   });
 
   it('refuses a GPU whose node has none of the launcher\'s CPUs, where torch would bind to nothing', () => {

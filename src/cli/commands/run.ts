@@ -226,7 +226,7 @@ export function registerRunCommand(program: Command): void {
     .option('--heartbeat-timeout <seconds>', 'fail a rank whose heartbeat stopped for this long (default: 3 intervals)', secondsArg(1e-9))
     .option('--health-check', 'before joining each rendezvous round, test the store connection, a local collective and the GPUs; a failing node does not join')
     .option('--cpu-bind <mode>', 'none, or exclusive: each local rank on its own contiguous share of the CPUs this launcher may use, whole cores in NUMA order, under taskset (NCCL_NODE_CPUS tells the rank its list)', cpuBindArg, 'none')
-    .option('--numa-binding <mode>', 'as torchrun: local rank i on CPUs of the NUMA node of GPU i, under taskset: node (all of them), socket (all of its socket\'s), exclusive (the node split among its GPUs)', numaBindingArg)
+    .option('--numa-binding <mode>', 'as torchrun: local rank i on CPUs of the NUMA node of GPU i, under taskset: node (all of them), socket (all of its socket\'s), exclusive (the node split among its GPUs), core-complex (one last-level cache of the node)', numaBindingArg)
     .option('--prefix', 'prefix output lines with "[rank] "')
     .option('--no-prefix', 'do not prefix output lines (the default)')
     .argument('<script>', 'the training script: .js, .mjs, .cjs, .ts, .mts or .cts')
