@@ -34,5 +34,13 @@ smoke=${PIPESTATUS[0]}
 node pkg/bin/nccl-node.js bench all_reduce_perf -b 8 -e 256M -f 4 -g 1 --nproc-per-node 1 2>&1 | tee "$out/bench-all_reduce.txt"
 bench=${PIPESTATUS[0]}
 node pkg/bin/nccl-node.js doctor --json > "$out/doctor.json" 2>&1
+# --numa-binding with the real driver's PCI address against sysfs (a record, not a gate:
+# the stand-in GPUs' addresses are not in this machine's sysfs).
+printf 'console.log(JSON.stringify({ cpus: process.env.NCCL_NODE_CPUS }));\n' > "$out/numa-rank.mjs"
+{ node pkg/bin/nccl-node.js run --nproc-per-node 1 --numa-binding node "$out/numa-rank.mjs"; echo "exit $?"
+  for d in /sys/bus/pci/devices/*; do
+    [ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ] && echo "$(basename "$d") numa_node $(cat "$d/numa_node")"
+  done
+  grep -H . /sys/devices/system/node/node*/cpulist; } > "$out/numa-binding.txt" 2>&1
 echo "smoke exit $smoke, bench exit $bench"
 [ "$smoke" -eq 0 ] && [ "$bench" -eq 0 ]
