@@ -20,8 +20,10 @@ describe('stragglers in a 4-rank Gloo training job', () => {
     const STEPS = 14;
     const results = await runRanks<Result>('test/metrics/straggler-worker.ts', 4, {
       payload: {
-        steps: STEPS, globalBatch: 8, chronic: { rank: 1, ms: 80 }, oneOff: { rank: 2, step: 7, ms: 400 },
-        options: { minLatenessSeconds: 0.04, window: 16 },
+        // Lateness counts from 0.1 s: 4 ranks share 2 cores here, and a rank the scheduler or
+        // V8's compiler holds up for 40-90 ms once or twice a run must not read as a straggler.
+        steps: STEPS, globalBatch: 8, chronic: { rank: 1, ms: 180 }, oneOff: { rank: 2, step: 7, ms: 600 },
+        options: { minLatenessSeconds: 0.1, window: 16 },
       },
       timeoutMs: 60_000, check: true,
     });
@@ -37,17 +39,17 @@ describe('stragglers in a 4-rank Gloo training job', () => {
     expect(v.stragglers.map((s) => [s.rank, s.pattern])).toEqual([[1, 'chronic'], [2, 'one-off']]);
     const one = v.stragglers[1]!;
     expect(one.lastLateStep).toBe(7);
-    // Rank 2 reached step 7's collectives about 400 ms after ranks 0 and 3.
-    expect(one.maxLatenessSeconds).toBeGreaterThan(0.3);
-    expect(one.maxLatenessSeconds).toBeLessThan(0.6);
+    // Rank 2 reached step 7's collectives about 600 ms after ranks 0 and 3.
+    expect(one.maxLatenessSeconds).toBeGreaterThan(0.5);
+    expect(one.maxLatenessSeconds).toBeLessThan(0.8);
     const r1 = v.ranks[1]!;
     expect(r1.lateSteps).toBeGreaterThanOrEqual(STEPS - 3);
-    // About the 80 ms its input sleeps, every step.
-    expect(r1.latenessSeconds).toBeGreaterThan(0.05);
-    expect(r1.latenessSeconds).toBeLessThan(0.14);
+    // About the 180 ms its input sleeps, every step.
+    expect(r1.latenessSeconds).toBeGreaterThan(0.15);
+    expect(r1.latenessSeconds).toBeLessThan(0.24);
     expect(v.victims).toEqual([0, 3]);
     expect(v.ranks.map((r) => r.role)).toEqual(['victim', 'culprit', 'culprit', 'victim']);
-    for (const r of [0, 3]) expect(v.ranks[r]!.waitSeconds).toBeGreaterThan(0.05);
+    for (const r of [0, 3]) expect(v.ranks[r]!.waitSeconds).toBeGreaterThan(0.15);
 
     // Within a few steps: from the fourth scored step on, every verdict names rank 1.
     const h = out[0]!.history;
