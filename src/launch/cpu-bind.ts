@@ -35,11 +35,16 @@ export function sysfsRoot(env: NodeJS.ProcessEnv): string {
 }
 
 export function checkCpuBindMode(v: string): CpuBindMode {
-  if (!(CPU_BIND_MODES as readonly string[]).includes(v)) {
-    throw new NcclNodeError('ERR_INVALID_ARGUMENT', `cpuBind must be one of ${CPU_BIND_MODES.join(', ')}, got ${JSON.stringify(v)}`,
-      { option: 'cpuBind', expected: [...CPU_BIND_MODES], received: v });
+  return checkMode('cpuBind', CPU_BIND_MODES, v);
+}
+
+/** `v` if it is one of `modes`, else ERR_INVALID_ARGUMENT naming `option` and the choices (numa-binding.ts too). */
+export function checkMode<M extends string>(option: string, modes: readonly M[], v: string): M {
+  if (!(modes as readonly string[]).includes(v)) {
+    throw new NcclNodeError('ERR_INVALID_ARGUMENT', `${option} must be one of ${modes.join(', ')}, got ${JSON.stringify(v)}`,
+      { option, expected: [...modes], received: v });
   }
-  return v as CpuBindMode;
+  return v as M;
 }
 
 /** "0-3,8,10-11" -> [0, 1, 2, 3, 8, 10, 11] (the kernel's list format). */

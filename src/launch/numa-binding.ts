@@ -24,17 +24,13 @@ import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 
 import { NcclNodeError } from '../errors.js';
-import { allowedCpus, cpuPlaces, exclusiveCpus, findTaskset, formatCpuList, parseCpuList, sysfsRoot, type CpuPlace } from './cpu-bind.js';
+import { allowedCpus, checkMode, cpuPlaces, exclusiveCpus, findTaskset, formatCpuList, parseCpuList, sysfsRoot, type CpuPlace } from './cpu-bind.js';
 
 export const NUMA_BINDING_MODES = ['node', 'socket', 'exclusive', 'core-complex'] as const;
 export type NumaBindingMode = (typeof NUMA_BINDING_MODES)[number];
 
 export function checkNumaBindingMode(v: string): NumaBindingMode {
-  if (!(NUMA_BINDING_MODES as readonly string[]).includes(v)) {
-    throw new NcclNodeError('ERR_INVALID_ARGUMENT', `numaBinding must be one of ${NUMA_BINDING_MODES.join(', ')}, got ${JSON.stringify(v)}`,
-      { option: 'numaBinding', expected: [...NUMA_BINDING_MODES], received: v });
-  }
-  return v as NumaBindingMode;
+  return checkMode('numaBinding', NUMA_BINDING_MODES, v);
 }
 
 /** The NUMA node sysfs gives the PCI device at `pciBusId` ("0000:3b:00.0"); -1 counts as 0. */
@@ -69,6 +65,13 @@ export function numaCpus(mode: NumaBindingMode, gpus: readonly string[], nproc: 
   const packageOf = (node: number): number | undefined => onNode(node).sort((a, b) => a.cpu - b.cpu)[0]?.pkg;
   // Every visible GPU on GPU i's node, in index order.
   const sharingNode = (i: number): number[] => nodes.flatMap((n, g) => (n === nodes[i] ? [g] : []));
+  // A node's core complexes, read from sysfs once for all the ranks on it.
+  const complexes = new Map<number, number[][]>();
+  const complexesOf = (node: number): number[][] => {
+    let c = complexes.get(node);
+    if (!c) complexes.set(node, (c = coreComplexes(onNode(node).map((p) => p.cpu), sysfs)));
+    return c;
+  };
   const cpus = (i: number): number[] => {
     const node = nodes[i]!;
     switch (mode) {
@@ -81,10 +84,11 @@ export function numaCpus(mode: NumaBindingMode, gpus: readonly string[], nproc: 
       }
       case 'exclusive': {
         const mine = onNode(node);
-        return mine.length === 0 ? [] : exclusiveCpus(mine, sharingNode(i).length)[sharingNode(i).indexOf(i)]!;
+        const sharing = sharingNode(i);
+        return mine.length === 0 ? [] : exclusiveCpus(mine, sharing.length)[sharing.indexOf(i)]!;
       }
       case 'core-complex': {
-        const complexes = coreComplexes(onNode(node).map((p) => p.cpu), sysfs);
+        const complexes = complexesOf(node);
         return complexes.length === 0 ? [] : complexes[sharingNode(i).indexOf(i) % complexes.length]!;
       }
     }
@@ -110,7 +114,9 @@ export function coreComplexes(cpus: readonly number[], sysfs: string): number[][
   for (const cpu of cpus) {
     const shared = lastLevelCache(cpu, sysfs);
     const key = shared.length > 0 ? Math.min(...shared) : -1;
-    groups.set(key, [...(groups.get(key) ?? []), cpu]);
+    const group = groups.get(key);
+    if (group) group.push(cpu);
+    else groups.set(key, [cpu]);
   }
   // Ties go to the complex whose lowest CPU (usable or not) is lower, as torch orders them.
   return [...groups.entries()]
