@@ -56,3 +56,8 @@ target_link_libraries(shm_round PRIVATE bench_native)
 # bench/tcp_directions: a 2-process exchange over loopback TCP on one connection against
 # one connection each way, the layout native/net/tcp_mesh.cpp opens; plain sockets, no addon.
 add_executable(tcp_directions ${CMAKE_CURRENT_SOURCE_DIR}/bench/tcp_directions.cpp)
+
+# bench/tcp_landing: a one-way transfer over the backend's own TcpMesh into a buffer at
+# each page offset, straight in against through the bounce buffer (net::aliasedLanding).
+add_executable(tcp_landing ${CMAKE_CURRENT_SOURCE_DIR}/bench/tcp_landing.cpp)
+target_link_libraries(tcp_landing PRIVATE bench_native)

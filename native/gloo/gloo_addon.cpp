@@ -63,14 +63,15 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
 // glooAlgoStats() -> {meshAllReduces, meshTwoRoundAllReduces, meshAllGathers, meshReduceScatters,
 // legacyAllReduces, legacyAllGathers, legacyReduceScatters, tcpRingCalls, glooAllGathers,
 // meshAllToAlls, shmAllToAlls, tcpAllToAlls, meshRooted, shmRooted, tcpRooted, tcpOnCaller,
-// meshLandedBodies, tcpMarkedReceives, tcpOneWayPeers, tcpSizedReceiveBuffers}: calls of this process that took
+// meshLandedBodies, tcpMarkedReceives, tcpOneWayPeers, tcpSizedReceiveBuffers, tcpBouncedBytes}: calls of this process that took
 // the mesh round, one of Gloo's legacy classes, the backend's own ring or gloo::allgather
 // (gloo_tuning.h), and all-to-alls (gloo_alltoall.cpp) and broadcasts, reduces, gathers
 // and scatters (gloo_rooted.cpp) in the TCP round, through the shared-memory segment or on
 // the own connections; the peers' bodies the TCP round read straight into an output;
 // receives put to sleep under a receive mark (net::markedReceives()); and peers connected
 // one connection each way, summed over the meshes connected (net::oneWayPairs()); and
-// connections within the host given a fixed receive buffer (net::sizedReceiveBuffers()).
+// connections within the host given a fixed receive buffer (net::sizedReceiveBuffers());
+// and bytes received through the bounce buffer (net::bouncedBytes()).
 Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto& s = glooAlgoStats();
@@ -95,6 +96,7 @@ Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   o.Set("tcpMarkedReceives", static_cast<double>(net::markedReceives()));
   o.Set("tcpOneWayPeers", static_cast<double>(net::oneWayPairs()));
   o.Set("tcpSizedReceiveBuffers", static_cast<double>(net::sizedReceiveBuffers()));
+  o.Set("tcpBouncedBytes", static_cast<double>(net::bouncedBytes()));
   return o;
 }
 

@@ -40,6 +40,20 @@ int parsePairConnections(const char* v) {
   throw Error(Code::InvalidArgument, std::string("NCCL_NODE_TCP_CONNECTIONS_PER_PAIR must be 1 or 2, got \"") + v + "\"");
 }
 
+// NCCL_NODE_TCP_BOUNCE: 1 or 0; unset: on where the CPU is AMD's, where the kernel's copy
+// into a destination near a page's start runs at half speed (net::aliasedLanding).
+bool parseBounce(const char* v) {
+  if (v == nullptr) {
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_cpu_is("amd");
+#else
+    return false;
+#endif
+  }
+  if (std::strcmp(v, "1") == 0 || std::strcmp(v, "0") == 0) return *v == '1';
+  throw Error(Code::InvalidArgument, std::string("NCCL_NODE_TCP_BOUNCE must be 1 or 0, got \"") + v + "\"");
+}
+
 // NCCL_NODE_TCP_RCVLOWAT and NCCL_NODE_TCP_RCVBUF: a byte count, 0 (none: the kernel's
 // default) to 64 MiB; unset: `def`.
 size_t parseByteCount(const char* name, const char* v, size_t def) {
@@ -73,6 +87,7 @@ GlooBackend::GlooBackend(GlooConfig config, std::shared_ptr<StoreClient> store)
     localRcvBuf_ = static_cast<int>(parseByteCount("NCCL_NODE_TCP_RCVBUF", std::getenv("NCCL_NODE_TCP_RCVBUF"),
                                                    net::TcpMesh::kDefaultLocalReceiveBuffer));
     pairConnections_ = parsePairConnections(std::getenv("NCCL_NODE_TCP_CONNECTIONS_PER_PAIR"));
+    bounce_ = parseBounce(std::getenv("NCCL_NODE_TCP_BOUNCE"));
   } catch (const Error& e) {
     tcpEnvError_ = e.what();
   }
@@ -163,6 +178,7 @@ void GlooBackend::openTcp(int rank, int size, const std::string& keyPrefix, std:
     tcp->setWakeMark(wakeMark_);
     tcp->setLocalReceiveBuffer(localRcvBuf_);
     tcp->setOneWay(oneWayConnections());
+    tcp->setBounce(bounce_);
   }
   net::Rendezvous rv;
   rv.set = [this](const std::string& k, const std::string& v) { store_->set(k, std::vector<char>(v.begin(), v.end())); };

@@ -219,6 +219,7 @@ class GlooBackend : public Backend {
   // NCCL_NODE_TCP_CONNECTIONS_PER_PAIR: 1, 2, or 0 (unset): 2 where this host's ranks of
   // the group fit its cores (learnHosts()).
   int pairConnections_ = 0;
+  bool bounce_ = false;  // NCCL_NODE_TCP_BOUNCE
   std::string tcpEnvError_;  // the first bad NCCL_NODE_TCP_* value
   // Per rank, its host's identity (learnHosts(): the store, before the TCP connections).
   std::vector<std::string> hostIds_;

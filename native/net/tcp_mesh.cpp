@@ -27,6 +27,14 @@ namespace {
 std::atomic<uint64_t> markedReceiveCount{0};
 std::atomic<uint64_t> oneWayCount{0};
 std::atomic<uint64_t> sizedReceiveCount{0};
+std::atomic<uint64_t> bouncedCount{0};
+
+// Receives through the bounce buffer (receiveSome): those of this much or more, read
+// this much at a time, into a destination that starts past a page's start by less than
+// this (a page-aligned one does not alias).
+constexpr size_t kBounceFrom = 64 * 1024;
+constexpr size_t kBounceBytes = 64 * 1024;
+constexpr size_t kAliasAfter = 192;
 
 constexpr uint64_t kMagic = 0x6e6e2d7463702d32ull;  // "nn-tcp-2": the greeting carries oneWay
 
@@ -326,6 +334,19 @@ void TcpMesh::connect(const std::string& host, const std::string& iface, const R
       if (fd >= 0) setNonBlocking(fd, true);
     }
   }
+  if (bounceOn_) {
+    bouncePeer_.assign(static_cast<size_t>(size_), 0);
+    bool any = false;
+    for (int p = 0; p < size_; ++p) {
+      const int fd = recvFds_[static_cast<size_t>(p)];
+      any |= bouncePeer_[static_cast<size_t>(p)] = fd >= 0 && withinHost(fd);
+    }
+    if (any) {
+      bounce_.reserve(kBounceBytes);  // touched now, not on a receive
+    } else {
+      bouncePeer_.clear();
+    }
+  }
   connected_ = true;
   oneWayCount.fetch_add(static_cast<uint64_t>(oneWayPeers()), std::memory_order_relaxed);
 }
@@ -394,6 +415,48 @@ void TcpMesh::trySend(Xfer* sends, size_t nSends, size_t upTo) {
 uint64_t markedReceives() { return markedReceiveCount.load(std::memory_order_relaxed); }
 uint64_t oneWayPairs() { return oneWayCount.load(std::memory_order_relaxed); }
 uint64_t sizedReceiveBuffers() { return sizedReceiveCount.load(std::memory_order_relaxed); }
+uint64_t bouncedBytes() { return bouncedCount.load(std::memory_order_relaxed); }
+
+// The kernel copies a received segment out of the pages its sender's copy put it in
+// (`rep movsb` where the CPU has fast short strings). Over loopback the sender's thread
+// fills those pages from their start again once the previous ones are freed, as they are
+// when ranks go in step: a call's bytes come from near a page's start, byte k from about
+// page offset k mod 4096. On AMD Zen (the EPYC VM of bench/README.md) that copy ran at
+// half speed into a destination a few dozen bytes past the source's place in its page
+// (4K aliasing: a store whose address matches a later load's in its low 12 bits holds
+// the load up): 2 MiB one way between two processes took 0.9-1.6 ms into a buffer 8-128
+// bytes into a page against 0.4-0.6 ms at most other offsets (bench/tcp_landing.cpp,
+// "Where a receive lands"). malloc's and Node's large buffers start 16 bytes into a page.
+// A receive into a buffer starting up to kAliasAfter bytes into a page reads into a buffer
+// of this mesh's own half a page in, then copies out with glibc's memcpy.
+void LandingBuffer::reserve(size_t bytes) {
+  if (bytes <= size_) return;
+  store_.assign(bytes + 4096, 0);
+  const size_t at = reinterpret_cast<uintptr_t>(store_.data()) % 4096;
+  at_ = store_.data() + (2048 + 4096 - at) % 4096;
+  size_ = bytes;
+}
+
+bool aliasedLanding(const uint8_t* data) {
+  const size_t at = reinterpret_cast<uintptr_t>(data) % 4096;
+  return at > 0 && at < kAliasAfter;
+}
+
+// One nonblocking read for x, landing at dst; through the bounce buffer where the
+// destination aliases (see above): the bytes are at dst when it returns.
+ssize_t TcpMesh::receiveSome(Xfer& x, uint8_t* dst, size_t len) {
+  const int fd = recvFds_[static_cast<size_t>(x.peer)];
+  if (bouncePeer_.empty() || x.ring != 0 || x.bytes < kBounceFrom || !bouncePeer_[static_cast<size_t>(x.peer)] ||
+      !aliasedLanding(x.data)) {
+    return ::recv(fd, dst, len, MSG_DONTWAIT);
+  }
+  const ssize_t n = ::recv(fd, bounce_.data(), std::min(len, kBounceBytes), MSG_DONTWAIT);
+  if (n > 0) {
+    std::memcpy(dst, bounce_.data(), static_cast<size_t>(n));
+    bouncedCount.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+  }
+  return n;
+}
 
 // A connection within this host gets a fixed receive buffer of localRcvBuf_ (the kernel
 // doubles it for its own bookkeeping and caps it at net.core.rmem_max). Left to the
@@ -467,7 +530,7 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
         len = std::min(len, x.ring - off);
         dst = x.data + off;
       }
-      const ssize_t n = ::recv(recvFds_[static_cast<size_t>(x.peer)], dst, len, MSG_DONTWAIT);
+      const ssize_t n = receiveSome(x, dst, len);
       if (n > 0) {
         x.done += static_cast<size_t>(n);
         progressed = true;

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/types.h>
+
 #include "../core/errors.h"
 
 namespace ncclnode::net {
@@ -62,6 +64,27 @@ uint64_t oneWayPairs();
 // Connections within a host given a fixed receive buffer (setLocalReceiveBuffer()), summed
 // over every mesh this process connected.
 uint64_t sizedReceiveBuffers();
+// Bytes received through the bounce buffer (setBounce()), over every mesh.
+uint64_t bouncedBytes();
+
+// Whether a receive into `data` from a connection within this host goes through the
+// bounce buffer (setBounce()): its page offset lies where the kernel's copy out of the
+// socket runs at half speed on AMD Zen (tcp_mesh.cpp, receiveSome).
+bool aliasedLanding(const uint8_t* data);
+
+// Memory this code receives into itself, starting half a page into a page, where no
+// receive aliases (aliasedLanding); allocated and touched when it grows, never shrunk.
+class LandingBuffer {
+ public:
+  void reserve(size_t bytes);
+  uint8_t* data() { return at_; }
+  size_t size() const { return size_; }
+
+ private:
+  std::vector<uint8_t> store_;
+  uint8_t* at_ = nullptr;
+  size_t size_ = 0;
+};
 
 class TcpMesh {
  public:
@@ -123,6 +146,11 @@ class TcpMesh {
   // NCCL_NODE_TCP_RCVBUF.
   void setLocalReceiveBuffer(int bytes) { localRcvBuf_ = bytes; }
   static constexpr int kDefaultLocalReceiveBuffer = 4 << 20;
+  // Before connect(): receives of 64 KiB or more from a peer on this host whose
+  // destination aliasedLanding() reads through a buffer of this mesh's own, at a page
+  // offset the kernel copies to at full speed, then copied out (transfer()). The backend
+  // passes NCCL_NODE_TCP_BOUNCE (on by default on AMD CPUs).
+  void setBounce(bool on) { bounceOn_ = on; }
   // After connect(): peers this rank has one connection each way with.
   int oneWayPeers() const;
   static constexpr size_t kDefaultWakeMark = 256 * 1024;
@@ -136,6 +164,7 @@ class TcpMesh {
   void setLowat(int peer, int bytes);
   void sizeReceiveBuffer(int fd);
   bool sendSome(Xfer& x, size_t limit, bool drain);
+  ssize_t receiveSome(Xfer& x, uint8_t* dst, size_t len);
   int listen(const std::string& host, const std::string& iface, std::string* address);
 
   int rank_;
@@ -150,6 +179,9 @@ class TcpMesh {
   size_t wakeMark_ = kDefaultWakeMark;
   int localRcvBuf_ = kDefaultLocalReceiveBuffer;
   bool oneWay_ = true;
+  bool bounceOn_ = false;
+  LandingBuffer bounce_;          // reserved by connect() where some peer is bounced from
+  std::vector<char> bouncePeer_;  // per peer: bounce receives from it (bounceOn_, within this host)
   int wake_ = -1;         // eventfd written by abort()
   std::atomic<bool> aborted_{false};
   bool connected_ = false;

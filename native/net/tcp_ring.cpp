@@ -6,8 +6,7 @@
 namespace ncclnode::net {
 
 void RingScratch::prepare() {
-  if (window.size() == kWindow) return;
-  window.assign(kWindow, 0);  // touched now, not on a collective's first call
+  window.reserve(kWindow);  // touched now, not on a collective's first call
 }
 
 namespace {
@@ -180,9 +179,7 @@ void ringReduceScatter(TcpMesh& mesh, const void* in, void* out, size_t count, D
   // which reads that block as its local part, receives through the window.
   const bool outInInput = dst + block > src && dst < src + static_cast<size_t>(n) * block;
   if (n > 2) {
-    for (auto& a : scratch.acc) {
-      if (a.size() < block) a.resize(block);
-    }
+    for (auto& a : scratch.acc) a.reserve(block);
   }
   // Step s passes on block rank-s-1 (the input at s = 0, then the partial sum of the
   // step before) and reduces block rank-s-2 with the incoming partial sum; the last

@@ -20,9 +20,10 @@ namespace ncclnode::net {
 
 struct RingScratch {
   // The receive window for in-place reductions; allocated and touched once.
+  // Both at a page offset receives land in at full speed (LandingBuffer).
   static constexpr size_t kWindow = 4u << 20;
-  std::vector<uint8_t> window;
-  std::vector<uint8_t> acc[2];  // reduce-scatter's partial sums, ping-pong
+  LandingBuffer window;
+  LandingBuffer acc[2];  // reduce-scatter's partial sums, ping-pong
   void prepare();
 };
 

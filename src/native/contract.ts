@@ -356,6 +356,8 @@ export interface GlooAlgoStats {
   tcpOneWayPeers: number;
   /** TCP connections within the host given a fixed receive buffer (NCCL_NODE_TCP_RCVBUF), summed over this process's communicators. */
   tcpSizedReceiveBuffers: number;
+  /** Bytes received over TCP from this host through a buffer half a page off, where the destination's page offset slows the kernel's copy (NCCL_NODE_TCP_BOUNCE). */
+  tcpBouncedBytes: number;
 }
 
 export interface GlooShmStats {

@@ -83,8 +83,10 @@ describe.skipIf(!netnsAvailable())('collectives across network-namespace hosts',
       expect(r.stats).toMatchObject({ segments: 0, twoLevel: 0 });
       // Every connection is between hosts: none given a fixed receive buffer (the kernel's
       // autotuning sizes a link's window; test/comm/tcp-receive-buffer.test.ts).
+      // Nor does any receive go through the bounce buffer, which is for peers on this host
+      // (test/comm/tcp-bounce.test.ts).
       expect(r.algos).toMatchObject({ meshAllReduces: 4, meshTwoRoundAllReduces: 8, tcpRingCalls: 4, meshRooted: 1, tcpRooted: 1,
-        tcpSizedReceiveBuffers: 0 });
+        tcpSizedReceiveBuffers: 0, tcpBouncedBytes: 0 });
     }
   });
 
@@ -100,7 +102,7 @@ describe.skipIf(!netnsAvailable())('collectives across network-namespace hosts',
       expect(r.stats).toMatchObject({ segments: 0, twoLevel: 0 });
       // The 4 MB all-gather's block from the peer read straight into the output (landBody).
       expect(r.algos).toMatchObject({ meshAllReduces: 4, tcpRingCalls: 4, meshAllGathers: 1, meshReduceScatters: 1, meshLandedBodies: 1,
-        tcpSizedReceiveBuffers: 0 });
+        tcpSizedReceiveBuffers: 0, tcpBouncedBytes: 0 });
     }
   });
 

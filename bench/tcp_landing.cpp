@@ -1,0 +1,194 @@
+// Where a receive lands (native/net/tcp_mesh.cpp, receiveSome): two processes over
+// loopback, the backend's own TcpMesh, one rank sending `bytes` a call (from half a page
+// into a page) to the other after a 32-byte exchange both ways (the agreement round every
+// collective starts with). Per
+// page offset of the receiving buffer, blocks of calls alternate between a mesh that
+// receives straight into the buffer (setBounce(false)) and one that goes through its
+// bounce buffer where aliasedLanding() says so (setBounce(true)); offsets outside that
+// band take the same path on both, the control. Per offset: the median over blocks of the
+// receiver's median µs a call, and the ratio. Table and JSON.
+//
+//   build/tcp_landing [--bytes 2097152] [--blocks 6] [--iters 100] [--offsets 0,16,...] [--json out.json]
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../native/net/tcp_mesh.h"
+
+namespace {
+
+using ncclnode::net::Clock;
+using ncclnode::net::TcpMesh;
+using ncclnode::net::Xfer;
+
+[[noreturn]] void die(const char* what) {
+  std::perror(what);
+  std::exit(1);
+}
+
+const char* argOf(int argc, char** argv, const char* name, const char* fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  }
+  return fallback;
+}
+
+double medianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The ranks find each other through files in a directory both know, a key a file.
+ncclnode::net::Rendezvous fileRendezvous(const std::string& dir) {
+  auto path = [dir](std::string k, const char* prefix) {
+    std::replace(k.begin(), k.end(), '/', '_');
+    return dir + "/" + prefix + k;
+  };
+  ncclnode::net::Rendezvous rv;
+  rv.set = [path](const std::string& k, const std::string& v) {
+    std::ofstream(path(k, ".")) << v;
+    std::rename(path(k, ".").c_str(), path(k, "").c_str());
+  };
+  rv.get = [path](const std::string& k, std::chrono::milliseconds timeout) {
+    const auto until = Clock::now() + timeout;
+    while (Clock::now() < until) {
+      std::ifstream f(path(k, ""));
+      if (f) {
+        std::stringstream s;
+        s << f.rdbuf();
+        return s.str();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    throw std::runtime_error("rendezvous: no " + k);
+  };
+  return rv;
+}
+
+// One call: the 32-byte exchange, then rank 0's bytes into rank 1's `into`.
+void call(TcpMesh& mesh, int rank, const uint8_t* from, uint8_t* into, size_t bytes) {
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  uint8_t headOut[32] = {1}, headIn[32];
+  Xfer s, r;
+  s.peer = r.peer = 1 - rank;
+  s.data = headOut;
+  s.bytes = r.bytes = sizeof headOut;
+  r.data = headIn;
+  mesh.transfer(&s, 1, &r, 1, deadline);
+  Xfer x;
+  x.peer = 1 - rank;
+  x.bytes = bytes;
+  if (rank == 0) {
+    x.data = const_cast<uint8_t*>(from);
+    mesh.transfer(&x, 1, nullptr, 0, deadline);
+  } else {
+    x.data = into;
+    mesh.transfer(nullptr, 0, &x, 1, deadline);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const size_t bytes = std::strtoull(argOf(argc, argv, "--bytes", "2097152"), nullptr, 10);
+  const int blocks = std::atoi(argOf(argc, argv, "--blocks", "6"));
+  const int iters = std::atoi(argOf(argc, argv, "--iters", "100"));
+  const std::string json = argOf(argc, argv, "--json", "");
+  std::vector<size_t> offsets;
+  {
+    std::stringstream list(argOf(argc, argv, "--offsets", "0,16,32,64,128,192,256,512,1024,2048,3072,4032,4080"));
+    for (std::string item; std::getline(list, item, ',');) offsets.push_back(std::strtoull(item.c_str(), nullptr, 10) % 4096);
+  }
+  if (bytes == 0 || blocks < 1 || iters < 1 || offsets.empty()) {
+    std::fprintf(stderr, "tcp_landing: --bytes, --blocks, --iters and --offsets must be positive and non-empty\n");
+    return 2;
+  }
+  char dirTemplate[] = "/tmp/tcp-landing-XXXXXX";
+  if (!::mkdtemp(dirTemplate)) die("mkdtemp");
+  const std::string dir = dirTemplate;
+  int pipeFds[2];
+  if (::pipe(pipeFds) != 0) die("pipe");
+  pid_t pids[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    pids[rank] = ::fork();
+    if (pids[rank] < 0) die("fork");
+    if (pids[rank] != 0) continue;
+    const auto rv = fileRendezvous(dir);
+    TcpMesh direct(rank, 2, 0x1a4d), bounced(rank, 2, 0x1a4d);
+    direct.setBounce(false);
+    bounced.setBounce(true);
+    direct.connect("127.0.0.1", "", rv, "direct/", std::chrono::seconds(30));
+    bounced.connect("127.0.0.1", "", rv, "bounced/", std::chrono::seconds(30));
+    std::vector<uint8_t> store(bytes + 8192, static_cast<uint8_t>(rank + 1));
+    const size_t base = reinterpret_cast<uintptr_t>(store.data()) % 4096;
+    // The sender's buffer half a page in, away from where its own copy into the socket
+    // aliases (the same band mirrored: a source just before a page's end).
+    const uint8_t* from = store.data() + (2048 + 4096 - base) % 4096;
+    std::vector<double> results;  // per offset: the direct and the bounced median over blocks
+    for (size_t offset : offsets) {
+      uint8_t* at = store.data() + (offset + 4096 - base) % 4096;
+      std::vector<double> perBlock[2];
+      for (int b = 0; b < 2 * blocks; ++b) {
+        const int mode = (b + static_cast<int>(offset / 16)) % 2;  // alternating which goes first
+        TcpMesh& mesh = mode == 0 ? direct : bounced;
+        for (int i = 0; i < 3; ++i) call(mesh, rank, from, at, bytes);
+        std::vector<double> us;
+        for (int i = 0; i < iters; ++i) {
+          const auto t0 = Clock::now();
+          call(mesh, rank, from, at, bytes);
+          us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        }
+        perBlock[mode].push_back(medianOf(us));
+      }
+      if (rank == 1 && (at[0] != 1 || at[bytes - 1] != 1)) die("wrong bytes received");
+      results.push_back(medianOf(perBlock[0]));
+      results.push_back(medianOf(perBlock[1]));
+    }
+    if (rank == 1 && ::write(pipeFds[1], results.data(), results.size() * sizeof(double)) < 0) die("write");
+    std::_Exit(0);
+  }
+  ::close(pipeFds[1]);
+  std::vector<double> results(offsets.size() * 2);
+  size_t got = 0;
+  auto* dst = reinterpret_cast<char*>(results.data());
+  while (got < results.size() * sizeof(double)) {
+    const ssize_t n = ::read(pipeFds[0], dst + got, results.size() * sizeof(double) - got);
+    if (n <= 0) die("the receiving rank reported nothing");
+    got += static_cast<size_t>(n);
+  }
+  for (pid_t pid : pids) ::waitpid(pid, nullptr, 0);
+  std::string rm = "rm -rf " + dir;
+  if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "tcp_landing: could not remove %s\n", dir.c_str());
+
+  std::printf("# %zu bytes a call, one way after a 32-byte exchange, 2 processes over loopback, sent from page offset 2048; %d blocks of %d calls per mesh and offset\n",
+              bytes, blocks, iters);
+  std::printf("| receive buffer's page offset | aliased | straight in, us | through the bounce buffer, us | ratio |\n|---|---|---|---|---|\n");
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    const bool aliased = ncclnode::net::aliasedLanding(reinterpret_cast<const uint8_t*>(offsets[i]));
+    std::printf("| %zu | %s | %.1f | %.1f | %.2f |\n", offsets[i], aliased ? "yes" : "no", results[2 * i], results[2 * i + 1],
+                results[2 * i + 1] / results[2 * i]);
+  }
+  if (!json.empty()) {
+    FILE* f = std::fopen(json.c_str(), "w");
+    if (!f) die("json");
+    std::fprintf(f, "{\"bench\":\"tcp_landing\",\"bytes\":%zu,\"blocks\":%d,\"iters\":%d,\"rows\":[", bytes, blocks, iters);
+    for (size_t i = 0; i < offsets.size(); ++i) {
+      const bool aliased = ncclnode::net::aliasedLanding(reinterpret_cast<const uint8_t*>(offsets[i]));
+      std::fprintf(f, "%s{\"offset\":%zu,\"aliased\":%s,\"directUs\":%.1f,\"bouncedUs\":%.1f,\"ratio\":%.3f}", i ? "," : "", offsets[i],
+                   aliased ? "true" : "false", results[2 * i], results[2 * i + 1], results[2 * i + 1] / results[2 * i]);
+    }
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+  }
+  return 0;
+}

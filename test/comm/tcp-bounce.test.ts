@@ -1,0 +1,75 @@
+/**
+ * Receives over TCP from a rank on this host land through a buffer of the backend's own
+ * when the destination starts 1-191 bytes past a page's start (native/net/tcp_mesh.cpp,
+ * receiveSome: there the kernel's copy out of the socket ran at half speed on AMD CPUs,
+ * bench/README.md "Where a receive lands"). Checked: exactly that band of destinations
+ * (11 or 12 of the 256 16-byte offsets of a page, one run, as the ArrayBuffer's own place
+ * in its page is a multiple of 16 or not) goes through it, every
+ * element arrives exact at every offset, NCCL_NODE_TCP_BOUNCE=0 turns it off, unset it
+ * is on exactly where /proc/cpuinfo names an AMD CPU, between hosts it is off
+ * (test/shm/multinode.test.ts), and a bad value fails init.
+ */
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { describeRanks, runRanks } from '../helpers/ranks.js';
+
+type Coll = { bouncedAt: number[]; wrong: number; bytes: number };
+type Row = { rank: number; broadcast: Coll; gather: Coll };
+
+const amd = /^vendor_id\s*:\s*AuthenticAMD$/m.test(readFileSync('/proc/cpuinfo', 'utf8'));
+
+async function run(size: number, bounce?: string): Promise<Row[]> {
+  const results = await runRanks<Row>('test/fixtures/tcp-bounce.ts', size, {
+    env: { NCCL_NODE_SHM: '0', ...(bounce === undefined ? {} : { NCCL_NODE_TCP_BOUNCE: bounce }) },
+    timeoutMs: 120_000,
+  });
+  expect(results.map((r) => r.code), describeRanks(results)).toEqual(results.map(() => 0));
+  return results.map((r) => r.reports[0] as unknown as Row);
+}
+
+/** The offsets are one run of 11 or 12, 16 bytes apart (going round the end of the page where the buffer starts late in one). */
+function expectBand(at: number[], what: string): void {
+  expect([11, 12], `${what}: ${JSON.stringify(at)}`).toContain(at.length);
+  const start = at.find((o) => !at.includes((o - 16 + 4096) % 4096))!;
+  expect(at.map((o) => (o - start + 4096) % 4096).sort((a, b) => a - b), what).toEqual(Array.from({ length: at.length }, (_, k) => k * 16));
+}
+
+describe('TCP receives within one host through the bounce buffer', { timeout: 180_000 }, () => {
+  it.each([2, 3])('%i ranks, NCCL_NODE_TCP_BOUNCE=1: the destinations 1-191 bytes into a page bounce, every element exact', async (size) => {
+    for (const r of await run(size, '1')) {
+      expect(r.broadcast.wrong, `rank ${r.rank}`).toBe(0);
+      expect(r.gather.wrong, `rank ${r.rank}`).toBe(0);
+      // The root of both receives nothing of a broadcast; only it receives a gather.
+      if (r.rank === 0) {
+        expect(r.broadcast.bouncedAt, 'root of the broadcast').toEqual([]);
+        expectBand(r.gather.bouncedAt, 'the gather\'s root');
+        // Each of its peers' blocks, whole, at each of those offsets.
+        expect(r.gather.bytes).toBe(r.gather.bouncedAt.length * (size - 1) * 264 * 4096);
+      } else {
+        expectBand(r.broadcast.bouncedAt, `rank ${r.rank} receiving the broadcast`);
+        expect(r.broadcast.bytes).toBe(r.broadcast.bouncedAt.length * 264 * 4096);
+        expect(r.gather.bouncedAt, `rank ${r.rank} sending to the gather`).toEqual([]);
+      }
+    }
+  });
+
+  it('NCCL_NODE_TCP_BOUNCE=0: nothing bounces, every element exact', async () => {
+    for (const r of await run(2, '0')) {
+      expect([r.broadcast, r.gather].map((c) => [c.wrong, c.bytes]), `rank ${r.rank}`).toEqual([[0, 0], [0, 0]]);
+    }
+  });
+
+  it(`unset: on where the CPU is AMD's (this one: ${amd ? 'AMD' : 'not AMD'})`, async () => {
+    const [root, peer] = await run(2);
+    expect(root!.gather.bytes > 0).toBe(amd);
+    expect(peer!.broadcast.bytes > 0).toBe(amd);
+    expect(root!.gather.wrong + peer!.broadcast.wrong).toBe(0);
+  });
+
+  it.each(['yes', '2', ''])('NCCL_NODE_TCP_BOUNCE=%j fails init with ERR_INVALID_ARGUMENT', async (value) => {
+    const results = await runRanks('test/fixtures/tcp-bounce.ts', 1, { env: { NCCL_NODE_TCP_BOUNCE: value }, timeoutMs: 10_000 });
+    expect(results[0]!.code).toBe(1);
+    expect(results[0]!.stderr).toContain('ERR_INVALID_ARGUMENT');
+    expect(results[0]!.stderr).toContain(`NCCL_NODE_TCP_BOUNCE must be 1 or 0, got "${value}"`);
+  });
+});
