@@ -37,8 +37,8 @@ MeshExchange::MeshExchange(std::shared_ptr<gloo::Context> ctx)
       rank_(ctx_->rank),
       size_(ctx_->size),
       cap_(capacity(size_)),
-      stride_(cap_ + 8),
-      scratch_(stride_ * size_) {
+      stride_(cap_ + 8) {
+  scratch_.reserve(stride_ * static_cast<size_t>(size_));
   buf_ = ctx_->createUnboundBuffer(scratch_.data(), scratch_.size());
 }
 
@@ -50,7 +50,7 @@ MeshExchange::MeshExchange(net::TcpMesh* tcp)
       stride_(cap_ + 8) {}
 
 void MeshExchange::prepare() {
-  if (scratch_.empty()) scratch_.assign(stride_ * static_cast<size_t>(size_), 0);  // touched now
+  scratch_.reserve(stride_ * static_cast<size_t>(size_));  // touched now, once
 }
 
 MeshExchange::~MeshExchange() = default;

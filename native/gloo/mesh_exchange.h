@@ -15,13 +15,14 @@
 #include <memory>
 #include <vector>
 
+#include "../net/tcp_mesh.h"
+
 namespace gloo {
 class Context;
 namespace transport { class UnboundBuffer; }
 }  // namespace gloo
 
 namespace ncclnode {
-namespace net { class TcpMesh; struct Xfer; }
 
 class MeshExchange {
  public:
@@ -94,7 +95,7 @@ class MeshExchange {
 
  private:
   // Each rank's slot: an 8-byte length (the TCP frame header), then up to cap bytes.
-  uint8_t* slot(int r) const { return const_cast<uint8_t*>(scratch_.data()) + static_cast<size_t>(r) * stride_ + 8; }
+  uint8_t* slot(int r) const { return scratch_.data() + static_cast<size_t>(r) * stride_ + 8; }
   // Over TCP: moves the round on until it completes (true) or `until` passes (false).
   bool progressTcp(std::chrono::steady_clock::time_point deadline, std::chrono::steady_clock::time_point until);
 
@@ -104,7 +105,7 @@ class MeshExchange {
   int size_;
   size_t cap_;
   size_t stride_;
-  std::vector<uint8_t> scratch_;  // size x stride: one message per rank
+  net::LandingBuffer scratch_;    // size x stride: one message per rank, where receives land at full speed
   std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
   std::vector<net::Xfer> sends_;  // TCP: this round's sends still in progress
   std::vector<net::Xfer> recvs_;  // TCP: this round's receives (each a length, then its body)

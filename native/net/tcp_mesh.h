@@ -77,7 +77,7 @@ bool aliasedLanding(const uint8_t* data);
 class LandingBuffer {
  public:
   void reserve(size_t bytes);
-  uint8_t* data() { return at_; }
+  uint8_t* data() const { return at_; }
   size_t size() const { return size_; }
 
  private:
