@@ -8,7 +8,8 @@
 // band take the same path on both, the control. Per offset: the median over blocks of the
 // receiver's median µs a call, and the ratio. Table and JSON.
 //
-//   build/tcp_landing [--bytes 2097152] [--blocks 6] [--iters 100] [--offsets 0,16,...] [--json out.json]
+//   build/tcp_landing [--bytes 2097152] [--blocks 6] [--iters 100] [--offsets 0,8,16,...] [--send-offset 2048]
+//                     [--json out.json]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -104,9 +105,10 @@ int main(int argc, char** argv) {
   const int blocks = std::atoi(argOf(argc, argv, "--blocks", "6"));
   const int iters = std::atoi(argOf(argc, argv, "--iters", "100"));
   const std::string json = argOf(argc, argv, "--json", "");
+  const size_t sendOffset = std::strtoull(argOf(argc, argv, "--send-offset", "2048"), nullptr, 10) % 4096;
   std::vector<size_t> offsets;
   {
-    std::stringstream list(argOf(argc, argv, "--offsets", "0,16,32,64,128,192,256,512,1024,2048,3072,4032,4080"));
+    std::stringstream list(argOf(argc, argv, "--offsets", "0,4,8,16,24,28,32,48,64,128,256,1024,2048,4080"));
     for (std::string item; std::getline(list, item, ',');) offsets.push_back(std::strtoull(item.c_str(), nullptr, 10) % 4096);
   }
   if (bytes == 0 || blocks < 1 || iters < 1 || offsets.empty()) {
@@ -131,9 +133,9 @@ int main(int argc, char** argv) {
     bounced.connect("127.0.0.1", "", rv, "bounced/", std::chrono::seconds(30));
     std::vector<uint8_t> store(bytes + 8192, static_cast<uint8_t>(rank + 1));
     const size_t base = reinterpret_cast<uintptr_t>(store.data()) % 4096;
-    // The sender's buffer half a page in, away from where its own copy into the socket
-    // aliases (the same band mirrored: a source just before a page's end).
-    const uint8_t* from = store.data() + (2048 + 4096 - base) % 4096;
+    // The sender's buffer (--send-offset; by default half a page in, away from where its
+    // own copy into the socket aliases: the same band mirrored, just before a page's end).
+    const uint8_t* from = store.data() + (sendOffset + 4096 - base) % 4096;
     std::vector<double> results;  // per offset: the direct and the bounced median over blocks
     for (size_t offset : offsets) {
       uint8_t* at = store.data() + (offset + 4096 - base) % 4096;
@@ -170,8 +172,8 @@ int main(int argc, char** argv) {
   std::string rm = "rm -rf " + dir;
   if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "tcp_landing: could not remove %s\n", dir.c_str());
 
-  std::printf("# %zu bytes a call, one way after a 32-byte exchange, 2 processes over loopback, sent from page offset 2048; %d blocks of %d calls per mesh and offset\n",
-              bytes, blocks, iters);
+  std::printf("# %zu bytes a call, one way after a 32-byte exchange, 2 processes over loopback, sent from page offset %zu; %d blocks of %d calls per mesh and offset\n",
+              bytes, sendOffset, blocks, iters);
   std::printf("| receive buffer's page offset | aliased | straight in, us | through the bounce buffer, us | ratio |\n|---|---|---|---|---|\n");
   for (size_t i = 0; i < offsets.size(); ++i) {
     const bool aliased = ncclnode::net::aliasedLanding(reinterpret_cast<const uint8_t*>(offsets[i]));
@@ -181,7 +183,8 @@ int main(int argc, char** argv) {
   if (!json.empty()) {
     FILE* f = std::fopen(json.c_str(), "w");
     if (!f) die("json");
-    std::fprintf(f, "{\"bench\":\"tcp_landing\",\"bytes\":%zu,\"blocks\":%d,\"iters\":%d,\"rows\":[", bytes, blocks, iters);
+    std::fprintf(f, "{\"bench\":\"tcp_landing\",\"bytes\":%zu,\"sendOffset\":%zu,\"blocks\":%d,\"iters\":%d,\"rows\":[", bytes,
+                 sendOffset, blocks, iters);
     for (size_t i = 0; i < offsets.size(); ++i) {
       const bool aliased = ncclnode::net::aliasedLanding(reinterpret_cast<const uint8_t*>(offsets[i]));
       std::fprintf(f, "%s{\"offset\":%zu,\"aliased\":%s,\"directUs\":%.1f,\"bouncedUs\":%.1f,\"ratio\":%.3f}", i ? "," : "", offsets[i],

@@ -30,11 +30,11 @@ std::atomic<uint64_t> sizedReceiveCount{0};
 std::atomic<uint64_t> bouncedCount{0};
 
 // Receives through the bounce buffer (receiveSome): those of this much or more, read
-// this much at a time, into a destination that starts past a page's start by less than
-// this (a page-aligned one does not alias).
+// this much at a time, into a destination that starts 1 to kAliasAfter - 1 bytes into a
+// page.
 constexpr size_t kBounceFrom = 64 * 1024;
 constexpr size_t kBounceBytes = 64 * 1024;
-constexpr size_t kAliasAfter = 192;
+constexpr size_t kAliasAfter = 32;
 
 constexpr uint64_t kMagic = 0x6e6e2d7463702d32ull;  // "nn-tcp-2": the greeting carries oneWay
 
@@ -422,13 +422,14 @@ uint64_t bouncedBytes() { return bouncedCount.load(std::memory_order_relaxed); }
 // fills those pages from their start again once the previous ones are freed, as they are
 // when ranks go in step: a call's bytes come from near a page's start, byte k from about
 // page offset k mod 4096. On AMD Zen (the EPYC VM of bench/README.md) that copy ran at
-// half speed into a destination a few dozen bytes past the source's place in its page
-// (4K aliasing: a store whose address matches a later load's in its low 12 bits holds
-// the load up): 2 MiB one way between two processes took 0.9-1.6 ms into a buffer 8-128
-// bytes into a page against 0.4-0.6 ms at most other offsets (bench/tcp_landing.cpp,
+// half speed into a destination 1-31 bytes past the source's place in its page (4K
+// aliasing: a store whose address matches a nearby later load's in its low 12 bits holds
+// the load up): 2 MiB one way between two processes took 0.95-1.12 ms into a buffer 4-28
+// bytes into a page, 0.34-0.39 ms at 0 and at 32-4080 (bench/tcp_landing.cpp, bench/README.md
 // "Where a receive lands"). malloc's and Node's large buffers start 16 bytes into a page.
-// A receive into a buffer starting up to kAliasAfter bytes into a page reads into a buffer
-// of this mesh's own half a page in, then copies out with glibc's memcpy.
+// A receive into a buffer starting 1-31 bytes into a page reads into a buffer of this
+// mesh's own half a page in, then copies out with glibc's memcpy: 0.50-0.57 ms. Elsewhere
+// that detour cost 1.4-1.6x, so it is taken nowhere else.
 void LandingBuffer::reserve(size_t bytes) {
   if (bytes <= size_) return;
   store_.assign(bytes + 4096, 0);

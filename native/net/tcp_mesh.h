@@ -146,9 +146,9 @@ class TcpMesh {
   // NCCL_NODE_TCP_RCVBUF.
   void setLocalReceiveBuffer(int bytes) { localRcvBuf_ = bytes; }
   static constexpr int kDefaultLocalReceiveBuffer = 4 << 20;
-  // Before connect(): receives of 64 KiB or more from a peer on this host whose
-  // destination aliasedLanding() reads through a buffer of this mesh's own, at a page
-  // offset the kernel copies to at full speed, then copied out (transfer()). The backend
+  // Before connect(): receives of 64 KiB or more from a peer on this host into a
+  // destination aliasedLanding() marks go through a buffer of this mesh's own, at a page
+  // offset the kernel copies to at full speed, then are copied out (transfer()). The backend
   // passes NCCL_NODE_TCP_BOUNCE (on by default on AMD CPUs).
   void setBounce(bool on) { bounceOn_ = on; }
   // After connect(): peers this rank has one connection each way with.

@@ -1,10 +1,10 @@
 /**
  * Receives over TCP from a rank on this host land through a buffer of the backend's own
- * when the destination starts 1-191 bytes past a page's start (native/net/tcp_mesh.cpp,
+ * when the destination starts 1-31 bytes past a page's start (native/net/tcp_mesh.cpp,
  * receiveSome: there the kernel's copy out of the socket ran at half speed on AMD CPUs,
  * bench/README.md "Where a receive lands"). Checked: exactly that band of destinations
- * (11 or 12 of the 256 16-byte offsets of a page, one run, as the ArrayBuffer's own place
- * in its page is a multiple of 16 or not) goes through it, every
+ * (3 or 4 of the 512 8-byte offsets of a page, one run, as the ArrayBuffer's own place in
+ * its page is a multiple of 8 or not) goes through it, every
  * element arrives exact at every offset, NCCL_NODE_TCP_BOUNCE=0 turns it off, unset it
  * is on exactly where /proc/cpuinfo names an AMD CPU, between hosts it is off
  * (test/shm/multinode.test.ts), and a bad value fails init.
@@ -27,15 +27,15 @@ async function run(size: number, bounce?: string): Promise<Row[]> {
   return results.map((r) => r.reports[0] as unknown as Row);
 }
 
-/** The offsets are one run of 11 or 12, 16 bytes apart (going round the end of the page where the buffer starts late in one). */
+/** The offsets are one run of 3 or 4, 8 bytes apart (going round the end of the page where the buffer starts late in one). */
 function expectBand(at: number[], what: string): void {
-  expect([11, 12], `${what}: ${JSON.stringify(at)}`).toContain(at.length);
-  const start = at.find((o) => !at.includes((o - 16 + 4096) % 4096))!;
-  expect(at.map((o) => (o - start + 4096) % 4096).sort((a, b) => a - b), what).toEqual(Array.from({ length: at.length }, (_, k) => k * 16));
+  expect([3, 4], `${what}: ${JSON.stringify(at)}`).toContain(at.length);
+  const start = at.find((o) => !at.includes((o - 8 + 4096) % 4096))!;
+  expect(at.map((o) => (o - start + 4096) % 4096).sort((a, b) => a - b), what).toEqual(Array.from({ length: at.length }, (_, k) => k * 8));
 }
 
 describe('TCP receives within one host through the bounce buffer', { timeout: 180_000 }, () => {
-  it.each([2, 3])('%i ranks, NCCL_NODE_TCP_BOUNCE=1: the destinations 1-191 bytes into a page bounce, every element exact', async (size) => {
+  it.each([2, 3])('%i ranks, NCCL_NODE_TCP_BOUNCE=1: the destinations 1-31 bytes into a page bounce, every element exact', async (size) => {
     for (const r of await run(size, '1')) {
       expect(r.broadcast.wrong, `rank ${r.rank}`).toBe(0);
       expect(r.gather.wrong, `rank ${r.rank}`).toBe(0);
