@@ -424,11 +424,11 @@ uint64_t bouncedBytes() { return bouncedCount.load(std::memory_order_relaxed); }
 // page offset k mod 4096. On AMD Zen (the EPYC VM of bench/README.md) that copy ran at
 // half speed into a destination 1-31 bytes past the source's place in its page (4K
 // aliasing: a store whose address matches a nearby later load's in its low 12 bits holds
-// the load up): 2 MiB one way between two processes took 0.95-1.12 ms into a buffer 4-28
-// bytes into a page, 0.34-0.39 ms at 0 and at 32-4080 (bench/tcp_landing.cpp, bench/README.md
+// the load up): 2 MiB one way between two processes took 0.99-1.11 ms into a buffer 4-28
+// bytes into a page, 0.33-0.38 ms at 32-4080 (bench/tcp_landing.cpp, bench/README.md
 // "Where a receive lands"). malloc's and Node's large buffers start 16 bytes into a page.
 // A receive into a buffer starting 1-31 bytes into a page reads into a buffer of this
-// mesh's own half a page in, then copies out with glibc's memcpy: 0.50-0.57 ms. Elsewhere
+// mesh's own half a page in, then copies out with glibc's memcpy: 0.58-0.62 ms. Elsewhere
 // that detour cost 1.4-1.6x, so it is taken nowhere else.
 void LandingBuffer::reserve(size_t bytes) {
   if (bytes <= size_) return;
