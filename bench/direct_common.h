@@ -1,5 +1,6 @@
 // What bench/gloo_direct.cpp and bench/nccl_direct.cpp share: their command line
-// (<rank> <size> <dir> [iters=200] [min=8] [max=64M]) and the per-size timing (the
+// (<rank> <size> <dir> [iters=200] [min=8] [max=64M]) and the per-size timing; and the
+// `--name value` options and medians of the two-process TCP benches (the
 // median per-call time: on a shared host a few calls stall for a scheduler tick,
 // which moves a mean far more than the code under test does).
 #pragma once
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -63,6 +65,19 @@ double medianUs(int n, F&& call) {
   }
   std::nth_element(us.begin(), us.begin() + n / 2, us.end());
   return us[n / 2];
+}
+
+// The value after `--name` on the command line, or `fallback`.
+inline const char* argOf(int argc, char** argv, const char* name, const char* fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  }
+  return fallback;
+}
+
+inline double medianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 }  // namespace bench

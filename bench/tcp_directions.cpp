@@ -15,7 +15,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,7 +26,13 @@
 #include <string>
 #include <vector>
 
+#include "direct_common.h"
+#include "fork_pair.h"
+
 namespace {
+
+using bench::argOf;
+using bench::medianOf;
 
 using Clock = std::chrono::steady_clock;
 
@@ -112,30 +117,14 @@ void exchange(Ends& e, const char* out, char* in, size_t bytes) {
   e.setMark(1);
 }
 
-const char* argOf(int argc, char** argv, const char* name, const char* fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  }
-  return fallback;
-}
 
-double medianOf(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // One gang: two fresh processes connect in `layout` (0: one connection, 1: one each way)
 // and time `blocks` blocks of `iters` exchanges; rank 0's block medians come back on a pipe.
 std::vector<double> gang(int layout, size_t bytes, int blocks, int iters) {
   int port = 0;
   const int lfd = listenLoopback(&port);
-  int pipeFds[2];
-  if (::pipe(pipeFds) != 0) die("pipe");
-  pid_t pids[2];
-  for (int rank = 0; rank < 2; ++rank) {
-    pids[rank] = ::fork();
-    if (pids[rank] < 0) die("fork");
-    if (pids[rank] != 0) continue;
+  const std::vector<double> perBlock = bench::forkPair([&](int rank) {
     // Rank 1 dials both connections (or the one); the first carries rank 1's bytes.
     int c[2];
     for (int i = 0; i < layout + 1; ++i) {
@@ -159,21 +148,9 @@ std::vector<double> gang(int layout, size_t bytes, int blocks, int iters) {
       }
       perBlock.push_back(medianOf(us));
     }
-    if (rank == 0 && ::write(pipeFds[1], perBlock.data(), perBlock.size() * sizeof(double)) < 0) die("write");
-    std::_Exit(0);
-  }
+    return perBlock;
+  }, 0, static_cast<size_t>(blocks));
   ::close(lfd);
-  ::close(pipeFds[1]);
-  std::vector<double> perBlock(static_cast<size_t>(blocks));
-  size_t got = 0;
-  auto* dst = reinterpret_cast<char*>(perBlock.data());
-  while (got < perBlock.size() * sizeof(double)) {
-    const ssize_t n = ::read(pipeFds[0], dst + got, perBlock.size() * sizeof(double) - got);
-    if (n <= 0) die("a gang's rank 0 reported nothing");
-    got += static_cast<size_t>(n);
-  }
-  ::close(pipeFds[0]);
-  for (pid_t pid : pids) ::waitpid(pid, nullptr, 0);
   return perBlock;
 }
 

@@ -10,7 +10,6 @@
 //
 //   build/tcp_landing [--bytes 2097152] [--blocks 6] [--iters 100] [--offsets 0,8,16,...] [--send-offset 2048]
 //                     [--json out.json]
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,8 +24,13 @@
 #include <vector>
 
 #include "../native/net/tcp_mesh.h"
+#include "direct_common.h"
+#include "fork_pair.h"
 
 namespace {
+
+using bench::argOf;
+using bench::medianOf;
 
 using ncclnode::net::Clock;
 using ncclnode::net::TcpMesh;
@@ -37,17 +41,7 @@ using ncclnode::net::Xfer;
   std::exit(1);
 }
 
-const char* argOf(int argc, char** argv, const char* name, const char* fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  }
-  return fallback;
-}
 
-double medianOf(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // The ranks find each other through files in a directory both know, a key a file.
 ncclnode::net::Rendezvous fileRendezvous(const std::string& dir) {
@@ -118,13 +112,7 @@ int main(int argc, char** argv) {
   char dirTemplate[] = "/tmp/tcp-landing-XXXXXX";
   if (!::mkdtemp(dirTemplate)) die("mkdtemp");
   const std::string dir = dirTemplate;
-  int pipeFds[2];
-  if (::pipe(pipeFds) != 0) die("pipe");
-  pid_t pids[2];
-  for (int rank = 0; rank < 2; ++rank) {
-    pids[rank] = ::fork();
-    if (pids[rank] < 0) die("fork");
-    if (pids[rank] != 0) continue;
+  const std::vector<double> results = bench::forkPair([&](int rank) {
     const auto rv = fileRendezvous(dir);
     TcpMesh direct(rank, 2, 0x1a4d), bounced(rank, 2, 0x1a4d);
     direct.setBounce(false);
@@ -156,19 +144,8 @@ int main(int argc, char** argv) {
       results.push_back(medianOf(perBlock[0]));
       results.push_back(medianOf(perBlock[1]));
     }
-    if (rank == 1 && ::write(pipeFds[1], results.data(), results.size() * sizeof(double)) < 0) die("write");
-    std::_Exit(0);
-  }
-  ::close(pipeFds[1]);
-  std::vector<double> results(offsets.size() * 2);
-  size_t got = 0;
-  auto* dst = reinterpret_cast<char*>(results.data());
-  while (got < results.size() * sizeof(double)) {
-    const ssize_t n = ::read(pipeFds[0], dst + got, results.size() * sizeof(double) - got);
-    if (n <= 0) die("the receiving rank reported nothing");
-    got += static_cast<size_t>(n);
-  }
-  for (pid_t pid : pids) ::waitpid(pid, nullptr, 0);
+    return results;
+  }, 1, offsets.size() * 2);
   std::string rm = "rm -rf " + dir;
   if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "tcp_landing: could not remove %s\n", dir.c_str());
 
