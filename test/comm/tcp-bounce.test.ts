@@ -4,10 +4,10 @@
  * receiveSome: there the kernel's copy out of the socket ran at half speed on AMD CPUs,
  * bench/README.md "Where a receive lands"). Checked: exactly that band of destinations
  * (3 or 4 of the 512 8-byte offsets of a page, one run, as the ArrayBuffer's own place in
- * its page is a multiple of 8 or not) goes through it, every
- * element arrives exact at every offset, NCCL_NODE_TCP_BOUNCE=0 turns it off, unset it
- * is on exactly where /proc/cpuinfo names an AMD CPU, between hosts it is off
- * (test/shm/multinode.test.ts), and a bad value fails init.
+ * its page is a multiple of 8 or not) goes through it; every element arrives exact at
+ * every offset; NCCL_NODE_TCP_BOUNCE=0 turns it off; unset, it is on exactly where
+ * /proc/cpuinfo names an AMD CPU; between hosts it is off (test/shm/multinode.test.ts);
+ * a bad value fails init.
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
