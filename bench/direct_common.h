@@ -1,8 +1,8 @@
 // What bench/gloo_direct.cpp and bench/nccl_direct.cpp share: their command line
-// (<rank> <size> <dir> [iters=200] [min=8] [max=64M]) and the per-size timing; and the
-// `--name value` options and medians of the two-process TCP benches (the
+// (<rank> <size> <dir> [iters=200] [min=8] [max=64M]) and the per-size timing (the
 // median per-call time: on a shared host a few calls stall for a scheduler tick,
-// which moves a mean far more than the code under test does).
+// which moves a mean far more than the code under test does). Also the `--name value`
+// options and the medians of the two-process TCP benches.
 #pragma once
 
 #include <algorithm>

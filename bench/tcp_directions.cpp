@@ -117,8 +117,6 @@ void exchange(Ends& e, const char* out, char* in, size_t bytes) {
   e.setMark(1);
 }
 
-
-
 // One gang: two fresh processes connect in `layout` (0: one connection, 1: one each way)
 // and time `blocks` blocks of `iters` exchanges; rank 0's block medians come back on a pipe.
 std::vector<double> gang(int layout, size_t bytes, int blocks, int iters) {

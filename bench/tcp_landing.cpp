@@ -1,8 +1,8 @@
 // Where a receive lands (native/net/tcp_mesh.cpp, receiveSome): two processes over
 // loopback, the backend's own TcpMesh, one rank sending `bytes` a call (from half a page
 // into a page) to the other after a 32-byte exchange both ways (the agreement round every
-// collective starts with). Per
-// page offset of the receiving buffer, blocks of calls alternate between a mesh that
+// collective starts with), meeting through a Gloo file store. Per page offset of the
+// receiving buffer, blocks of calls alternate between a mesh that
 // receives straight into the buffer (setBounce(false)) and one that goes through its
 // bounce buffer where aliasedLanding() says so (setBounce(true)); offsets outside that
 // band take the same path on both, the control. Per offset: the median over blocks of the
@@ -10,22 +10,20 @@
 //
 //   build/tcp_landing [--bytes 2097152] [--blocks 6] [--iters 100] [--offsets 0,8,16,...] [--send-offset 2048]
 //                     [--json out.json]
-#include <unistd.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "../native/net/tcp_mesh.h"
 #include "direct_common.h"
 #include "fork_pair.h"
+#include "gloo_bench.h"
 
 namespace {
 
@@ -39,35 +37,6 @@ using ncclnode::net::Xfer;
 [[noreturn]] void die(const char* what) {
   std::perror(what);
   std::exit(1);
-}
-
-
-
-// The ranks find each other through files in a directory both know, a key a file.
-ncclnode::net::Rendezvous fileRendezvous(const std::string& dir) {
-  auto path = [dir](std::string k, const char* prefix) {
-    std::replace(k.begin(), k.end(), '/', '_');
-    return dir + "/" + prefix + k;
-  };
-  ncclnode::net::Rendezvous rv;
-  rv.set = [path](const std::string& k, const std::string& v) {
-    std::ofstream(path(k, ".")) << v;
-    std::rename(path(k, ".").c_str(), path(k, "").c_str());
-  };
-  rv.get = [path](const std::string& k, std::chrono::milliseconds timeout) {
-    const auto until = Clock::now() + timeout;
-    while (Clock::now() < until) {
-      std::ifstream f(path(k, ""));
-      if (f) {
-        std::stringstream s;
-        s << f.rdbuf();
-        return s.str();
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    throw std::runtime_error("rendezvous: no " + k);
-  };
-  return rv;
 }
 
 // One call: the 32-byte exchange, then rank 0's bytes into rank 1's `into`.
@@ -113,12 +82,13 @@ int main(int argc, char** argv) {
   if (!::mkdtemp(dirTemplate)) die("mkdtemp");
   const std::string dir = dirTemplate;
   const std::vector<double> results = bench::forkPair([&](int rank) {
-    const auto rv = fileRendezvous(dir);
+    gloo::rendezvous::FileStore files(dir);
+    gloo::rendezvous::PrefixStore directStore("direct", files), bouncedStore("bounced", files);
     TcpMesh direct(rank, 2, 0x1a4d), bounced(rank, 2, 0x1a4d);
     direct.setBounce(false);
     bounced.setBounce(true);
-    direct.connect("127.0.0.1", "", rv, "direct/", std::chrono::seconds(30));
-    bounced.connect("127.0.0.1", "", rv, "bounced/", std::chrono::seconds(30));
+    bench::connectOwnMesh(direct, directStore, std::chrono::seconds(30));
+    bench::connectOwnMesh(bounced, bouncedStore, std::chrono::seconds(30));
     std::vector<uint8_t> store(bytes + 8192, static_cast<uint8_t>(rank + 1));
     const size_t base = reinterpret_cast<uintptr_t>(store.data()) % 4096;
     // The sender's buffer (--send-offset; by default half a page in, away from where its
@@ -151,10 +121,11 @@ int main(int argc, char** argv) {
 
   std::printf("# %zu bytes a call, one way after a 32-byte exchange, 2 processes over loopback, sent from page offset %zu; %d blocks of %d calls per mesh and offset\n",
               bytes, sendOffset, blocks, iters);
+  std::vector<bool> aliased;
+  for (size_t offset : offsets) aliased.push_back(ncclnode::net::aliasedLanding(reinterpret_cast<const uint8_t*>(offset)));
   std::printf("| receive buffer's page offset | aliased | straight in, us | through the bounce buffer, us | ratio |\n|---|---|---|---|---|\n");
   for (size_t i = 0; i < offsets.size(); ++i) {
-    const bool aliased = ncclnode::net::aliasedLanding(reinterpret_cast<const uint8_t*>(offsets[i]));
-    std::printf("| %zu | %s | %.1f | %.1f | %.2f |\n", offsets[i], aliased ? "yes" : "no", results[2 * i], results[2 * i + 1],
+    std::printf("| %zu | %s | %.1f | %.1f | %.2f |\n", offsets[i], aliased[i] ? "yes" : "no", results[2 * i], results[2 * i + 1],
                 results[2 * i + 1] / results[2 * i]);
   }
   if (!json.empty()) {
@@ -163,9 +134,8 @@ int main(int argc, char** argv) {
     std::fprintf(f, "{\"bench\":\"tcp_landing\",\"bytes\":%zu,\"sendOffset\":%zu,\"blocks\":%d,\"iters\":%d,\"rows\":[", bytes,
                  sendOffset, blocks, iters);
     for (size_t i = 0; i < offsets.size(); ++i) {
-      const bool aliased = ncclnode::net::aliasedLanding(reinterpret_cast<const uint8_t*>(offsets[i]));
       std::fprintf(f, "%s{\"offset\":%zu,\"aliased\":%s,\"directUs\":%.1f,\"bouncedUs\":%.1f,\"ratio\":%.3f}", i ? "," : "", offsets[i],
-                   aliased ? "true" : "false", results[2 * i], results[2 * i + 1], results[2 * i + 1] / results[2 * i]);
+                   aliased[i] ? "true" : "false", results[2 * i], results[2 * i + 1], results[2 * i + 1] / results[2 * i]);
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);
