@@ -5,6 +5,7 @@ endif()
 # The addon's sources the C++ benchmarks below share, free of N-API: one static library,
 # from which each executable links only the objects it uses.
 add_library(bench_native STATIC ${CMAKE_CURRENT_SOURCE_DIR}/native/core/errors.cpp
+                                ${CMAKE_CURRENT_SOURCE_DIR}/native/core/copy_bytes.cpp
                                 ${CMAKE_CURRENT_SOURCE_DIR}/native/core/dtype.cpp
                                 ${CMAKE_CURRENT_SOURCE_DIR}/native/net/tcp_mesh.cpp
                                 ${CMAKE_CURRENT_SOURCE_DIR}/native/net/tcp_ring.cpp
@@ -61,3 +62,8 @@ add_executable(tcp_directions ${CMAKE_CURRENT_SOURCE_DIR}/bench/tcp_directions.c
 # each page offset, straight in against through the bounce buffer (net::aliasedLanding).
 add_executable(tcp_landing ${CMAKE_CURRENT_SOURCE_DIR}/bench/tcp_landing.cpp)
 target_link_libraries(tcp_landing PRIVATE bench_native)
+
+# bench/copy_bytes: host copies by how far the destination lies past the source in a
+# page, glibc's memcpy against copyBytes (native/core/copy_bytes.cpp).
+add_executable(copy_bytes ${CMAKE_CURRENT_SOURCE_DIR}/bench/copy_bytes.cpp)
+target_link_libraries(copy_bytes PRIVATE bench_native)

@@ -6,6 +6,7 @@
 
 #include "addon_data.h"
 #include "buffers.h"
+#include "copy_bytes.h"
 #include "v8_value.h"
 #include "js_errors.h"
 #include "monotonic.h"
@@ -460,7 +461,7 @@ std::unique_ptr<Pending> CommWrap::build(const CallArgs& info, OpKind kind, bool
                                   : "; device memory is not copied: use separate buffers"));
       }
       std::shared_ptr<uint8_t[]> copy(new uint8_t[bytes]);
-      std::memcpy(copy.get(), op.send.data, bytes);
+      copyBytes(copy.get(), op.send.data, bytes);
       op.send.data = copy.get();
       op.send.bytes = bytes;
       op.send.keep = std::move(copy);

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstring>
 
+#include "../core/copy_bytes.h"
 #include "../core/errors.h"
 
 namespace ncclnode {
@@ -124,9 +125,9 @@ void LegacyAllReduces::run(const std::shared_ptr<gloo::Context>& ctx, AllReduceA
     it = entries_.end() - 1;
   }
   it->used = ++clock_;
-  std::memcpy(it->buf.get(), data, bytes);
+  copyBytes(it->buf.get(), data, bytes);
   it->impl->run();
-  std::memcpy(data, it->buf.get(), bytes);
+  copyBytes(data, it->buf.get(), bytes);
 }
 
 }  // namespace ncclnode

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../core/agreement.h"
+#include "../core/copy_bytes.h"
 #include "gloo_backend.h"
 
 namespace ncclnode {
@@ -35,7 +36,7 @@ void GlooBackend::tcpAllToAll(const Op& op, const std::vector<size_t>& sendAt, c
     landing = scratch_.data();
   }
   // This rank's own block: a copy (in place, into the staging with the rest).
-  std::memmove(landing + recvAt[me], in + sendAt[me], recvLen[me]);
+  copyBytes(landing + recvAt[me], in + sendAt[me], recvLen[me]);
   std::vector<net::Xfer> sends, recvs;
   sends.reserve(static_cast<size_t>(n));
   recvs.reserve(static_cast<size_t>(n));
@@ -55,7 +56,7 @@ void GlooBackend::tcpAllToAll(const Op& op, const std::vector<size_t>& sendAt, c
     recvs.push_back(r);
   }
   tcp_->transfer(sends.data(), sends.size(), recvs.data(), recvs.size(), deadlineOf(op));
-  if (staged) std::memcpy(out, landing, outBytes);
+  if (staged) copyBytes(out, landing, outBytes);
   glooAlgoStats().tcpAllToAlls++;
 }
 
@@ -84,7 +85,7 @@ void GlooBackend::shmAllToAll(const Op& op, const std::vector<size_t>& sendAt, c
     shmFailed();
     throw;
   }
-  if (staged) std::memcpy(out, landing, outBytes);
+  if (staged) copyBytes(out, landing, outBytes);
   glooAlgoStats().shmAllToAlls++;
 }
 

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "../core/copy_bytes.h"
 #include "gloo_store.h"
 
 namespace ncclnode {
@@ -312,7 +313,7 @@ void GlooBackend::run(Op& op) {
       // One rank: every collective's result is its input (an average divides by one), so
       // a copy or nothing; Gloo's one-rank paths build options, buffers and a reduction
       // per call to the same end. Counts were checked against both buffers (CommWrap).
-      if (!inPlace && op.kind != OpKind::Barrier) std::memmove(op.recv.data, op.send.data, op.count * width);
+      if (!inPlace && op.kind != OpKind::Barrier) copyBytes(op.recv.data, op.send.data, op.count * width);
       return;
     }
     switch (op.kind) {
@@ -385,7 +386,7 @@ void GlooBackend::allReduce(Op& op) {
     glooAlgoStats().tcpRingCalls++;
   } else if (isLegacy(algo)) {
     // The legacy classes reduce in place with the context's timeout (set at connect).
-    if (op.send.data != op.recv.data) std::memcpy(op.recv.data, op.send.data, op.count * width);
+    if (op.send.data != op.recv.data) copyBytes(op.recv.data, op.send.data, op.count * width);
     legacy_.run(ctx_, algo, op.dtype, op.recv.data, op.count);
     glooAlgoStats().legacyAllReduces++;
   } else {
@@ -432,7 +433,7 @@ void GlooBackend::reduceScatter(Op& op) {
   // Accumulate in scratch chunk 0 so an in-place output never aliases an input.
   for (int r = 1; r < cfg_.size; ++r) fn(scratch_.data(), scratch_.data(), scratch_.data() + r * chunk, op.count);
   if (op.redop == RedOp::Avg) divideInPlace(scratch_.data(), op.dtype, op.count, cfg_.size);
-  std::memcpy(op.recv.data, scratch_.data(), chunk);
+  copyBytes(op.recv.data, scratch_.data(), chunk);
 }
 
 std::unique_ptr<Backend> GlooBackend::split(int color, int key, std::chrono::milliseconds timeout) {

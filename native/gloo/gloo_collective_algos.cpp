@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "../core/copy_bytes.h"
 #include "../core/errors.h"
 #include "gloo_backend.h"
 
@@ -90,9 +91,9 @@ LegacyCollectives::Entry& LegacyCollectives::entry(const std::shared_ptr<gloo::C
 void LegacyCollectives::allGather(const std::shared_ptr<gloo::Context>& ctx, size_t width, const void* in,
                                   void* out, size_t count) {
   Entry& e = entry(ctx, Coll::AllGather, DType::Uint8, width, count);
-  std::memcpy(e.in.get(), in, count * width);
+  copyBytes(e.in.get(), in, count * width);
   e.impl->run();
-  std::memcpy(out, e.out.get(), e.bytes);
+  copyBytes(out, e.out.get(), e.bytes);
   glooAlgoStats().legacyAllGathers++;
 }
 
@@ -100,10 +101,10 @@ void LegacyCollectives::reduceScatter(const std::shared_ptr<gloo::Context>& ctx,
                                       void* out, size_t count) {
   const size_t width = elementSize(dtype);
   Entry& e = entry(ctx, Coll::ReduceScatter, dtype, width, count);
-  std::memcpy(e.out.get(), in, e.bytes);
+  copyBytes(e.out.get(), in, e.bytes);
   e.impl->run();
   // The algorithm leaves this rank's reduced block at the front of its buffer.
-  std::memcpy(out, e.out.get(), count * width);
+  copyBytes(out, e.out.get(), count * width);
   glooAlgoStats().legacyReduceScatters++;
 }
 

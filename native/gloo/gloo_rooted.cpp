@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "../core/copy_bytes.h"
 #include "gloo_backend.h"
 
 namespace ncclnode {
@@ -38,22 +39,22 @@ void placeRooted(const Op& op, int rank, int size, const uint8_t* mine, Part par
   switch (op.kind) {
     case OpKind::Broadcast:
       if (!root) {
-        if (part(op.root) != out) std::memcpy(out, part(op.root), bytes);
+        if (part(op.root) != out) copyBytes(out, part(op.root), bytes);
       } else if (mine != out) {
-        std::memmove(out, mine, bytes);
+        copyBytes(out, mine, bytes);
       }
       return;
     case OpKind::Gather:
       if (!root) return;
-      std::memmove(out + me * bytes, mine, bytes);
+      copyBytes(out + me * bytes, mine, bytes);
       for (int r = 0; r < size; ++r) {
         uint8_t* to = out + static_cast<size_t>(r) * bytes;
-        if (r != rank && part(r) != to) std::memcpy(to, part(r), bytes);
+        if (r != rank && part(r) != to) copyBytes(to, part(r), bytes);
       }
       return;
     case OpKind::Scatter:
-      if (root) std::memmove(out, mine + me * bytes, bytes);
-      else if (part(op.root) != out) std::memcpy(out, part(op.root), bytes);
+      if (root) copyBytes(out, mine + me * bytes, bytes);
+      else if (part(op.root) != out) copyBytes(out, part(op.root), bytes);
       return;
     default:
       throw Error(Code::Backend, std::string("not a broadcast, gather or scatter: ") + opKindName(op.kind));
@@ -176,7 +177,7 @@ void GlooBackend::broadcast(Op& op) {
   auto* recv = static_cast<uint8_t*>(op.recv.data);
   if (shmSingleHost()) {
     shmRounds(op, bytes, root ? send : nullptr, [&](size_t at, size_t len, const shm::Reader& from) {
-      if (!root) std::memcpy(recv + at, from(op.root), len);
+      if (!root) copyBytes(recv + at, from(op.root), len);
     });
   } else {
     const int n = cfg_.size;
@@ -209,7 +210,7 @@ void GlooBackend::broadcast(Op& op) {
     }
     glooAlgoStats().tcpRooted++;
   }
-  if (root && send != recv) std::memmove(recv, send, bytes);
+  if (root && send != recv) copyBytes(recv, send, bytes);
 }
 
 // out (the root's output) := every rank's input reduced. Within one host the other
@@ -246,15 +247,15 @@ void GlooBackend::gather(Op& op) {
     shmRounds(op, bytes, in, [&](size_t at, size_t len, const shm::Reader& from) {
       if (!root) return;
       for (int r = 0; r < cfg_.size; ++r) {
-        if (r != cfg_.rank) std::memcpy(recv + static_cast<size_t>(r) * bytes + at, from(r), len);
+        if (r != cfg_.rank) copyBytes(recv + static_cast<size_t>(r) * bytes + at, from(r), len);
       }
     });
-    if (root) std::memmove(recv + me * bytes, in, bytes);
+    if (root) copyBytes(recv + me * bytes, in, bytes);
   } else {
     // Slices of the root's own block: in place, or apart from every block (comm_wrap.cpp
     // refuses any other overlap), so copying them while peers' blocks land is safe.
     rootTransfer(op, recv, const_cast<uint8_t*>(in), bytes, false,
-                 [&](size_t at, size_t len) { std::memmove(recv + me * bytes + at, in + at, len); });
+                 [&](size_t at, size_t len) { copyBytes(recv + me * bytes + at, in + at, len); });
   }
 }
 
@@ -274,12 +275,12 @@ void GlooBackend::scatter(Op& op) {
                 // This round's piece of the root's input, [at, at + len), against this rank's block.
                 const size_t lo = std::max(at, me * bytes);
                 const size_t hi = std::min(at + len, (me + 1) * bytes);
-                if (lo < hi) std::memcpy(recv + (lo - me * bytes), from(op.root) + (lo - at), hi - lo);
+                if (lo < hi) copyBytes(recv + (lo - me * bytes), from(op.root) + (lo - at), hi - lo);
               });
-    if (root) std::memmove(recv, send + me * bytes, bytes);
+    if (root) copyBytes(recv, send + me * bytes, bytes);
   } else {
     rootTransfer(op, const_cast<uint8_t*>(send), recv, bytes, true,
-                 [&](size_t at, size_t len) { std::memmove(recv + at, send + me * bytes + at, len); });
+                 [&](size_t at, size_t len) { copyBytes(recv + at, send + me * bytes + at, len); });
   }
 }
 

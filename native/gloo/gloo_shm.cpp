@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../core/copy_bytes.h"
 #include "gloo_backend.h"
 
 namespace ncclnode {
@@ -396,13 +397,13 @@ void GlooBackend::shmReadReduced(const Op& op, const shm::Reader& from, bool min
   // after the second, or input and output overlapping otherwise.
   const bool apart = out + bytes <= mine || mine + bytes <= out;
   if (mineInMemory && (apart || cfg_.rank == 0)) {
-    if (out != part(0)) std::memmove(out, part(0), bytes);
+    if (out != part(0)) copyBytes(out, part(0), bytes);
     for (int r = 1; r < cfg_.size; ++r) fn(out, out, part(r), op.count);
   } else if (mineInMemory && out == mine && cfg_.rank == 1) {
     fn(out, part(0), out, op.count);  // element by element: each input read before its output is written
     for (int r = 2; r < cfg_.size; ++r) fn(out, out, part(r), op.count);
   } else {
-    std::memcpy(out, from(0) + at, bytes);
+    copyBytes(out, from(0) + at, bytes);
     for (int r = 1; r < cfg_.size; ++r) fn(out, out, from(r) + at, op.count);
   }
   if (op.redop == RedOp::Avg) divideInPlace(out, op.dtype, op.count, cfg_.size);

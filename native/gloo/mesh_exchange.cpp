@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "../core/copy_bytes.h"
 #include "../core/errors.h"
 #include "../net/tcp_mesh.h"
 
@@ -77,7 +78,7 @@ void MeshExchange::post(const void* head, size_t headBytes, const void* body, si
   if (!tcp_ && (bodyStride != 0 || bodyTo >= 0)) {
     throw std::logic_error("mesh exchange over Gloo sends one body to every peer");
   }
-  if (copy && bodyBytes) std::memcpy(own + headBytes, body, bodyBytes);
+  if (copy && bodyBytes) copyBytes(own + headBytes, body, bodyBytes);
   if (size == 1) return;
   if (tcp_) {
     const uint64_t len = bytes;
@@ -232,7 +233,7 @@ void reduceInRankOrder(const MeshExchange& mesh, size_t offset, int rank, const 
   auto* dst = static_cast<uint8_t*>(out);
   const auto* mine = static_cast<const uint8_t*>(own);
   if (!(mine < dst + bytes && dst < mine + bytes)) {
-    std::memcpy(out, part(0), bytes);
+    copyBytes(out, part(0), bytes);
     for (int r = 1; r < worldSize; ++r) fn(out, out, part(r), count);
     return;
   }

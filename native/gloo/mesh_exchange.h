@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "../core/copy_bytes.h"
 #include "../net/tcp_mesh.h"
 
 namespace gloo {
@@ -142,10 +143,10 @@ void reduceInRankOrder(const MeshExchange& mesh, size_t offset, int rank, const 
 // A peer's block already in place (MeshExchange::landBody) is left as it is.
 template <class Peer>
 void placeBlocks(uint8_t* out, const uint8_t* own, int rank, int worldSize, size_t block, const Peer& peer) {
-  std::memmove(out + static_cast<size_t>(rank) * block, own, block);
+  copyBytes(out + static_cast<size_t>(rank) * block, own, block);
   for (int r = 0; r < worldSize; ++r) {
     uint8_t* to = out + static_cast<size_t>(r) * block;
-    if (r != rank && peer(r) != to) std::memcpy(to, peer(r), block);
+    if (r != rank && peer(r) != to) copyBytes(to, peer(r), block);
   }
 }
 

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "../core/copy_bytes.h"
 #include "../core/errors.h"
 #include "aligned_buf.h"
 #include "crc32c.h"
@@ -157,7 +158,7 @@ WriteResult writeStaged(const std::string& path, const std::vector<Segment>& seg
     while (pos < s.len) {
       const size_t n = std::min(block - fill, s.len - pos);
       if (s.device >= 0) copier->toHost(bufs[cur]->p + fill, reinterpret_cast<CUdeviceptr>(s.data) + pos, n);
-      else std::memcpy(bufs[cur]->p + fill, s.data + pos, n);
+      else copyBytes(bufs[cur]->p + fill, s.data + pos, n);
       if (s.checksum) sums.add(bufs[cur]->p + fill, n);  // CRC over the copy just made (hot in cache)
       pos += n;
       fill += n;

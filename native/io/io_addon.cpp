@@ -6,6 +6,7 @@
 #include <string>
 
 #include "../core/buffers.h"
+#include "../core/copy_bytes.h"
 #include "../core/errors.h"
 #include "../core/js_errors.h"
 #include "../core/js_options.h"
@@ -231,6 +232,16 @@ Napi::Value Crc32c(const Napi::CallbackInfo& info) {
   });
 }
 
+// hostCopyStats() -> {backwardBytes}: bytes this process's host copies (collectives'
+// copies, ioCopy, staged writes) took from the end, their destination 1-31 bytes past
+// their source's place in a page (copyBytes, native/core/copy_bytes.cpp).
+Napi::Value HostCopyStats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("backwardBytes", static_cast<double>(backwardCopiedBytes()));
+  return o;
+}
+
 void DeleteQueue(void* arg) { delete static_cast<IoQueue*>(arg); }
 
 }  // namespace
@@ -244,6 +255,7 @@ void registerIo(Napi::Env env, Napi::Object exports) {
   exports.Set("ioFsyncDir", Napi::Function::New(env, FsyncDir, "ioFsyncDir", q));
   exports.Set("ioGdsStatus", Napi::Function::New(env, GdsStatus, "ioGdsStatus"));
   exports.Set("crc32c", Napi::Function::New(env, Crc32c, "crc32c"));
+  exports.Set("hostCopyStats", Napi::Function::New(env, HostCopyStats, "hostCopyStats"));
   exports.Set("crc32cHardware", Napi::Boolean::New(env, crc32cHardware()));
 }
 

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <thread>
 
+#include "../core/copy_bytes.h"
+
 namespace ncclnode {
 
 namespace {
@@ -13,7 +15,7 @@ void copyRange(const std::vector<CopyItem>& items, size_t begin, size_t end) {
   size_t at = 0;
   for (const CopyItem& it : items) {
     const size_t lo = std::max(begin, at), hi = std::min(end, at + it.bytes);
-    if (lo < hi) std::memcpy(it.dst + (lo - at), it.src + (lo - at), hi - lo);
+    if (lo < hi) copyBytes(it.dst + (lo - at), it.src + (lo - at), hi - lo);
     at += it.bytes;
     if (at >= end) break;
   }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "../core/copy_bytes.h"
+
 namespace ncclnode::net {
 
 void RingScratch::prepare() {
@@ -97,7 +99,7 @@ void ringReduce(TcpMesh& mesh, const void* in, void* out, size_t count, DType dt
   const size_t w = elementSize(dtype);
   auto* dst = static_cast<uint8_t*>(out);
   if (n == 1) {
-    if (in != out) std::memcpy(out, in, count * w);
+    if (in != out) copyBytes(out, in, count * w);
     return;
   }
   reduceScatterSteps(mesh, static_cast<const uint8_t*>(in), dst, count, dtype, op, deadline, scratch);
@@ -133,7 +135,7 @@ void ringAllReduce(TcpMesh& mesh, const void* in, void* out, size_t count, DType
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   if (n == 1) {
-    if (in != out) std::memcpy(out, in, count * w);
+    if (in != out) copyBytes(out, in, count * w);
     return;
   }
   auto begin = [&](int b) { return blockBegin(count, b, n) * w; };
@@ -153,7 +155,7 @@ void ringAllGather(TcpMesh& mesh, const void* in, void* out, size_t count, size_
   const int rank = mesh.rank();
   const size_t block = count * width;
   auto* dst = static_cast<uint8_t*>(out);
-  if (in != dst + static_cast<size_t>(rank) * block) std::memcpy(dst + static_cast<size_t>(rank) * block, in, block);
+  if (in != dst + static_cast<size_t>(rank) * block) copyBytes(dst + static_cast<size_t>(rank) * block, in, block);
   for (int s = 0; s < n - 1; ++s) {
     const int sb = mod(rank - s, n);
     const int rb = mod(rank - s - 1, n);
@@ -171,7 +173,7 @@ void ringReduceScatter(TcpMesh& mesh, const void* in, void* out, size_t count, D
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   if (n == 1) {
-    if (in != out) std::memcpy(out, in, block);
+    if (in != out) copyBytes(out, in, block);
     return;
   }
   const ReduceFn fn = reduceFunction(dtype, op);

@@ -5,6 +5,8 @@
 
 #include <sched.h>
 
+#include "../core/copy_bytes.h"
+
 namespace ncclnode {
 namespace shm {
 
@@ -44,7 +46,7 @@ void allReduce(HostGroup& g, const void* in, void* out, size_t count, DType dtyp
 
   if (!g.seg) {
     // Alone on this host: the leaders' step is the whole operation.
-    if (src != dst) std::memcpy(dst, src, count * width);
+    if (src != dst) copyBytes(dst, src, count * width);
     for (size_t off = 0; off < count; off += chunkElems) {
       interHost(dst + off * width, std::min(chunkElems, count - off), left());
     }
@@ -64,7 +66,7 @@ void allReduce(HostGroup& g, const void* in, void* out, size_t count, DType dtyp
     // Slot b was last used at step s-2: every rank must have finished it.
     if (s > 2) w.all(&RankCtl::done, s - 2);
     clearFlag(seg.slot(me, b));
-    std::memcpy(seg.slot(me, b), src + off * width, n * width);
+    copyBytes(seg.slot(me, b), src + off * width, n * width);
     mine.posted.store(s, std::memory_order_release);
     w.all(&RankCtl::posted, s);
     const size_t lo = n * me / L;
@@ -91,7 +93,7 @@ void allReduce(HostGroup& g, const void* in, void* out, size_t count, DType dtyp
     } else {
       w.one(0, &RankCtl::bcast, s);
     }
-    std::memcpy(dst + off * width, seg.result(b), n * width);
+    copyBytes(dst + off * width, seg.result(b), n * width);
     mine.done.store(s, std::memory_order_release);
   }
 }
@@ -116,7 +118,7 @@ void post(HostGroup& g, uint64_t s, const void* head, size_t headBytes, const vo
   uint8_t* slot = seg.slot(g.localRank, static_cast<int>(s & 1));
   uint8_t* msg = slot + kRoundFlagBytes;
   if (headBytes) std::memcpy(msg, head, headBytes);
-  if (bodyBytes) std::memcpy(msg + headBytes, body, bodyBytes);
+  if (bodyBytes) copyBytes(msg + headBytes, body, bodyBytes);
   __atomic_store_n(flagOf(slot), roundFlag(seg, s), __ATOMIC_RELEASE);
   seg.ctl(g.localRank).posted.store(s, std::memory_order_release);
 }
@@ -224,13 +226,13 @@ void allGather(HostGroup& g, const void* in, void* out, size_t count, size_t wid
     const int b = static_cast<int>(s & 1);
     if (s > 2) w.all(&RankCtl::done, s - 2);
     clearFlag(seg.slot(me, b));
-    std::memcpy(seg.slot(me, b), src + off * width, n * width);
+    copyBytes(seg.slot(me, b), src + off * width, n * width);
     mine.posted.store(s, std::memory_order_release);
     // Copy each peer's part as soon as it is there, not after the slowest.
     for (int k = 0; k < L; ++k) {
       const int j = (me + k) % L;
       if (j != me) w.one(j, &RankCtl::posted, s);
-      std::memcpy(dst + (static_cast<size_t>(j) * count + off) * width, seg.slot(j, b), n * width);
+      copyBytes(dst + (static_cast<size_t>(j) * count + off) * width, seg.slot(j, b), n * width);
     }
     mine.done.store(s, std::memory_order_release);
   }
@@ -281,7 +283,7 @@ void reduceScatter(HostGroup& g, const void* in, void* out, size_t count, DType 
       [&](uint8_t* slot, size_t k) {
         const size_t off = k * chunkElems, n = piece(k);
         for (int d = 0; d < L; ++d) {
-          std::memcpy(slot + static_cast<size_t>(d) * n * width, src + (static_cast<size_t>(d) * count + off) * width,
+          copyBytes(slot + static_cast<size_t>(d) * n * width, src + (static_cast<size_t>(d) * count + off) * width,
                       n * width);
         }
       },
@@ -291,7 +293,7 @@ void reduceScatter(HostGroup& g, const void* in, void* out, size_t count, DType 
         const size_t at = static_cast<size_t>(me) * n * width;
         uint8_t* o = dst + k * chunkElems * width;
         if (L == 1) {
-          std::memcpy(o, seg.slot(0, b) + at, n * width);
+          copyBytes(o, seg.slot(0, b) + at, n * width);
         } else {
           fn(o, seg.slot(0, b) + at, seg.slot(1, b) + at, n);
           for (int j = 2; j < L; ++j) fn(o, o, seg.slot(j, b) + at, n);
@@ -317,18 +319,18 @@ void allToAll(HostGroup& g, const void* in, const Blocks& sent, void* out, const
       [&](uint8_t* slot, size_t k) {
         for (int d = 0; d < L; ++d) {
           const size_t n = d == me ? 0 : cut(sent.len[d], k);
-          if (n) std::memcpy(slot + static_cast<size_t>(d) * piece, src + sent.at[d] + k * piece, n);
+          if (n) copyBytes(slot + static_cast<size_t>(d) * piece, src + sent.at[d] + k * piece, n);
         }
       },
       [&](int b, size_t k) {
         for (int j = 0; j < L; ++j) {
           const size_t n = j == me ? 0 : cut(received.len[j], k);
-          if (n) std::memcpy(dst + received.at[j] + k * piece, seg.slot(j, b) + static_cast<size_t>(me) * piece, n);
+          if (n) copyBytes(dst + received.at[j] + k * piece, seg.slot(j, b) + static_cast<size_t>(me) * piece, n);
         }
       });
   // This rank's own block last: the rounds write only the others' blocks, so in place
   // (the same layout) it is still where the input had it.
-  std::memmove(dst + received.at[me], src + sent.at[me], received.len[me]);
+  copyBytes(dst + received.at[me], src + sent.at[me], received.len[me]);
 }
 
 }  // namespace shm

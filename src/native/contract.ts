@@ -317,6 +317,8 @@ export interface IoBinding {
   /** Copies each source into its destination on native threads, spread over the cores. */
   ioCopy(dsts: ArrayBufferView[], srcs: ArrayBufferView[]): Promise<{ seconds: number }>;
   crc32c(data: ArrayBufferView, seed?: number): number;
+  /** Host copies of this process taken from the end (destination 1-31 bytes past the source in its page). */
+  hostCopyStats(): { backwardBytes: number };
   readonly crc32cHardware: boolean;
 }
 
