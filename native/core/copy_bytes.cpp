@@ -16,8 +16,8 @@ std::atomic<uint64_t> backwardCount{0};
 // A copy whose destination starts 1-31 bytes past its source's place in a 4 KiB page runs
 // forward into 4K aliasing: each load's address matches, in its low 12 bits, a store just
 // issued 1-31 bytes behind it, and the core holds the load until that store is resolved.
-// glibc's memcpy (rep movsb on AMD Zen from a few KiB to a few hundred) took 136-144 µs
-// for 256 KiB there against 7.3-8.6 µs at every other distance (bench/copy_bytes.cpp,
+// glibc's memcpy (rep movsb on AMD Zen from a few KiB to a few hundred) took 112-136 µs
+// for 256 KiB there against 6.5-8.0 µs at other distances (bench/copy_bytes.cpp,
 // bench/README.md "Copies 1-31 bytes past their source"). Node's and malloc's heap hands
 // out consecutive buffers 16 bytes apart in their pages whenever their sizes are whole
 // pages, so a copy from one tensor into the next is in that band. Copied from the end,
