@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,14 +21,6 @@ namespace {
 using bench::argOf;
 using bench::medianOf;
 
-std::vector<size_t> listOf(const char* s) {
-  std::vector<size_t> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) out.push_back(bench::parseSize(item.c_str()));
-  return out;
-}
-
 struct Row {
   size_t bytes, apart;
   double memcpyUs, copyBytesUs;
@@ -38,10 +29,14 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto sizes = listOf(argOf(argc, argv, "--sizes", "4096,16384,65536,262144,1048576,8388608"));
-  const auto aparts = listOf(argOf(argc, argv, "--apart", "0,4,8,16,24,31,32,64,2048,4080"));
+  const auto sizes = bench::sizesOf(argOf(argc, argv, "--sizes", "4096,16384,65536,262144,1048576,8388608"));
+  const auto aparts = bench::sizesOf(argOf(argc, argv, "--apart", "0,4,8,16,24,31,32,64,2048,4080"));
   const int blocks = std::atoi(argOf(argc, argv, "--blocks", "9"));
   const char* json = argOf(argc, argv, "--json", nullptr);
+  if (sizes.empty() || aparts.empty() || blocks < 1) {
+    std::fprintf(stderr, "copy_bytes: --sizes and --apart must be non-empty and --blocks positive\n");
+    return 2;
+  }
   size_t largest = 0;
   for (size_t s : sizes) largest = std::max(largest, s);
   // Both buffers page-aligned plus 16 bytes (as malloc's large blocks), touched before timing.

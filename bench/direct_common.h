@@ -2,7 +2,7 @@
 // (<rank> <size> <dir> [iters=200] [min=8] [max=64M]) and the per-size timing (the
 // median per-call time: on a shared host a few calls stall for a scheduler tick,
 // which moves a mean far more than the code under test does). Also the `--name value`
-// options and the medians of the two-process TCP benches.
+// options, their comma-separated size lists, and the medians of the two-process TCP benches.
 #pragma once
 
 #include <algorithm>
@@ -73,6 +73,22 @@ inline const char* argOf(int argc, char** argv, const char* name, const char* fa
     if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
   }
   return fallback;
+}
+
+// A comma-separated list of sizes (parseSize: 4096, 64K, 1M), as `--sizes` and `--offsets` take.
+inline std::vector<size_t> sizesOf(const char* list) {
+  std::vector<size_t> out;
+  std::string item;
+  for (const char* p = list;; ++p) {
+    if (*p == ',' || *p == '\0') {
+      if (!item.empty()) out.push_back(parseSize(item.c_str()));
+      item.clear();
+      if (*p == '\0') break;
+    } else {
+      item += *p;
+    }
+  }
+  return out;
 }
 
 inline double medianOf(std::vector<double> v) {

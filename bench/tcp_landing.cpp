@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -69,11 +68,8 @@ int main(int argc, char** argv) {
   const int iters = std::atoi(argOf(argc, argv, "--iters", "100"));
   const std::string json = argOf(argc, argv, "--json", "");
   const size_t sendOffset = std::strtoull(argOf(argc, argv, "--send-offset", "2048"), nullptr, 10) % 4096;
-  std::vector<size_t> offsets;
-  {
-    std::stringstream list(argOf(argc, argv, "--offsets", "0,4,8,16,24,28,32,48,64,128,256,1024,2048,4080"));
-    for (std::string item; std::getline(list, item, ',');) offsets.push_back(std::strtoull(item.c_str(), nullptr, 10) % 4096);
-  }
+  std::vector<size_t> offsets = bench::sizesOf(argOf(argc, argv, "--offsets", "0,4,8,16,24,28,32,48,64,128,256,1024,2048,4080"));
+  for (size_t& o : offsets) o %= 4096;
   if (bytes == 0 || blocks < 1 || iters < 1 || offsets.empty()) {
     std::fprintf(stderr, "tcp_landing: --bytes, --blocks, --iters and --offsets must be positive and non-empty\n");
     return 2;

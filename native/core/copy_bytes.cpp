@@ -49,21 +49,19 @@ void copyBackward(uint8_t* dst, const uint8_t* src, size_t n) {
   }
   std::memmove(dst, src, at);
 }
-#endif
 
-}  // namespace
-
+// Whether copyBytes takes its backward path for these pointers and this size (x86-64 only:
+// measured there alone).
 bool copiesBackward(const void* dst, const void* src, size_t n) {
-#if defined(__x86_64__)
   const auto d = reinterpret_cast<uintptr_t>(dst);
   const auto s = reinterpret_cast<uintptr_t>(src);
   const uintptr_t apart = (d - s) & 4095;
   // A destination overlapping the source from below must be copied forward (memmove).
   return n >= kBackwardFrom && apart > 0 && apart < kAliasAfter && !(d < s && s - d < n);
-#else
-  return false;  // measured on x86-64 only
-#endif
 }
+#endif
+
+}  // namespace
 
 void copyBytes(void* dst, const void* src, size_t n) {
 #if defined(__x86_64__)

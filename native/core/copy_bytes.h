@@ -10,9 +10,6 @@ namespace ncclnode {
 // As memmove(dst, src, n): the two may overlap.
 void copyBytes(void* dst, const void* src, size_t n);
 
-// Whether copyBytes takes its backward path for these pointers and this size.
-bool copiesBackward(const void* dst, const void* src, size_t n);
-
 // Bytes copyBytes has copied along its backward path in this process.
 uint64_t backwardCopiedBytes();
 

@@ -14,6 +14,8 @@ import { io } from '../../src/checkpoint/io.js';
 import { binding } from '../../src/native.js';
 import { describeRanks, runRanks } from '../helpers/ranks.js';
 
+type RankReport = { rank: number; wrong: Record<string, number>; backward: number };
+
 const backward = (): number => binding().hostCopyStats().backwardBytes;
 const x64 = process.arch === 'x64';
 const fillFrom = (u: Uint8Array, seed: number): Uint8Array => u.map((_, i) => (i * 131 + seed * 17 + (i >> 9)) & 0xff);
@@ -61,12 +63,12 @@ describe('copyBytes: host copies 1-31 bytes past their source in a page', () => 
     ['shared memory', '1'],
     ['TCP', '0'],
   ])('2 ranks over %s: all-gathers, all-to-alls and gathers from an input into an output 16 bytes further into its page are exact', async (_name, shm) => {
-    const results = await runRanks<{ rank: number; wrong: Record<string, number>; backward: number }>('test/fixtures/copy-bytes.ts', 2, {
+    const results = await runRanks('test/fixtures/copy-bytes.ts', 2, {
       env: { NCCL_NODE_SHM: shm },
       timeoutMs: 120_000,
     });
     expect(results.map((r) => r.code), describeRanks(results)).toEqual([0, 0]);
-    for (const { rank, wrong, backward: grew } of results.map((r) => r.reports[0] as unknown as { rank: number; wrong: Record<string, number>; backward: number })) {
+    for (const { rank, wrong, backward: grew } of results.map((r) => r.reports[0] as unknown as RankReport)) {
       expect(wrong, `rank ${rank}`).toEqual({ allGather: 0, allToAll: 0, gather: 0 });
       // Each rank's own block of the all-gathers went backward (the gathers' too on the root).
       if (x64) expect(grew, `rank ${rank}`).toBeGreaterThanOrEqual(2 * 65536);
