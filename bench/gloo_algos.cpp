@@ -130,6 +130,10 @@ int main(int argc, char** argv) {
   // ranks of a 2-core host gloo::reduce moved about 2 MB/s at 128 MiB, the CPUs idle).
   const char* rootedMax = std::getenv("GLOO_ALGOS_ROOTED_MAX");
   const size_t rootedLimit = rootedMax ? std::strtoull(rootedMax, nullptr, 10) : SIZE_MAX;
+  // GLOO_ALGOS_COLLS=<name,...>: time only these collectives (unset: all of them).
+  const char* colls = std::getenv("GLOO_ALGOS_COLLS");
+  const std::string only = colls ? std::string(",") + colls + "," : "";
+  auto timed = [&](const char* coll) { return only.empty() || only.find(std::string(",") + coll + ",") != std::string::npos; };
 
   gloo::rendezvous::FileStore fileStore(args.dir);
   gloo::rendezvous::PrefixStore store("gloo_algos", fileStore);
@@ -152,74 +156,80 @@ int main(int argc, char** argv) {
     };
     std::vector<float*> ptrs{buf.data()};
     double us;
-    if (bytes <= ringLimit) {
-      us = timeIt(ctx, n, [&] { bench::newAllreduce(ctx, buf.data(), count, gloo::AllreduceOptions::Algorithm::RING, kTimeout); });
-      report(rank, "allreduce", "new-ring", bytes, us, n);
+    if (timed("allreduce")) {
+      if (bytes <= ringLimit) {
+        us = timeIt(ctx, n, [&] { bench::newAllreduce(ctx, buf.data(), count, gloo::AllreduceOptions::Algorithm::RING, kTimeout); });
+        report(rank, "allreduce", "new-ring", bytes, us, n);
+      }
+      us = timeIt(ctx, n, [&] { bench::newAllreduce(ctx, buf.data(), count, gloo::AllreduceOptions::Algorithm::BCUBE, kTimeout); });
+      report(rank, "allreduce", "new-bcube", bytes, us, n);
+      {
+        gloo::AllreduceRing<float> a(ctx, ptrs, count);
+        us = timeIt(ctx, n, [&] { a.run(); });
+        report(rank, "allreduce", "legacy-ring", bytes, us, n);
+      }
+      {
+        gloo::AllreduceRingChunked<float> a(ctx, ptrs, count);
+        us = timeIt(ctx, n, [&] { a.run(); });
+        report(rank, "allreduce", "legacy-ring-chunked", bytes, us, n);
+      }
+      {
+        gloo::AllreduceHalvingDoubling<float> a(ctx, ptrs, count);
+        us = timeIt(ctx, n, [&] { a.run(); });
+        report(rank, "allreduce", "legacy-halving-doubling", bytes, us, n);
+      }
+      {
+        gloo::AllreduceBcube<float> a(ctx, ptrs, count);
+        us = timeIt(ctx, n, [&] { a.run(); });
+        report(rank, "allreduce", "legacy-bcube", bytes, us, n);
+      }
+      us = timeIt(ctx, n, [&] {
+        ncclnode::net::ringAllReduce(mesh, buf.data(), buf.data(), count, DType::Float32, RedOp::Sum, deadline(), scratch);
+      });
+      report(rank, "allreduce", "own-tcp-ring", bytes, us, n);
     }
-    us = timeIt(ctx, n, [&] { bench::newAllreduce(ctx, buf.data(), count, gloo::AllreduceOptions::Algorithm::BCUBE, kTimeout); });
-    report(rank, "allreduce", "new-bcube", bytes, us, n);
-    {
-      gloo::AllreduceRing<float> a(ctx, ptrs, count);
-      us = timeIt(ctx, n, [&] { a.run(); });
-      report(rank, "allreduce", "legacy-ring", bytes, us, n);
-    }
-    {
-      gloo::AllreduceRingChunked<float> a(ctx, ptrs, count);
-      us = timeIt(ctx, n, [&] { a.run(); });
-      report(rank, "allreduce", "legacy-ring-chunked", bytes, us, n);
-    }
-    {
-      gloo::AllreduceHalvingDoubling<float> a(ctx, ptrs, count);
-      us = timeIt(ctx, n, [&] { a.run(); });
-      report(rank, "allreduce", "legacy-halving-doubling", bytes, us, n);
-    }
-    {
-      gloo::AllreduceBcube<float> a(ctx, ptrs, count);
-      us = timeIt(ctx, n, [&] { a.run(); });
-      report(rank, "allreduce", "legacy-bcube", bytes, us, n);
-    }
-    us = timeIt(ctx, n, [&] {
-      ncclnode::net::ringAllReduce(mesh, buf.data(), buf.data(), count, DType::Float32, RedOp::Sum, deadline(), scratch);
-    });
-    report(rank, "allreduce", "own-tcp-ring", bytes, us, n);
 
     // All-gather: `bytes` is the gathered output.
     const int per = std::max(1, count / P);
-    us = timeIt(ctx, n, [&] {
-      gloo::AllgatherOptions o(ctx);
-      o.setInput(buf.data(), per);
-      o.setOutput(out.data(), static_cast<size_t>(per) * P);
-      o.setTimeout(kTimeout);
-      gloo::allgather(o);
-    });
-    report(rank, "allgather", "new", bytes, us, n);
-    {
-      std::vector<const float*> in{buf.data()};
-      gloo::AllgatherRing<float> a(ctx, in, out.data(), per);
-      us = timeIt(ctx, n, [&] { a.run(); });
-      report(rank, "allgather", "legacy-ring", bytes, us, n);
+    if (timed("allgather")) {
+      us = timeIt(ctx, n, [&] {
+        gloo::AllgatherOptions o(ctx);
+        o.setInput(buf.data(), per);
+        o.setOutput(out.data(), static_cast<size_t>(per) * P);
+        o.setTimeout(kTimeout);
+        gloo::allgather(o);
+      });
+      report(rank, "allgather", "new", bytes, us, n);
+      {
+        std::vector<const float*> in{buf.data()};
+        gloo::AllgatherRing<float> a(ctx, in, out.data(), per);
+        us = timeIt(ctx, n, [&] { a.run(); });
+        report(rank, "allgather", "legacy-ring", bytes, us, n);
+      }
+      us = timeIt(ctx, n, [&] { ncclnode::net::ringAllGather(mesh, buf.data(), out.data(), per, sizeof(float), deadline()); });
+      report(rank, "allgather", "own-tcp-ring", bytes, us, n);
     }
-    us = timeIt(ctx, n, [&] { ncclnode::net::ringAllGather(mesh, buf.data(), out.data(), per, sizeof(float), deadline()); });
-    report(rank, "allgather", "own-tcp-ring", bytes, us, n);
 
     // Reduce-scatter: `bytes` is the per-rank input, each rank keeps bytes/P.
-    if (bytes <= a2aLimit) {
-      us = timeIt(ctx, n, [&] { bench::allToAllReduce(ctx, buf.data(), out.data(), per, kTimeout); });
-      report(rank, "reducescatter", "alltoall-reduce", bytes, us, n);
+    if (timed("reducescatter")) {
+      if (bytes <= a2aLimit) {
+        us = timeIt(ctx, n, [&] { bench::allToAllReduce(ctx, buf.data(), out.data(), per, kTimeout); });
+        report(rank, "reducescatter", "alltoall-reduce", bytes, us, n);
+      }
+      {
+        std::vector<int> recv(P, per);
+        gloo::ReduceScatterHalvingDoubling<float> a(ctx, ptrs, per * P, recv);
+        us = timeIt(ctx, n, [&] { a.run(); });
+        report(rank, "reducescatter", "legacy-halving-doubling", bytes, us, n);
+      }
+      us = timeIt(ctx, n, [&] {
+        ncclnode::net::ringReduceScatter(mesh, buf.data(), out.data(), per, DType::Float32, RedOp::Sum, deadline(), scratch);
+      });
+      report(rank, "reducescatter", "own-tcp-ring", bytes, us, n);
     }
-    {
-      std::vector<int> recv(P, per);
-      gloo::ReduceScatterHalvingDoubling<float> a(ctx, ptrs, per * P, recv);
-      us = timeIt(ctx, n, [&] { a.run(); });
-      report(rank, "reducescatter", "legacy-halving-doubling", bytes, us, n);
-    }
-    us = timeIt(ctx, n, [&] {
-      ncclnode::net::ringReduceScatter(mesh, buf.data(), out.data(), per, DType::Float32, RedOp::Sum, deadline(), scratch);
-    });
-    report(rank, "reducescatter", "own-tcp-ring", bytes, us, n);
 
     // All-to-all: `bytes` is each rank's input and output, one block per rank.
-    if (bytes <= a2aLimit) {
+    if (timed("alltoall") && bytes <= a2aLimit) {
       us = timeIt(ctx, n, [&] { bench::glooAllToAll(ctx, buf.data(), out.data(), per, kTimeout); });
       report(rank, "alltoall", "gloo", bytes, us, n);
     }
@@ -227,7 +237,7 @@ int main(int argc, char** argv) {
     // The rooted collectives, root 0: a broadcast's and a reduce's buffer is `bytes`, a
     // gather's output and a scatter's input (per / P a rank) too.
     if (bytes > rootedLimit) continue;
-    timeRooted(ctx, rank, "broadcast", bytes, n, [&] {
+    if (timed("broadcast")) timeRooted(ctx, rank, "broadcast", bytes, n, [&] {
       gloo::BroadcastOptions o(ctx);
       if (rank == 0) o.setInput(buf.data(), count);
       o.setOutput(out.data(), count);
@@ -235,7 +245,7 @@ int main(int argc, char** argv) {
       o.setTimeout(kTimeout);
       gloo::broadcast(o);
     });
-    timeRooted(ctx, rank, "reduce", bytes, n, [&] {
+    if (timed("reduce")) timeRooted(ctx, rank, "reduce", bytes, n, [&] {
       gloo::ReduceOptions o(ctx);
       o.setInput(buf.data(), count);
       o.setOutput(out.data(), count);
@@ -244,7 +254,7 @@ int main(int argc, char** argv) {
       o.setTimeout(kTimeout);
       gloo::reduce(o);
     });
-    timeRooted(ctx, rank, "gather", bytes, n, [&] {
+    if (timed("gather")) timeRooted(ctx, rank, "gather", bytes, n, [&] {
       gloo::GatherOptions o(ctx);
       o.setInput(buf.data(), per);
       if (rank == 0) o.setOutput(out.data(), static_cast<size_t>(per) * P);
@@ -252,7 +262,7 @@ int main(int argc, char** argv) {
       o.setTimeout(kTimeout);
       gloo::gather(o);
     });
-    timeRooted(ctx, rank, "scatter", bytes, n, [&] {
+    if (timed("scatter")) timeRooted(ctx, rank, "scatter", bytes, n, [&] {
       gloo::ScatterOptions o(ctx);
       std::vector<float*> parts;
       if (rank == 0) {

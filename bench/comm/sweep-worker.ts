@@ -14,6 +14,9 @@ import { timeBackToBack } from '../timing.js';
 
 const SIZES = process.env.SWEEP_SIZES!.split(',').map(Number);
 const ITERS = Number(process.env.SWEEP_ITERS ?? '200');
+// SWEEP_COLLS=broadcast,gather,...: only these (unset: every collective).
+const ONLY = process.env.SWEEP_COLLS ? new Set(process.env.SWEEP_COLLS.split(',')) : null;
+const timed = (coll: string): boolean => ONLY === null || ONLY.has(coll);
 const LARGE = 16 * 1024 * 1024;
 // The schedule of bench/gloo_algos.cpp (itersFor, warm-up).
 const itersFor = (bytes: number): number => (bytes >= LARGE ? 3 : bytes >= 1 << 20 ? Math.max(5, Math.floor(ITERS / 20)) : ITERS);
@@ -71,18 +74,18 @@ for (const [i, bytes] of [...Array<number>(WARM_PASSES).fill(SIZES[0]!), ...SIZE
   warming = i < WARM_PASSES;
   const count = Math.max(1, Math.floor(bytes / 4));
   const per = Math.max(1, Math.floor(count / P));
-  emit('allreduce', bytes, await time(bytes, () => comm.allReduce(input.subarray(0, count))));
+  if (timed('allreduce')) emit('allreduce', bytes, await time(bytes, () => comm.allReduce(input.subarray(0, count))));
   // All-gather: `bytes` is the gathered output; reduce-scatter: the per-rank input.
-  emit('allgather', bytes, await time(bytes, () => comm.allGather(input.subarray(0, per), output.subarray(0, per * P))));
-  emit('reducescatter', bytes, await time(bytes, () => comm.reduceScatter(input.subarray(0, per * P), output.subarray(0, per))));
+  if (timed('allgather')) emit('allgather', bytes, await time(bytes, () => comm.allGather(input.subarray(0, per), output.subarray(0, per * P))));
+  if (timed('reducescatter')) emit('reducescatter', bytes, await time(bytes, () => comm.reduceScatter(input.subarray(0, per * P), output.subarray(0, per))));
   // All-to-all: `bytes` is each rank's input and output, one block per rank.
-  emit('alltoall', bytes, await time(bytes, () => comm.allToAll(input.subarray(0, per * P), output.subarray(0, per * P))));
+  if (timed('alltoall')) emit('alltoall', bytes, await time(bytes, () => comm.allToAll(input.subarray(0, per * P), output.subarray(0, per * P))));
   // Root 0, as gloo_algos: a broadcast's and a reduce's buffer is `bytes`, a gather's
   // output and a scatter's input too.
   const root = comm.rank === 0;
-  await rooted('broadcast', bytes, () => comm.broadcast(input.subarray(0, count), { root: 0 }));
-  await rooted('reduce', bytes, () => comm.reduce(input.subarray(0, count), { root: 0, out: output.subarray(0, count) }));
-  await rooted('gather', bytes, () => comm.gather(input.subarray(0, per), root ? output.subarray(0, per * P) : null, { root: 0 }));
-  await rooted('scatter', bytes, () => comm.scatter(root ? input.subarray(0, per * P) : null, output.subarray(0, per), { root: 0 }));
+  if (timed('broadcast')) await rooted('broadcast', bytes, () => comm.broadcast(input.subarray(0, count), { root: 0 }));
+  if (timed('reduce')) await rooted('reduce', bytes, () => comm.reduce(input.subarray(0, count), { root: 0, out: output.subarray(0, count) }));
+  if (timed('gather')) await rooted('gather', bytes, () => comm.gather(input.subarray(0, per), root ? output.subarray(0, per * P) : null, { root: 0 }));
+  if (timed('scatter')) await rooted('scatter', bytes, () => comm.scatter(root ? input.subarray(0, per * P) : null, output.subarray(0, per), { root: 0 }));
 }
 await comm.destroy();

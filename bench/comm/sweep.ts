@@ -19,7 +19,7 @@
  *
  *   node --import tsx bench/comm/sweep.ts [--ranks 2,4] [--min 8] [--max 256M] [--step 4]
  *        [--iters 100] [--rounds 3] [--shm] [--json bench/comm/sweep.json] [--write-tuning path]
- *        [--new-ring-max 4M] [--alltoall-max 2M] [--rooted-max 64M] [--cpu-bind]
+ *        [--new-ring-max 4M] [--alltoall-max 2M] [--rooted-max 64M] [--cpu-bind] [--colls broadcast,gather]
  *
  * --write-tuning writes an NCCL_NODE_GLOO_TUNING file (docs/gloo.md): per
  * collective and rank count, the raw Gloo algorithm where it beat the addon beyond
@@ -72,7 +72,12 @@ const bound = (ranks: number, rank: number, [file, args, env]: [string, string[]
 const SIZES: number[] = [];
 for (let b = MIN; b <= MAX; b = b < MAX && b * STEP > MAX ? MAX : b * STEP) SIZES.push(b);
 
-const COLLS = ['allreduce', 'allgather', 'reducescatter', 'alltoall', 'broadcast', 'reduce', 'gather', 'scatter'];
+const ALL_COLLS = ['allreduce', 'allgather', 'reducescatter', 'alltoall', 'broadcast', 'reduce', 'gather', 'scatter'];
+// --colls: time only these (both sides), for a look at a few points without the whole sweep.
+const COLLS = arg('--colls', ALL_COLLS.join(',')).split(',');
+const unknown = COLLS.filter((c) => !ALL_COLLS.includes(c));
+if (unknown.length > 0) throw new Error(`--colls: expected some of ${ALL_COLLS.join(',')}, got ${unknown.join(',')}`);
+if (TUNING_OUT && COLLS.length < ALL_COLLS.length) throw new Error('--write-tuning needs every collective timed: drop --colls');
 
 interface Point { coll: string; algo?: string; size: number; us: number; spanUs?: number }
 const key = (coll: string, size: number): string => `${coll}/${size}`;
@@ -83,7 +88,7 @@ async function addonRound(ranks: number): Promise<Point[]> {
   return gang<Point>(ranks, (rank) => bound(ranks, rank, [process.execPath, ['--import', 'tsx', worker], {
     ...process.env, NCCL_NODE_SHM: SHM ? '1' : '0', RANK: String(rank), LOCAL_RANK: String(rank), WORLD_SIZE: String(ranks),
     MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'sweep',
-    SWEEP_SIZES: SIZES.join(','), SWEEP_ITERS: String(ITERS),
+    SWEEP_SIZES: SIZES.join(','), SWEEP_ITERS: String(ITERS), SWEEP_COLLS: COLLS.join(','),
   }]));
 }
 
@@ -92,7 +97,7 @@ async function glooRound(bin: string, ranks: number): Promise<Point[]> {
   try {
     return await gang<Point>(ranks, (rank) => bound(ranks, rank,
       [bin, [String(rank), String(ranks), dir, String(ITERS), String(MIN), String(MAX), String(STEP)],
-      { ...process.env, ...(NEW_RING_MAX ? { GLOO_ALGOS_NEW_RING_MAX: NEW_RING_MAX } : {}),
+      { ...process.env, GLOO_ALGOS_COLLS: COLLS.join(','), ...(NEW_RING_MAX ? { GLOO_ALGOS_NEW_RING_MAX: NEW_RING_MAX } : {}),
         ...(ALLTOALL_MAX ? { GLOO_ALGOS_ALLTOALL_MAX: ALLTOALL_MAX } : {}),
         ...(ROOTED_MAX ? { GLOO_ALGOS_ROOTED_MAX: ROOTED_MAX } : {}) }]));
   } finally {
@@ -186,7 +191,7 @@ async function main(): Promise<void> {
     bench: 'comm-sweep', path: SHM ? 'shm' : 'tcp', cpuBind: CPU_BIND, dtype: 'float32', op: 'sum', rounds: ROUNDS, iters: ITERS, step: STEP,
     tuning: process.env.NCCL_NODE_GLOO_TUNING ?? null, newRingMax: NEW_RING_MAX ? Number(NEW_RING_MAX) : null,
     alltoallMax: ALLTOALL_MAX ? Number(ALLTOALL_MAX) : null, rootedMax: ROOTED_MAX ? Number(ROOTED_MAX) : null,
-    node: process.version, rows,
+    colls: COLLS, node: process.version, rows,
   };
   writeFileSync(JSON_OUT, `${JSON.stringify(doc, null, 1)}\n`);
   console.log(`wrote ${JSON_OUT}`);

@@ -62,7 +62,7 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
 
 // glooAlgoStats() -> {meshAllReduces, meshTwoRoundAllReduces, meshAllGathers, meshReduceScatters,
 // legacyAllReduces, legacyAllGathers, legacyReduceScatters, tcpRingCalls, glooAllGathers,
-// meshAllToAlls, shmAllToAlls, tcpAllToAlls, meshRooted, shmRooted, tcpRooted, tcpOnCaller,
+// meshAllToAlls, shmAllToAlls, tcpAllToAlls, meshRooted, shmRooted, tcpRooted, tcpBroadcastTrees, tcpOnCaller,
 // meshLandedBodies, tcpMarkedReceives, tcpOneWayPeers, tcpSizedReceiveBuffers, tcpBouncedBytes}: calls of this process that took
 // the mesh round, one of Gloo's legacy classes, the backend's own ring or gloo::allgather
 // (gloo_tuning.h), and all-to-alls (gloo_alltoall.cpp) and broadcasts, reduces, gathers
@@ -92,6 +92,7 @@ Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   o.Set("meshRooted", static_cast<double>(s.meshRooted.load()));
   o.Set("shmRooted", static_cast<double>(s.shmRooted.load()));
   o.Set("tcpRooted", static_cast<double>(s.tcpRooted.load()));
+  o.Set("tcpBroadcastTrees", static_cast<double>(s.tcpBroadcastTrees.load()));
   o.Set("meshLandedBodies", static_cast<double>(s.meshLandedBodies.load()));
   o.Set("tcpMarkedReceives", static_cast<double>(net::markedReceives()));
   o.Set("tcpOneWayPeers", static_cast<double>(net::oneWayPairs()));

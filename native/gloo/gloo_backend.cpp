@@ -41,6 +41,14 @@ int parsePairConnections(const char* v) {
   throw Error(Code::InvalidArgument, std::string("NCCL_NODE_TCP_CONNECTIONS_PER_PAIR must be 1 or 2, got \"") + v + "\"");
 }
 
+// NCCL_NODE_TCP_BROADCAST: chain or tree; unset: 0 (chosen per group, tcpBroadcastTree()).
+int parseBroadcastAlgo(const char* v) {
+  if (v == nullptr) return 0;
+  if (std::strcmp(v, "chain") == 0) return 1;
+  if (std::strcmp(v, "tree") == 0) return 2;
+  throw Error(Code::InvalidArgument, std::string("NCCL_NODE_TCP_BROADCAST must be chain or tree, got \"") + v + "\"");
+}
+
 // NCCL_NODE_TCP_BOUNCE: 1 or 0; unset: on where the CPU is AMD's, where the kernel's copy
 // into a destination near a page's start runs at half speed (net::aliasedLanding).
 bool parseBounce(const char* v) {
@@ -89,6 +97,7 @@ GlooBackend::GlooBackend(GlooConfig config, std::shared_ptr<StoreClient> store)
                                                    net::TcpMesh::kDefaultLocalReceiveBuffer));
     pairConnections_ = parsePairConnections(std::getenv("NCCL_NODE_TCP_CONNECTIONS_PER_PAIR"));
     bounce_ = parseBounce(std::getenv("NCCL_NODE_TCP_BOUNCE"));
+    broadcastAlgo_ = parseBroadcastAlgo(std::getenv("NCCL_NODE_TCP_BROADCAST"));
   } catch (const Error& e) {
     tcpEnvError_ = e.what();
   }

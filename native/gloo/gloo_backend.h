@@ -114,6 +114,9 @@ class GlooBackend : public Backend {
   // gloo_rooted.cpp: broadcast, reduce, gather and scatter beyond the agreement round,
   // through the segment on one host, else over the own connections.
   void broadcast(Op& op);
+  bool tcpBroadcastTree() const;
+  void broadcastChain(const Op& op, uint8_t* buf, size_t bytes);
+  void broadcastTree(const Op& op, uint8_t* buf, size_t bytes);
   void reduce(Op& op);
   void gather(Op& op);
   void scatter(Op& op);
@@ -220,6 +223,7 @@ class GlooBackend : public Backend {
   // the group fit its cores (learnHosts()).
   int pairConnections_ = 0;
   bool bounce_ = false;  // NCCL_NODE_TCP_BOUNCE
+  int broadcastAlgo_ = 0;  // NCCL_NODE_TCP_BROADCAST: 1 chain, 2 tree, 0 (unset) tcpBroadcastTree()'s rule
   std::string tcpEnvError_;  // the first bad NCCL_NODE_TCP_* value
   // Per rank, its host's identity (learnHosts(): the store, before the TCP connections).
   std::vector<std::string> hostIds_;

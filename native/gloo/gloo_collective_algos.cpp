@@ -152,13 +152,15 @@ bool GlooBackend::legacyReduceScatter(Op& op) {
 
 namespace ncclnode {
 
-// Every rank publishes the hash of its algorithm table and reads everyone's: ranks
-// whose tables differ would pick different algorithms for the same call and hang
-// or overrun each other, so every rank fails init instead, naming both hashes.
+// Every rank publishes the hash of its algorithm table and its broadcast's path over
+// TCP (NCCL_NODE_TCP_BROADCAST, tcpBroadcastTree()) and reads everyone's: ranks that
+// differ would pick different algorithms for the same call and hang or overrun each
+// other, so every rank fails init instead, naming both sides.
 void GlooBackend::checkTuning(std::chrono::milliseconds timeout) {
   if (cfg_.size < 2) return;
   const std::string base = cfg_.prefix + "tuning/";
-  const std::string& mine = tuning_.hash();
+  const std::string broadcast = tcpBroadcastTree() ? "tree" : "chain";
+  const std::string mine = tuning_.hash() + "\n" + broadcast;
   store_->set(base + std::to_string(cfg_.rank), std::vector<char>(mine.begin(), mine.end()));
   for (int r = 0; r < cfg_.size; ++r) {
     if (r == cfg_.rank) continue;
@@ -184,10 +186,19 @@ void GlooBackend::checkTuning(std::chrono::milliseconds timeout) {
       } else {
         store_->add(base + "left", 1);
       }
-      throw Error(Code::InvalidArgument,
-                  "ranks use different gloo algorithm tables (NCCL_NODE_GLOO_TUNING): rank " +
-                      std::to_string(cfg_.rank) + " has table hash " + mine + ", rank " + std::to_string(r) +
-                      " has " + theirs + "; give every rank the same file (or none)");
+      const size_t cut = theirs.find('\n');
+      const std::string theirHash = theirs.substr(0, cut);
+      const std::string theirBroadcast = cut == std::string::npos ? "?" : theirs.substr(cut + 1);
+      const std::string who = "rank " + std::to_string(cfg_.rank) + " has ";
+      const std::string peer = ", rank " + std::to_string(r) + " has ";
+      if (theirHash != tuning_.hash()) {
+        throw Error(Code::InvalidArgument, "ranks use different gloo algorithm tables (NCCL_NODE_GLOO_TUNING): " + who +
+                                               "table hash " + tuning_.hash() + peer + theirHash +
+                                               "; give every rank the same file (or none)");
+      }
+      throw Error(Code::InvalidArgument, "ranks send broadcasts over TCP differently (NCCL_NODE_TCP_BROADCAST): " + who +
+                                             broadcast + peer + theirBroadcast +
+                                             "; give every rank the same value (or none)");
     }
   }
 }

@@ -30,6 +30,8 @@ struct GlooAlgoStats {
   // Broadcasts, reduces, gathers and scatters the same ways (gloo_rooted.cpp): in the TCP
   // agreement round, through the segment (its round or further rounds), on the own connections.
   std::atomic<uint64_t> meshRooted{0}, shmRooted{0}, tcpRooted{0};
+  // Broadcasts over the own connections along the binomial tree (the rest: the chain).
+  std::atomic<uint64_t> tcpBroadcastTrees{0};
   // Calls whose TCP agreement round completed them on the calling thread (finishTcpOnCaller).
   std::atomic<uint64_t> tcpOnCaller{0};
   // Peers' bodies the TCP agreement round read straight into a call's output (MeshExchange::landBody).

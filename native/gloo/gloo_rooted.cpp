@@ -168,8 +168,8 @@ void GlooBackend::rootTransfer(const Op& op, uint8_t* base, uint8_t* mine, size_
 }
 
 // The root's buffer to every rank. Through the segment: the root posts a piece a round
-// and the others copy it out. Over TCP: along a chain from the root in rank order,
-// pieces forwarded as the next arrives (one transfer at 2 ranks).
+// and the others copy it out. Over TCP: along a chain from the root, or down a binomial
+// tree where the chain's pipelining has no cores to run on (tcpBroadcastTree()).
 void GlooBackend::broadcast(Op& op) {
   const size_t bytes = op.count * elementSize(op.dtype);
   const bool root = cfg_.rank == op.root;
@@ -180,37 +180,88 @@ void GlooBackend::broadcast(Op& op) {
       if (!root) copyBytes(recv + at, from(op.root), len);
     });
   } else {
-    const int n = cfg_.size;
-    const int pos = (cfg_.rank - op.root + n) % n;  // place on the chain
-    const int next = pos + 1 < n ? (cfg_.rank + 1) % n : -1;
-    const int prev = pos > 0 ? (cfg_.rank - 1 + n) % n : -1;
-    const size_t piece = n == 2 ? bytes : std::clamp(bytes / 8, kChainPieceMin, kChainPieceMax);
-    const size_t count = (bytes + piece - 1) / piece;
-    const uint8_t* forward = root ? send : recv;
-    auto len = [&](size_t k) { return std::min(piece, bytes - k * piece); };
-    // Step s: receive piece s, forward piece s - 1 (the root sends piece s).
-    const size_t lag = root ? 0 : 1;
-    const size_t steps = count + (next >= 0 ? lag : 0);
-    for (size_t s = 0; s < steps; ++s) {
-      net::Xfer out, in;
-      size_t nOut = 0, nIn = 0;
-      if (next >= 0 && s >= lag) {
-        out.peer = next;
-        out.data = const_cast<uint8_t*>(forward + (s - lag) * piece);
-        out.bytes = len(s - lag);
-        nOut = 1;
-      }
-      if (prev >= 0 && s < count) {
-        in.peer = prev;
-        in.data = recv + s * piece;
-        in.bytes = len(s);
-        nIn = 1;
-      }
-      tcp_->transfer(&out, nOut, &in, nIn, deadlineOf(op));
+    // The root only sends from its buffer.
+    uint8_t* buf = root ? const_cast<uint8_t*>(send) : recv;
+    if (tcpBroadcastTree()) {
+      broadcastTree(op, buf, bytes);
+    } else {
+      broadcastChain(op, buf, bytes);
     }
     glooAlgoStats().tcpRooted++;
   }
   if (root && send != recv) copyBytes(recv, send, bytes);
+}
+
+// The tree where every rank of the group is on this host and they outnumber its cores:
+// there the chain's ranks cannot all forward at once, and each of its n - 1 + pieces
+// steps waits on a rank the scheduler may not be running. 4 ranks on 2 cores, 2 MiB:
+// 0.75 of the chain's time, level with it at 4-32 MiB (bench/README.md, "Broadcasts along
+// a tree"). Every rank takes the same one: they share the host map (learnHosts()) and the
+// host's count of online CPUs (not the process's affinity, which ranks may not share).
+bool GlooBackend::tcpBroadcastTree() const {
+  if (broadcastAlgo_ != 0) return broadcastAlgo_ == 2;
+  return cfg_.size > 2 && oneHost_ && oversubscribed_;
+}
+
+// Along a chain from the root in rank order, pieces forwarded as the next arrives (one
+// transfer at 2 ranks): the root's link carries the buffer once.
+void GlooBackend::broadcastChain(const Op& op, uint8_t* buf, size_t bytes) {
+  const bool root = cfg_.rank == op.root;
+  const int n = cfg_.size;
+  const int pos = (cfg_.rank - op.root + n) % n;  // place on the chain
+  const int next = pos + 1 < n ? (cfg_.rank + 1) % n : -1;
+  const int prev = pos > 0 ? (cfg_.rank - 1 + n) % n : -1;
+  const size_t piece = n == 2 ? bytes : std::clamp(bytes / 8, kChainPieceMin, kChainPieceMax);
+  const size_t count = (bytes + piece - 1) / piece;
+  auto len = [&](size_t k) { return std::min(piece, bytes - k * piece); };
+  // Step s: receive piece s, forward piece s - 1 (the root sends piece s).
+  const size_t lag = root ? 0 : 1;
+  const size_t steps = count + (next >= 0 ? lag : 0);
+  for (size_t s = 0; s < steps; ++s) {
+    net::Xfer out, in;
+    size_t nOut = 0, nIn = 0;
+    if (next >= 0 && s >= lag) {
+      out.peer = next;
+      out.data = buf + (s - lag) * piece;
+      out.bytes = len(s - lag);
+      nOut = 1;
+    }
+    if (prev >= 0 && s < count) {
+      in.peer = prev;
+      in.data = buf + s * piece;
+      in.bytes = len(s);
+      nIn = 1;
+    }
+    tcp_->transfer(&out, nOut, &in, nIn, deadlineOf(op));
+  }
+}
+
+// Down a binomial tree over ranks counted from the root: place v receives the whole
+// buffer from v without its highest set bit, then sends it to v + 2^b for every b above
+// that bit, all at once (the root: to 1, 2, 4, ...), log2(n) transfers deep.
+void GlooBackend::broadcastTree(const Op& op, uint8_t* buf, size_t bytes) {
+  const int n = cfg_.size;
+  const int v = (cfg_.rank - op.root + n) % n;
+  int high = -1;  // v's highest set bit (-1 for the root)
+  while (high + 1 < 31 && (v >> (high + 1)) != 0) ++high;
+  auto rankOf = [&](int place) { return (place + op.root) % n; };
+  if (v > 0) {
+    net::Xfer in;
+    in.peer = rankOf(v & ~(1 << high));
+    in.data = buf;
+    in.bytes = bytes;
+    tcp_->transfer(nullptr, 0, &in, 1, deadlineOf(op));
+  }
+  std::vector<net::Xfer> outs;
+  for (int b = high + 1; b < 31 && (v | (1 << b)) < n; ++b) {
+    net::Xfer out;
+    out.peer = rankOf(v | (1 << b));
+    out.data = buf;
+    out.bytes = bytes;
+    outs.push_back(out);
+  }
+  if (!outs.empty()) tcp_->transfer(outs.data(), outs.size(), nullptr, 0, deadlineOf(op));
+  glooAlgoStats().tcpBroadcastTrees++;
 }
 
 // out (the root's output) := every rank's input reduced. Within one host the other

@@ -348,6 +348,8 @@ export interface GlooAlgoStats {
   shmRooted: number;
   /** Broadcasts, reduces, gathers and scatters on the backend's own TCP connections. */
   tcpRooted: number;
+  /** Of those, broadcasts sent along the binomial tree instead of the chain (NCCL_NODE_TCP_BROADCAST, docs/gloo.md). */
+  tcpBroadcastTrees: number;
   /** Calls whose TCP agreement round completed them on the calling thread (its peers waited for briefly). */
   tcpOnCaller: number;
   /** Peers' messages the TCP agreement round read straight into a call's output instead of its own buffers. */

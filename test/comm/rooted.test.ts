@@ -5,7 +5,8 @@
  * (NCCL_NODE_SHM=0, as between hosts) small calls ride in the agreement round and larger
  * ones go over the backend's own connections (beyond 2 ranks a broadcast along a chain
  * of pieces, an eighth of the buffer each: 8 at 70001 8-byte and 1.3 M float32
- * elements); on one host with shared memory every call goes through the segment, small
+ * elements, or down a binomial tree where the ranks outnumber the host's cores:
+ * test/comm/broadcast-tree.test.ts holds both to the reference); on one host with shared memory every call goes through the segment, small
  * ones in its agreement round, larger ones in rounds of their own. The native counters
  * show which path each call took.
  */
