@@ -193,11 +193,12 @@ void GlooBackend::broadcast(Op& op) {
 }
 
 // The tree where every rank of the group is on this host and they outnumber its cores:
-// there the chain's ranks cannot all forward at once, and each of its n - 1 + pieces
-// steps waits on a rank the scheduler may not be running. 4 ranks on 2 cores, 2 MiB:
-// 0.75 of the chain's time, level with it at 4-32 MiB (bench/README.md, "Broadcasts along
-// a tree"). Every rank takes the same one: they share the host map (learnHosts()) and the
-// host's count of online CPUs (not the process's affinity, which ranks may not share).
+// there the chain's ranks cannot all forward at once, and each of its steps waits on
+// both neighbours, one of which the scheduler may not be running. 3 and 4 ranks on 2
+// cores, 2 MiB: 0.82 of the chain's time, level at 8 MiB (bench/README.md, "Broadcasts
+// down a tree where a host's ranks outnumber its cores"). Every rank takes the same path:
+// they share the host map (learnHosts()) and the host's count of online CPUs (not the
+// process's affinity, which ranks may not share), and checkTuning() holds them to it.
 bool GlooBackend::tcpBroadcastTree() const {
   if (broadcastAlgo_ != 0) return broadcastAlgo_ == 2;
   return cfg_.size > 2 && oneHost_ && oversubscribed_;
