@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "../core/copy_bytes.h"
@@ -41,11 +42,11 @@ int parsePairConnections(const char* v) {
   throw Error(Code::InvalidArgument, std::string("NCCL_NODE_TCP_CONNECTIONS_PER_PAIR must be 1 or 2, got \"") + v + "\"");
 }
 
-// NCCL_NODE_TCP_BROADCAST: chain or tree; unset: 0 (chosen per group, tcpBroadcastTree()).
-int parseBroadcastAlgo(const char* v) {
-  if (v == nullptr) return 0;
-  if (std::strcmp(v, "chain") == 0) return 1;
-  if (std::strcmp(v, "tree") == 0) return 2;
+// NCCL_NODE_TCP_BROADCAST: chain (false) or tree (true); unset: none (tcpBroadcastTree()'s rule).
+std::optional<bool> parseBroadcastTree(const char* v) {
+  if (v == nullptr) return std::nullopt;
+  if (std::strcmp(v, "chain") == 0) return false;
+  if (std::strcmp(v, "tree") == 0) return true;
   throw Error(Code::InvalidArgument, std::string("NCCL_NODE_TCP_BROADCAST must be chain or tree, got \"") + v + "\"");
 }
 
@@ -97,7 +98,7 @@ GlooBackend::GlooBackend(GlooConfig config, std::shared_ptr<StoreClient> store)
                                                    net::TcpMesh::kDefaultLocalReceiveBuffer));
     pairConnections_ = parsePairConnections(std::getenv("NCCL_NODE_TCP_CONNECTIONS_PER_PAIR"));
     bounce_ = parseBounce(std::getenv("NCCL_NODE_TCP_BOUNCE"));
-    broadcastAlgo_ = parseBroadcastAlgo(std::getenv("NCCL_NODE_TCP_BROADCAST"));
+    forcedBroadcastTree_ = parseBroadcastTree(std::getenv("NCCL_NODE_TCP_BROADCAST"));
   } catch (const Error& e) {
     tcpEnvError_ = e.what();
   }

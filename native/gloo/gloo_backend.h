@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -223,7 +224,7 @@ class GlooBackend : public Backend {
   // the group fit its cores (learnHosts()).
   int pairConnections_ = 0;
   bool bounce_ = false;  // NCCL_NODE_TCP_BOUNCE
-  int broadcastAlgo_ = 0;  // NCCL_NODE_TCP_BROADCAST: 1 chain, 2 tree, 0 (unset) tcpBroadcastTree()'s rule
+  std::optional<bool> forcedBroadcastTree_;  // NCCL_NODE_TCP_BROADCAST; unset: tcpBroadcastTree()'s rule
   std::string tcpEnvError_;  // the first bad NCCL_NODE_TCP_* value
   // Per rank, its host's identity (learnHosts(): the store, before the TCP connections).
   std::vector<std::string> hostIds_;

@@ -200,7 +200,7 @@ void GlooBackend::broadcast(Op& op) {
 // they share the host map (learnHosts()) and the host's count of online CPUs (not the
 // process's affinity, which ranks may not share), and checkTuning() holds them to it.
 bool GlooBackend::tcpBroadcastTree() const {
-  if (broadcastAlgo_ != 0) return broadcastAlgo_ == 2;
+  if (forcedBroadcastTree_) return *forcedBroadcastTree_;
   return cfg_.size > 2 && oneHost_ && oversubscribed_;
 }
 
