@@ -1,7 +1,8 @@
-// Two processes of one bench, forked from it: each runs body(rank); the doubles the
+// Processes of one bench, forked from it: each runs body(rank); the doubles the
 // `reporter` rank returns come back to the parent on a pipe (exactly `count` of them).
-// Used by the two-process TCP benches (tcp_directions.cpp, tcp_landing.cpp), whose ranks
-// must not share a thread, a socket or an allocator with each other.
+// Used by the multi-process TCP benches (tcp_directions.cpp, tcp_landing.cpp,
+// agreement_shape.cpp), whose ranks must not share a thread, a socket or an allocator
+// with each other.
 #pragma once
 
 #include <sys/wait.h>
@@ -14,18 +15,19 @@
 
 namespace bench {
 
-inline std::vector<double> forkPair(const std::function<std::vector<double>(int rank)>& body, int reporter, size_t count) {
+inline std::vector<double> forkRanks(int ranks, const std::function<std::vector<double>(int rank)>& body, int reporter,
+                                     size_t count) {
   auto die = [](const char* what) {
     std::perror(what);
     std::exit(1);
   };
   int pipeFds[2];
   if (::pipe(pipeFds) != 0) die("pipe");
-  pid_t pids[2];
-  for (int rank = 0; rank < 2; ++rank) {
-    pids[rank] = ::fork();
-    if (pids[rank] < 0) die("fork");
-    if (pids[rank] != 0) continue;
+  std::vector<pid_t> pids(static_cast<size_t>(ranks));
+  for (int rank = 0; rank < ranks; ++rank) {
+    pids[static_cast<size_t>(rank)] = ::fork();
+    if (pids[static_cast<size_t>(rank)] < 0) die("fork");
+    if (pids[static_cast<size_t>(rank)] != 0) continue;
     const std::vector<double> out = body(rank);
     if (rank == reporter && ::write(pipeFds[1], out.data(), out.size() * sizeof(double)) < 0) die("write");
     std::_Exit(0);
@@ -42,6 +44,10 @@ inline std::vector<double> forkPair(const std::function<std::vector<double>(int 
   ::close(pipeFds[0]);
   for (pid_t pid : pids) ::waitpid(pid, nullptr, 0);
   return out;
+}
+
+inline std::vector<double> forkPair(const std::function<std::vector<double>(int rank)>& body, int reporter, size_t count) {
+  return forkRanks(2, body, reporter, count);
 }
 
 }  // namespace bench

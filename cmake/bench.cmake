@@ -63,6 +63,11 @@ add_executable(tcp_directions ${CMAKE_CURRENT_SOURCE_DIR}/bench/tcp_directions.c
 add_executable(tcp_landing ${CMAKE_CURRENT_SOURCE_DIR}/bench/tcp_landing.cpp)
 target_link_libraries(tcp_landing PRIVATE bench_native)
 
+# bench/agreement_shape: a rooted call's round over the own TcpMesh, every rank to every
+# rank in one hop against every rank to the root and back.
+add_executable(agreement_shape ${CMAKE_CURRENT_SOURCE_DIR}/bench/agreement_shape.cpp)
+target_link_libraries(agreement_shape PRIVATE bench_native)
+
 # bench/copy_bytes: host copies by how far the destination lies past the source in a
 # page, glibc's memcpy against copyBytes (native/core/copy_bytes.cpp).
 add_executable(copy_bytes ${CMAKE_CURRENT_SOURCE_DIR}/bench/copy_bytes.cpp)
