@@ -71,21 +71,17 @@ function endpointArg(value: string): { host: string; port: number } {
   return { host: m[1]!.replace(/^\[|\]$/g, ''), port };
 }
 
-function cpuBindArg(value: string): CpuBindMode {
-  const v = value.trim();
-  if (!(CPU_BIND_MODES as readonly string[]).includes(v)) {
-    throw new InvalidArgumentError(`expected ${CPU_BIND_MODES.join(' or ')} (each local rank on its own share of this node's CPUs)`);
-  }
-  return v as CpuBindMode;
+/** A commander parser for one of `modes`; the error lists them and says what they choose. */
+function oneOf<T extends string>(modes: readonly T[], separator: string, what: string): (value: string) => T {
+  return (value) => {
+    const v = value.trim();
+    if (!(modes as readonly string[]).includes(v)) throw new InvalidArgumentError(`expected ${modes.join(separator)} (${what})`);
+    return v as T;
+  };
 }
 
-function numaBindingArg(value: string): NumaBindingMode {
-  const v = value.trim();
-  if (!(NUMA_BINDING_MODES as readonly string[]).includes(v)) {
-    throw new InvalidArgumentError(`expected ${NUMA_BINDING_MODES.join(', ')} (local rank i on CPUs of the NUMA node of GPU i)`);
-  }
-  return v as NumaBindingMode;
-}
+const cpuBindArg = oneOf<CpuBindMode>(CPU_BIND_MODES, ' or ', "each local rank on its own share of this node's CPUs");
+const numaBindingArg = oneOf<NumaBindingMode>(NUMA_BINDING_MODES, ', ', 'local rank i on CPUs of the NUMA node of GPU i');
 
 function backendArg(value: string): 'static' | 'c10d' | 'etcd' {
   const v = value.trim();
