@@ -63,7 +63,7 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
 // glooAlgoStats() -> {meshAllReduces, meshTwoRoundAllReduces, meshAllGathers, meshReduceScatters,
 // legacyAllReduces, legacyAllGathers, legacyReduceScatters, tcpRingCalls, glooAllGathers,
 // meshAllToAlls, shmAllToAlls, tcpAllToAlls, meshRooted, shmRooted, tcpRooted, tcpBroadcastTrees, tcpOnCaller,
-// meshLandedBodies, tcpMarkedReceives, tcpOneWayPeers, tcpSizedReceiveBuffers, tcpBouncedBytes}: calls of this process that took
+// meshLandedBodies, tcpMarkedReceives, tcpOneWayPeers, tcpSizedReceiveBuffers, tcpBouncedBytes, tcpEmptyReads}: calls of this process that took
 // the mesh round, one of Gloo's legacy classes, the backend's own ring or gloo::allgather
 // (gloo_tuning.h), and all-to-alls (gloo_alltoall.cpp) and broadcasts, reduces, gathers
 // and scatters (gloo_rooted.cpp) in the TCP round, through the shared-memory segment or on
@@ -71,7 +71,8 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
 // receives put to sleep under a receive mark (net::markedReceives()); and peers connected
 // one connection each way, summed over the meshes connected (net::oneWayPairs()); and
 // connections within the host given a fixed receive buffer (net::sizedReceiveBuffers());
-// and bytes received through the bounce buffer (net::bouncedBytes()).
+// and bytes received through the bounce buffer (net::bouncedBytes()); and reads that found
+// nothing (net::emptyReads()).
 Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto& s = glooAlgoStats();
@@ -98,6 +99,7 @@ Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   o.Set("tcpOneWayPeers", static_cast<double>(net::oneWayPairs()));
   o.Set("tcpSizedReceiveBuffers", static_cast<double>(net::sizedReceiveBuffers()));
   o.Set("tcpBouncedBytes", static_cast<double>(net::bouncedBytes()));
+  o.Set("tcpEmptyReads", static_cast<double>(net::emptyReads()));
   return o;
 }
 

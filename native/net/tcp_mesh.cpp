@@ -28,6 +28,7 @@ std::atomic<uint64_t> markedReceiveCount{0};
 std::atomic<uint64_t> oneWayCount{0};
 std::atomic<uint64_t> sizedReceiveCount{0};
 std::atomic<uint64_t> bouncedCount{0};
+std::atomic<uint64_t> emptyReadCount{0};
 
 // Receives through the bounce buffer (receiveSome): those of this much or more, read
 // this much at a time, into a destination that starts 1 to kAliasAfter - 1 bytes into a
@@ -416,6 +417,7 @@ uint64_t markedReceives() { return markedReceiveCount.load(std::memory_order_rel
 uint64_t oneWayPairs() { return oneWayCount.load(std::memory_order_relaxed); }
 uint64_t sizedReceiveBuffers() { return sizedReceiveCount.load(std::memory_order_relaxed); }
 uint64_t bouncedBytes() { return bouncedCount.load(std::memory_order_relaxed); }
+uint64_t emptyReads() { return emptyReadCount.load(std::memory_order_relaxed); }
 
 // The kernel copies a received segment out of the pages its sender's copy put it in
 // (`rep movsb` where the CPU has fast short strings). Over loopback the sender's thread
@@ -511,19 +513,43 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
       }
     }
   } lowatReset{this};
+  // Per transfer: whether a read or write may move bytes without waiting. A socket that
+  // had nothing (EAGAIN) is tried again only once poll() says it is ready, not on every
+  // pass: on 4 ranks sharing 2 cores, small calls spent more time in the kernel than
+  // anywhere else, and half of each call's reads found nothing (bench/README.md, "Reads
+  // that find nothing"). A read or write that moved bytes stays ready: more may follow
+  // (a message's body right behind its length). While a write that moved bytes still has
+  // more to move (a long transfer under way), every read is tried on every pass, and the
+  // other way round, as before: each side keeps draining what the other fills.
+  std::vector<uint8_t> canSend(nSends, 1), canRecv(nRecvs, 1);
+  std::vector<std::pair<bool, size_t>> polled;  // per pfds entry before the wake fd: (a send?, its index)
   while (true) {
     if (aborted_) throw TransportError(Code::CommAborted, "communicator was aborted");
     bool progressed = false;
     bool pending = false;
+    bool sending = false;    // a write moved bytes and has more to move
+    bool receiving = false;  // likewise a read
     for (size_t i = 0; i < nSends; ++i) {
       // One write per pass, alternating with the reads (draining the send first measured
       // no better).
-      if (sendSome(sends[i], sends[i].bytes, false)) progressed = true;
+      if (canSend[i] && sends[i].done < sends[i].bytes) {
+        if (sendSome(sends[i], sends[i].bytes, false)) {
+          progressed = true;
+          sending |= sends[i].done < sends[i].bytes;
+        } else {
+          canSend[i] = 0;
+        }
+      }
       if (sends[i].done < sends[i].bytes) pending = true;
     }
+    if (sending) std::fill(canRecv.begin(), canRecv.end(), 1);
     for (size_t i = 0; i < nRecvs; ++i) {
       Xfer& x = recvs[i];
       if (x.done == x.bytes) continue;
+      if (!canRecv[i]) {
+        pending = true;
+        continue;
+      }
       size_t len = x.bytes - x.done;
       uint8_t* dst = x.data + x.done;
       if (x.ring) {
@@ -535,20 +561,34 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
       if (n > 0) {
         x.done += static_cast<size_t>(n);
         progressed = true;
+        receiving |= x.done < x.bytes;
         if (onRecv) onRecv(i);
       } else if (n == 0) {
         fail(x.peer, "recv", 0);
-      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        canRecv[i] = 0;
+        emptyReadCount.fetch_add(1, std::memory_order_relaxed);
+      } else if (errno != EINTR) {
         fail(x.peer, "recv", errno);
       }
       if (x.done < x.bytes) pending = true;
     }
+    if (receiving) std::fill(canSend.begin(), canSend.end(), 1);
     if (!pending) return true;
     if (progressed) continue;
-    if (waitingWork && (waitingWork = whileWaiting())) continue;
+    if (waitingWork && (waitingWork = whileWaiting())) {
+      // The work took a while: whatever arrived meanwhile is read on the next pass.
+      std::fill(canSend.begin(), canSend.end(), 1);
+      std::fill(canRecv.begin(), canRecv.end(), 1);
+      continue;
+    }
     pfds.clear();
+    polled.clear();
     for (size_t i = 0; i < nSends; ++i) {
-      if (sends[i].done < sends[i].bytes) pfds.push_back({sendFds_[static_cast<size_t>(sends[i].peer)], POLLOUT, 0});
+      if (sends[i].done < sends[i].bytes) {
+        pfds.push_back({sendFds_[static_cast<size_t>(sends[i].peer)], POLLOUT, 0});
+        polled.emplace_back(true, i);
+      }
     }
     for (size_t i = 0; i < nRecvs; ++i) {
       const Xfer& x = recvs[i];
@@ -557,6 +597,7 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
       const bool marked = wakeMark_ > 1 && x.ring == 0 && left >= kLowatFrom;
       setLowat(x.peer, marked ? static_cast<int>(std::min(left, wakeMark_)) : 1);
       pfds.push_back({recvFds_[static_cast<size_t>(x.peer)], POLLIN, 0});
+      polled.emplace_back(false, i);
     }
     pfds.push_back({wake_, POLLIN, 0});
     const auto now = Clock::now();
@@ -576,6 +617,12 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
     const timespec wait{static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
     const int rc = ::ppoll(pfds.data(), pfds.size(), &wait, nullptr);
     if (rc < 0 && errno != EINTR) throw TransportError(Code::Backend, std::string("tcp: poll: ") + std::strerror(errno));
+    if (rc <= 0) continue;  // timed out or interrupted: the checks above run again
+    // Ready, or failed (an error or hang-up shows on the next read or write).
+    for (size_t k = 0; k < polled.size(); ++k) {
+      if (pfds[k].revents == 0) continue;
+      (polled[k].first ? canSend : canRecv)[polled[k].second] = 1;
+    }
   }
 }
 

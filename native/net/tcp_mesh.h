@@ -66,6 +66,8 @@ uint64_t oneWayPairs();
 uint64_t sizedReceiveBuffers();
 // Bytes received through the bounce buffer (setBounce()), over every mesh.
 uint64_t bouncedBytes();
+// Reads transfer() made that found nothing to read (EAGAIN), over every mesh.
+uint64_t emptyReads();
 
 // Whether a receive into `data` from a connection within this host goes through the
 // bounce buffer (setBounce()): its page offset lies where the kernel's copy out of the

@@ -362,6 +362,8 @@ export interface GlooAlgoStats {
   tcpSizedReceiveBuffers: number;
   /** Bytes received over TCP from this host through a buffer half a page off, where the destination's page offset slows the kernel's copy (NCCL_NODE_TCP_BOUNCE). */
   tcpBouncedBytes: number;
+  /** Reads over the backend's own TCP connections that found nothing to read, summed over this process's communicators. */
+  tcpEmptyReads: number;
 }
 
 export interface GlooShmStats {
