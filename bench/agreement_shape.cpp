@@ -29,16 +29,12 @@
 namespace {
 
 using bench::argOf;
+using bench::die;
 using bench::medianOf;
 
 using ncclnode::net::Clock;
 using ncclnode::net::TcpMesh;
 using ncclnode::net::Xfer;
-
-[[noreturn]] void die(const char* what) {
-  std::perror(what);
-  std::exit(1);
-}
 
 constexpr size_t kHead = 32;
 

@@ -15,12 +15,14 @@
 
 namespace bench {
 
+// The benches' way out on a failed system call: the call's error, then exit status 1.
+[[noreturn]] inline void die(const char* what) {
+  std::perror(what);
+  std::exit(1);
+}
+
 inline std::vector<double> forkRanks(int ranks, const std::function<std::vector<double>(int rank)>& body, int reporter,
                                      size_t count) {
-  auto die = [](const char* what) {
-    std::perror(what);
-    std::exit(1);
-  };
   int pipeFds[2];
   if (::pipe(pipeFds) != 0) die("pipe");
   std::vector<pid_t> pids(static_cast<size_t>(ranks));

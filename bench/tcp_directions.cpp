@@ -32,14 +32,10 @@
 namespace {
 
 using bench::argOf;
+using bench::die;
 using bench::medianOf;
 
 using Clock = std::chrono::steady_clock;
-
-[[noreturn]] void die(const char* what) {
-  std::perror(what);
-  std::exit(1);
-}
 
 int listenLoopback(int* port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -30,16 +30,12 @@
 namespace {
 
 using bench::argOf;
+using bench::die;
 using bench::medianOf;
 
 using ncclnode::net::Clock;
 using ncclnode::net::TcpMesh;
 using ncclnode::net::Xfer;
-
-[[noreturn]] void die(const char* what) {
-  std::perror(what);
-  std::exit(1);
-}
 
 // One call: the 32-byte exchange, then rank 0's bytes into rank 1's `into` (with bothWays,
 // each rank's into the other's at once).
