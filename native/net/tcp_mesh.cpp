@@ -522,7 +522,6 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
   // more to move (a long transfer under way), every read is tried on every pass, and the
   // other way round, as before: each side keeps draining what the other fills.
   std::vector<uint8_t> canSend(nSends, 1), canRecv(nRecvs, 1);
-  std::vector<std::pair<bool, size_t>> polled;  // per pfds entry before the wake fd: (a send?, its index)
   while (true) {
     if (aborted_) throw TransportError(Code::CommAborted, "communicator was aborted");
     bool progressed = false;
@@ -583,12 +582,8 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
       continue;
     }
     pfds.clear();
-    polled.clear();
     for (size_t i = 0; i < nSends; ++i) {
-      if (sends[i].done < sends[i].bytes) {
-        pfds.push_back({sendFds_[static_cast<size_t>(sends[i].peer)], POLLOUT, 0});
-        polled.emplace_back(true, i);
-      }
+      if (sends[i].done < sends[i].bytes) pfds.push_back({sendFds_[static_cast<size_t>(sends[i].peer)], POLLOUT, 0});
     }
     for (size_t i = 0; i < nRecvs; ++i) {
       const Xfer& x = recvs[i];
@@ -597,7 +592,6 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
       const bool marked = wakeMark_ > 1 && x.ring == 0 && left >= kLowatFrom;
       setLowat(x.peer, marked ? static_cast<int>(std::min(left, wakeMark_)) : 1);
       pfds.push_back({recvFds_[static_cast<size_t>(x.peer)], POLLIN, 0});
-      polled.emplace_back(false, i);
     }
     pfds.push_back({wake_, POLLIN, 0});
     const auto now = Clock::now();
@@ -618,10 +612,14 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
     const int rc = ::ppoll(pfds.data(), pfds.size(), &wait, nullptr);
     if (rc < 0 && errno != EINTR) throw TransportError(Code::Backend, std::string("tcp: poll: ") + std::strerror(errno));
     if (rc <= 0) continue;  // timed out or interrupted: the checks above run again
-    // Ready, or failed (an error or hang-up shows on the next read or write).
-    for (size_t k = 0; k < polled.size(); ++k) {
-      if (pfds[k].revents == 0) continue;
-      (polled[k].first ? canSend : canRecv)[polled[k].second] = 1;
+    // Ready, or failed (an error or hang-up shows on the next read or write): pfds holds the
+    // unfinished sends, then the unfinished receives, in order, as built above.
+    size_t k = 0;
+    for (size_t i = 0; i < nSends; ++i) {
+      if (sends[i].done < sends[i].bytes && pfds[k++].revents != 0) canSend[i] = 1;
+    }
+    for (size_t i = 0; i < nRecvs; ++i) {
+      if (recvs[i].done < recvs[i].bytes && pfds[k++].revents != 0) canRecv[i] = 1;
     }
   }
 }
