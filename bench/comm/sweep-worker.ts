@@ -7,7 +7,7 @@
  * Rank 0 prints one JSON line per (collective, size): the median per-call µs, and for
  * broadcast, reduce, gather and scatter (root 0) also spanUs, the slowest rank's mean.
  *
- *   started by sweep.ts with SWEEP_SIZES=8,32,... SWEEP_ITERS=200 and the job's env
+ *   started by sweep.ts with SWEEP_SIZES=8,32,... SWEEP_ITERS=200 [SWEEP_LARGE_ITERS=20] and the job's env
  */
 import { init } from '../../src/index.js';
 import { timeBackToBack } from '../timing.js';
@@ -19,7 +19,10 @@ const ONLY = process.env.SWEEP_COLLS ? new Set(process.env.SWEEP_COLLS.split(','
 const timed = (coll: string): boolean => ONLY === null || ONLY.has(coll);
 const LARGE = 16 * 1024 * 1024;
 // The schedule of bench/gloo_algos.cpp (itersFor, warm-up).
-const itersFor = (bytes: number): number => (bytes >= LARGE ? 3 : bytes >= 1 << 20 ? Math.max(5, Math.floor(ITERS / 20)) : ITERS);
+// SWEEP_LARGE_ITERS=n (sweep.ts --large-iters): n calls at every size from 1 MiB instead.
+const LARGE_ITERS = Number(process.env.SWEEP_LARGE_ITERS ?? '0');
+const itersFor = (bytes: number): number =>
+  LARGE_ITERS > 0 && bytes >= 1 << 20 ? LARGE_ITERS : bytes >= LARGE ? 3 : bytes >= 1 << 20 ? Math.max(5, Math.floor(ITERS / 20)) : ITERS;
 const warmupFor = (bytes: number): number => (bytes >= LARGE ? 1 : 3);
 
 const comm = await init({ backend: 'gloo' });

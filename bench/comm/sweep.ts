@@ -20,6 +20,7 @@
  *   node --import tsx bench/comm/sweep.ts [--ranks 2,4] [--min 8] [--max 256M] [--step 4]
  *        [--iters 100] [--rounds 3] [--shm] [--json bench/comm/sweep.json] [--write-tuning path]
  *        [--new-ring-max 4M] [--alltoall-max 2M] [--rooted-max 64M] [--cpu-bind] [--colls broadcast,gather]
+ *        [--large-iters 20]
  *
  * --write-tuning writes an NCCL_NODE_GLOO_TUNING file (docs/gloo.md): per
  * collective and rank count, the raw Gloo algorithm where it beat the addon beyond
@@ -43,6 +44,13 @@ const MAX = bytesOf(arg('--max', '256M'));
 const STEP = Number(arg('--step', '4'));
 const ITERS = Number(arg('--iters', '100'));
 const ROUNDS = Number(arg('--rounds', '3'));
+// --large-iters: calls a size from 1 MiB on both sides (unset: iters/20, at least 5, then
+// 3 from 16 MiB). A median of so few calls is one stall away from another verdict: a
+// 2-rank 2 MiB broadcast over TCP went from 1.92x raw Gloo's at 5 calls to 0.76x at 20.
+const LARGE_ITERS = process.argv.includes('--large-iters') ? Number(arg('--large-iters', '0')) : undefined;
+if (LARGE_ITERS !== undefined && !(Number.isInteger(LARGE_ITERS) && LARGE_ITERS > 0)) {
+  throw new Error(`--large-iters: expected a whole number of calls above 0, got ${arg('--large-iters', '')}`);
+}
 const SHM = process.argv.includes('--shm');
 const JSON_OUT = arg('--json', join(ROOT, SHM ? 'bench/comm/sweep-shm.json' : 'bench/comm/sweep.json'));
 const TUNING_OUT = arg('--write-tuning', '');
@@ -89,6 +97,7 @@ async function addonRound(ranks: number): Promise<Point[]> {
     ...process.env, NCCL_NODE_SHM: SHM ? '1' : '0', RANK: String(rank), LOCAL_RANK: String(rank), WORLD_SIZE: String(ranks),
     MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'sweep',
     SWEEP_SIZES: SIZES.join(','), SWEEP_ITERS: String(ITERS), SWEEP_COLLS: COLLS.join(','),
+    ...(LARGE_ITERS ? { SWEEP_LARGE_ITERS: String(LARGE_ITERS) } : {}),
   }]));
 }
 
@@ -99,7 +108,8 @@ async function glooRound(bin: string, ranks: number): Promise<Point[]> {
       [bin, [String(rank), String(ranks), dir, String(ITERS), String(MIN), String(MAX), String(STEP)],
       { ...process.env, GLOO_ALGOS_COLLS: COLLS.join(','), ...(NEW_RING_MAX ? { GLOO_ALGOS_NEW_RING_MAX: NEW_RING_MAX } : {}),
         ...(ALLTOALL_MAX ? { GLOO_ALGOS_ALLTOALL_MAX: ALLTOALL_MAX } : {}),
-        ...(ROOTED_MAX ? { GLOO_ALGOS_ROOTED_MAX: ROOTED_MAX } : {}) }]));
+        ...(ROOTED_MAX ? { GLOO_ALGOS_ROOTED_MAX: ROOTED_MAX } : {}),
+        ...(LARGE_ITERS ? { GLOO_ALGOS_LARGE_ITERS: String(LARGE_ITERS) } : {}) }]));
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -188,7 +198,7 @@ async function main(): Promise<void> {
     }
   }
   const doc = {
-    bench: 'comm-sweep', path: SHM ? 'shm' : 'tcp', cpuBind: CPU_BIND, dtype: 'float32', op: 'sum', rounds: ROUNDS, iters: ITERS, step: STEP,
+    bench: 'comm-sweep', path: SHM ? 'shm' : 'tcp', cpuBind: CPU_BIND, dtype: 'float32', op: 'sum', rounds: ROUNDS, iters: ITERS, largeIters: LARGE_ITERS ?? null, step: STEP,
     tuning: process.env.NCCL_NODE_GLOO_TUNING ?? null, newRingMax: NEW_RING_MAX ? Number(NEW_RING_MAX) : null,
     alltoallMax: ALLTOALL_MAX ? Number(ALLTOALL_MAX) : null, rootedMax: ROOTED_MAX ? Number(ROOTED_MAX) : null,
     colls: COLLS, node: process.version, rows,
