@@ -32,7 +32,7 @@ std::atomic<uint64_t> emptyReadCount{0};
 
 // Receives through the bounce buffer (receiveSome): those of this much or more, read
 // this much at a time, into a destination that starts 1 to kAliasAfter - 1 bytes into a
-// page.
+// page, in a transfer that sends less than kBounceFrom itself.
 constexpr size_t kBounceFrom = 64 * 1024;
 constexpr size_t kBounceBytes = 64 * 1024;
 constexpr size_t kAliasAfter = 32;
@@ -431,7 +431,13 @@ uint64_t emptyReads() { return emptyReadCount.load(std::memory_order_relaxed); }
 // "Where a receive lands"). malloc's and Node's large buffers start 16 bytes into a page.
 // A receive into a buffer starting 1-31 bytes into a page reads into a buffer of this
 // mesh's own half a page in, then copies out with glibc's memcpy: 0.58-0.62 ms. Elsewhere
-// that detour cost 1.4-1.6x, so it is taken nowhere else.
+// that detour cost 1.4-1.6x, so it is taken nowhere else. Nor where the transfer sends a
+// block of its own as it receives (an all-gather's ring, an all-to-all, a chain's middle):
+// there the straight copy took 0.77-0.86 of the detour's time at 2-32 MiB, 2 and 4 ranks
+// (bench/README.md, "Straight in where a transfer also sends"); the pages' placement follows
+// how the two sides' sends and reads interleave, and a rank sending while it reads is not
+// the quiet one-way stream that restarts them in step.
+
 void LandingBuffer::reserve(size_t bytes) {
   if (bytes <= size_) return;
   store_.assign(bytes + 4096, 0);
@@ -446,11 +452,12 @@ bool aliasedLanding(const uint8_t* data) {
 }
 
 // One nonblocking read for x, landing at dst; through the bounce buffer where the
-// destination aliases (see above): the bytes are at dst when it returns.
-ssize_t TcpMesh::receiveSome(Xfer& x, uint8_t* dst, size_t len) {
+// destination aliases and the transfer receives one way (mayBounce; see above): the
+// bytes are at dst when it returns.
+ssize_t TcpMesh::receiveSome(Xfer& x, uint8_t* dst, size_t len, bool mayBounce) {
   const int fd = recvFds_[static_cast<size_t>(x.peer)];
-  if (bouncePeer_.empty() || x.ring != 0 || x.bytes < kBounceFrom || !bouncePeer_[static_cast<size_t>(x.peer)] ||
-      !aliasedLanding(x.data)) {
+  if (!mayBounce || bouncePeer_.empty() || x.ring != 0 || x.bytes < kBounceFrom ||
+      !bouncePeer_[static_cast<size_t>(x.peer)] || !aliasedLanding(x.data)) {
     return ::recv(fd, dst, len, MSG_DONTWAIT);
   }
   const ssize_t n = ::recv(fd, bounce_.data(), std::min(len, kBounceBytes), MSG_DONTWAIT);
@@ -522,6 +529,11 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
   // more to move (a long transfer under way), every read is tried on every pass, and the
   // other way round, as before: each side keeps draining what the other fills.
   std::vector<uint8_t> canSend(nSends, 1), canRecv(nRecvs, 1);
+  // Receives one way (this transfer sends less than a bounced receive's least): only
+  // those may go through the bounce buffer (see LandingBuffer above).
+  size_t sendBytes = 0;
+  for (size_t i = 0; i < nSends; ++i) sendBytes += sends[i].bytes;
+  const bool mayBounce = sendBytes < kBounceFrom;
   while (true) {
     if (aborted_) throw TransportError(Code::CommAborted, "communicator was aborted");
     bool progressed = false;
@@ -556,7 +568,7 @@ bool TcpMesh::transfer(Xfer* sends, size_t nSends, Xfer* recvs, size_t nRecvs, C
         len = std::min(len, x.ring - off);
         dst = x.data + off;
       }
-      const ssize_t n = receiveSome(x, dst, len);
+      const ssize_t n = receiveSome(x, dst, len, mayBounce);
       if (n > 0) {
         x.done += static_cast<size_t>(n);
         progressed = true;

@@ -70,8 +70,9 @@ uint64_t bouncedBytes();
 uint64_t emptyReads();
 
 // Whether a receive into `data` from a connection within this host goes through the
-// bounce buffer (setBounce()): its page offset lies where the kernel's copy out of the
-// socket runs at half speed on AMD Zen (tcp_mesh.cpp, receiveSome).
+// bounce buffer (setBounce(), in a transfer that receives one way): its page offset lies
+// where the kernel's copy out of the socket runs at half speed on AMD Zen (tcp_mesh.cpp,
+// receiveSome).
 bool aliasedLanding(const uint8_t* data);
 
 // Memory this code receives into itself, starting half a page into a page, where no
@@ -149,8 +150,9 @@ class TcpMesh {
   void setLocalReceiveBuffer(int bytes) { localRcvBuf_ = bytes; }
   static constexpr int kDefaultLocalReceiveBuffer = 4 << 20;
   // Before connect(): receives of 64 KiB or more from a peer on this host into a
-  // destination aliasedLanding() marks go through a buffer of this mesh's own, at a page
-  // offset the kernel copies to at full speed, then are copied out (transfer()). The backend
+  // destination aliasedLanding() marks, in a transfer that sends less than that itself, go
+  // through a buffer of this mesh's own, at a page offset the kernel copies to at full
+  // speed, then are copied out (transfer()). The backend
   // passes NCCL_NODE_TCP_BOUNCE (on by default on AMD CPUs).
   void setBounce(bool on) { bounceOn_ = on; }
   // After connect(): peers this rank has one connection each way with.
@@ -166,7 +168,7 @@ class TcpMesh {
   void setLowat(int peer, int bytes);
   void sizeReceiveBuffer(int fd);
   bool sendSome(Xfer& x, size_t limit, bool drain);
-  ssize_t receiveSome(Xfer& x, uint8_t* dst, size_t len);
+  ssize_t receiveSome(Xfer& x, uint8_t* dst, size_t len, bool mayBounce);
   int listen(const std::string& host, const std::string& iface, std::string* address);
 
   int rank_;

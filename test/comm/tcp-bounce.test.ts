@@ -2,9 +2,11 @@
  * Receives over TCP from a rank on this host land through a buffer of the backend's own
  * when the destination starts 1-31 bytes past a page's start (native/net/tcp_mesh.cpp,
  * receiveSome: there the kernel's copy out of the socket ran at half speed on AMD CPUs,
- * bench/README.md "Where a receive lands"). Checked: exactly that band of destinations
- * (3 or 4 of the 512 8-byte offsets of a page, one run, as the ArrayBuffer's own place in
- * its page is a multiple of 8 or not) goes through it; every element arrives exact at
+ * bench/README.md "Where a receive lands"), in a transfer that receives one way. Checked:
+ * in broadcasts and gathers exactly that band of destinations (3 or 4 of the 512 8-byte
+ * offsets of a page, one run, as the ArrayBuffer's own place in its page is a multiple of
+ * 8 or not) goes through it, in all-gathers (every rank sending as it receives) none of
+ * them (bench/README.md "Straight in where a transfer also sends"); every element arrives exact at
  * every offset; NCCL_NODE_TCP_BOUNCE=0 turns it off; unset, it is on exactly where
  * /proc/cpuinfo names an AMD CPU; between hosts it is off (test/shm/multinode.test.ts);
  * a bad value fails init.
@@ -14,7 +16,7 @@ import { describe, expect, it } from 'vitest';
 import { describeRanks, runRanks } from '../helpers/ranks.js';
 
 type Coll = { bouncedAt: number[]; wrong: number; bytes: number };
-type Row = { rank: number; broadcast: Coll; gather: Coll };
+type Row = { rank: number; broadcast: Coll; gather: Coll; allgather: Coll };
 
 const amd = /^vendor_id\s*:\s*AuthenticAMD$/m.test(readFileSync('/proc/cpuinfo', 'utf8'));
 
@@ -39,6 +41,9 @@ describe('TCP receives within one host through the bounce buffer', { timeout: 18
     for (const r of await run(size, '1')) {
       expect(r.broadcast.wrong, `rank ${r.rank}`).toBe(0);
       expect(r.gather.wrong, `rank ${r.rank}`).toBe(0);
+      expect(r.allgather.wrong, `rank ${r.rank}`).toBe(0);
+      // Every rank sends its block while it receives the others': straight in at every offset.
+      expect(r.allgather.bouncedAt, `rank ${r.rank} in the all-gather`).toEqual([]);
       // The root of both receives nothing of a broadcast; only it receives a gather.
       if (r.rank === 0) {
         expect(r.broadcast.bouncedAt, 'root of the broadcast').toEqual([]);
@@ -55,7 +60,7 @@ describe('TCP receives within one host through the bounce buffer', { timeout: 18
 
   it('NCCL_NODE_TCP_BOUNCE=0: nothing bounces, every element exact', async () => {
     for (const r of await run(2, '0')) {
-      expect([r.broadcast, r.gather].map((c) => [c.wrong, c.bytes]), `rank ${r.rank}`).toEqual([[0, 0], [0, 0]]);
+      expect([r.broadcast, r.gather, r.allgather].map((c) => [c.wrong, c.bytes]), `rank ${r.rank}`).toEqual([[0, 0], [0, 0], [0, 0]]);
     }
   });
 
