@@ -433,11 +433,10 @@ uint64_t emptyReads() { return emptyReadCount.load(std::memory_order_relaxed); }
 // mesh's own half a page in, then copies out with glibc's memcpy: 0.58-0.62 ms. Elsewhere
 // that detour cost 1.4-1.6x, so it is taken nowhere else. Nor where the transfer sends a
 // block of its own as it receives (an all-gather's ring, an all-to-all, a chain's middle):
-// there the straight copy took 0.77-0.86 of the detour's time at 2-32 MiB, 2 and 4 ranks
+// there the straight copy took 0.77-0.88 of the detour's time at 2-128 MiB, 2 and 4 ranks
 // (bench/README.md, "Straight in where a transfer also sends"); the pages' placement follows
 // how the two sides' sends and reads interleave, and a rank sending while it reads is not
 // the quiet one-way stream that restarts them in step.
-
 void LandingBuffer::reserve(size_t bytes) {
   if (bytes <= size_) return;
   store_.assign(bytes + 4096, 0);
