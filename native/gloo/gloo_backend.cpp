@@ -50,16 +50,11 @@ std::optional<bool> parseBroadcastTree(const char* v) {
   throw Error(Code::InvalidArgument, std::string("NCCL_NODE_TCP_BROADCAST must be chain or tree, got \"") + v + "\"");
 }
 
-// NCCL_NODE_TCP_BOUNCE: 1 or 0; unset: on where the CPU is AMD's, where the kernel's copy
-// into a destination near a page's start runs at half speed (net::aliasedLanding).
+// NCCL_NODE_TCP_BOUNCE: 1 or 0; unset: on where this CPU's copies stall 1-31 bytes past
+// their source's place in a page (aliasingStalls(), copy_bytes.h), as the kernel's copy into
+// a destination near a page's start then does (net::aliasedLanding).
 bool parseBounce(const char* v) {
-  if (v == nullptr) {
-#if defined(__x86_64__) || defined(__i386__)
-    return __builtin_cpu_is("amd");
-#else
-    return false;
-#endif
-  }
+  if (v == nullptr) return aliasingStalls();
   if (std::strcmp(v, "1") == 0 || std::strcmp(v, "0") == 0) return *v == '1';
   throw Error(Code::InvalidArgument, std::string("NCCL_NODE_TCP_BOUNCE must be 1 or 0, got \"") + v + "\"");
 }
@@ -99,6 +94,7 @@ GlooBackend::GlooBackend(GlooConfig config, std::shared_ptr<StoreClient> store)
     pairConnections_ = parsePairConnections(std::getenv("NCCL_NODE_TCP_CONNECTIONS_PER_PAIR"));
     bounce_ = parseBounce(std::getenv("NCCL_NODE_TCP_BOUNCE"));
     forcedBroadcastTree_ = parseBroadcastTree(std::getenv("NCCL_NODE_TCP_BROADCAST"));
+    if (!copyBackwardEnvError().empty()) throw Error(Code::InvalidArgument, copyBackwardEnvError());
   } catch (const Error& e) {
     tcpEnvError_ = e.what();
   }

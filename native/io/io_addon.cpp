@@ -232,13 +232,17 @@ Napi::Value Crc32c(const Napi::CallbackInfo& info) {
   });
 }
 
-// hostCopyStats() -> {backwardBytes}: bytes this process's host copies (collectives'
-// copies, ioCopy, staged writes) took from the end, their destination 1-31 bytes past
-// their source's place in a page (copyBytes, native/core/copy_bytes.cpp).
+// hostCopyStats() -> {backwardBytes, aliasingRatio, copiesBackward}: bytes this process's
+// host copies (collectives' copies, ioCopy, staged writes) took from the end, their
+// destination 1-31 bytes past their source's place in a page (copyBytes,
+// native/core/copy_bytes.cpp); the stall measured there (aliasingRatio()); and whether
+// copies in that band go backward.
 Napi::Value HostCopyStats(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object o = Napi::Object::New(env);
   o.Set("backwardBytes", static_cast<double>(backwardCopiedBytes()));
+  o.Set("aliasingRatio", aliasingRatio());
+  o.Set("copiesBackward", copiesBackwardInBand());
   return o;
 }
 

@@ -153,7 +153,7 @@ class TcpMesh {
   // destination aliasedLanding() marks, in a transfer that sends less than that itself, go
   // through a buffer of this mesh's own, at a page offset the kernel copies to at full
   // speed, then are copied out (transfer()). The backend
-  // passes NCCL_NODE_TCP_BOUNCE (on by default on AMD CPUs).
+  // passes NCCL_NODE_TCP_BOUNCE (unset: on where this CPU's copies stall there, aliasingStalls()).
   void setBounce(bool on) { bounceOn_ = on; }
   // After connect(): peers this rank has one connection each way with.
   int oneWayPeers() const;

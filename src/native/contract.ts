@@ -317,8 +317,13 @@ export interface IoBinding {
   /** Copies each source into its destination on native threads, spread over the cores. */
   ioCopy(dsts: ArrayBufferView[], srcs: ArrayBufferView[]): Promise<{ seconds: number }>;
   crc32c(data: ArrayBufferView, seed?: number): number;
-  /** Host copies of this process taken from the end (destination 1-31 bytes past the source in its page). */
-  hostCopyStats(): { backwardBytes: number };
+  /**
+   * Host copies of this process taken from the end (destination 1-31 bytes past the source
+   * in its page); this CPU's stall there, measured once per process (a 64 KiB copy 16
+   * bytes into a page against half a page in: 1 where not measured); and whether copies in
+   * that band go backward (NCCL_NODE_COPY_BACKWARD, else a ratio of 2 or more).
+   */
+  hostCopyStats(): { backwardBytes: number; aliasingRatio: number; copiesBackward: boolean };
   readonly crc32cHardware: boolean;
 }
 

@@ -68,7 +68,8 @@ export async function freePortRun(n: number): Promise<number> {
 }
 
 export interface RunOptions {
-  env?: Record<string, string>;
+  /** Extra environment; a variable set to undefined is left out (spawn skips it). */
+  env?: Record<string, string | undefined>;
   /** Per-rank extra environment. */
   rankEnv?: (rank: number) => Record<string, string>;
   args?: string[];
