@@ -2,7 +2,9 @@
 // (native/core/copy_bytes.cpp): glibc's memcpy against copyBytes, one process, blocks of
 // calls alternating between the two. Per size and distance: the median over blocks of
 // each block's µs a call, and the ratio. Outside 1-31 bytes copyBytes is memcpy, the
-// control. Table and JSON.
+// control. copyBytes takes its backward path here whatever the CPU (NCCL_NODE_COPY_BACKWARD=1
+// unless set otherwise), and the run prints the stall this process measured
+// (aliasingRatio(): where it is under 2 the addon copies forward). Table and JSON.
 //
 //   build/copy_bytes [--sizes 4096,16384,65536,262144,1048576,8388608] [--apart 0,4,8,16,24,31,32,64,2048,4080]
 //                    [--blocks 9] [--json out.json]
@@ -37,6 +39,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "copy_bytes: --sizes and --apart must be non-empty and --blocks positive\n");
     return 2;
   }
+  ::setenv("NCCL_NODE_COPY_BACKWARD", "1", 0);  // before the first copy, which reads it
   size_t largest = 0;
   for (size_t s : sizes) largest = std::max(largest, s);
   // Both buffers page-aligned plus 16 bytes (as malloc's large blocks), touched before timing.
@@ -49,6 +52,8 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   std::printf("# copy_bytes: µs a call, median of %d blocks each way (alternating); destination `apart` bytes past the source in its page\n",
               blocks);
+  std::printf("# this process's measured stall (aliasingRatio): %.2fx; backward path %s\n", ncclnode::aliasingRatio(),
+              ncclnode::copiesBackwardInBand() ? "on" : "off (NCCL_NODE_COPY_BACKWARD=0)");
   std::printf("| bytes | apart | memcpy | copyBytes | ratio |\n|---|---|---|---|---|\n");
   for (size_t bytes : sizes) {
     // About 50 MB copied per block: enough calls to time, few enough to keep the run short.
@@ -85,7 +90,8 @@ int main(int argc, char** argv) {
       std::perror(json);
       return 1;
     }
-    std::fprintf(f, "{\"bench\":\"copy_bytes\",\"blocks\":%d,\"rows\":[", blocks);
+    std::fprintf(f, "{\"bench\":\"copy_bytes\",\"blocks\":%d,\"aliasingRatio\":%.3f,\"copiesBackward\":%s,\"rows\":[", blocks,
+                 ncclnode::aliasingRatio(), ncclnode::copiesBackwardInBand() ? "true" : "false");
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::fprintf(f, "%s{\"bytes\":%zu,\"apart\":%zu,\"memcpyUs\":%.3f,\"copyBytesUs\":%.3f,\"ratio\":%.3f}", i ? "," : "",

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "../native/core/copy_bytes.h"
 #include "../native/net/tcp_mesh.h"
 #include "direct_common.h"
 #include "fork_pair.h"
@@ -129,6 +130,8 @@ int main(int argc, char** argv) {
 
   std::printf("# %zu bytes a call, %s after a 32-byte exchange, 2 processes over loopback, sent from page offset %zu; %d blocks of %d calls per mesh and offset\n",
               bytes, bothWays ? "both ways at once" : "one way", sendOffset, blocks, iters);
+  // What the backend's default rests on (NCCL_NODE_TCP_BOUNCE unset: on at 2x or more).
+  std::printf("# this process's measured 4K-aliasing stall (aliasingRatio): %.2fx\n", ncclnode::aliasingRatio());
   std::vector<bool> aliased;
   for (size_t offset : offsets) aliased.push_back(ncclnode::net::aliasedLanding(reinterpret_cast<const uint8_t*>(offset)));
   std::printf("| receive buffer's page offset | aliased | straight in, us | through the bounce buffer, us | ratio |\n|---|---|---|---|---|\n");
@@ -139,8 +142,8 @@ int main(int argc, char** argv) {
   if (!json.empty()) {
     FILE* f = std::fopen(json.c_str(), "w");
     if (!f) die("json");
-    std::fprintf(f, "{\"bench\":\"tcp_landing\",\"bothWays\":%s,\"bytes\":%zu,\"sendOffset\":%zu,\"blocks\":%d,\"iters\":%d,\"rows\":[", bothWays ? "true" : "false", bytes,
-                 sendOffset, blocks, iters);
+    std::fprintf(f, "{\"bench\":\"tcp_landing\",\"bothWays\":%s,\"bytes\":%zu,\"sendOffset\":%zu,\"blocks\":%d,\"iters\":%d,\"aliasingRatio\":%.3f,\"rows\":[",
+                 bothWays ? "true" : "false", bytes, sendOffset, blocks, iters, ncclnode::aliasingRatio());
     for (size_t i = 0; i < offsets.size(); ++i) {
       std::fprintf(f, "%s{\"offset\":%zu,\"aliased\":%s,\"directUs\":%.1f,\"bouncedUs\":%.1f,\"ratio\":%.3f}", i ? "," : "", offsets[i],
                    aliased[i] ? "true" : "false", results[2 * i], results[2 * i + 1], results[2 * i + 1] / results[2 * i]);
