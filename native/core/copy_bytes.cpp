@@ -23,8 +23,8 @@ std::atomic<uint64_t> backwardCount{0};
 // issued 1-31 bytes behind it, and some cores hold the load until that store is resolved.
 // On the AMD Zen VM of bench/README.md ("Copies 1-31 bytes past their source") glibc's
 // memcpy (rep movsb from a few KiB to a few hundred) took 112-136 µs for 256 KiB there
-// against 6.5-8.0 µs at other distances; on a Zen 5 VM (CPU family 26) 3.0-3.1 against
-// 2.5-2.8, where the backward path below took 1.2-1.4x memcpy's time. So the backward path
+// against 6.5-8.0 µs at other distances; on a Zen 5 VM (CPU family 26) 2.9-3.1 against
+// 2.4-3.0, where the backward path below took 1.1-1.4x memcpy's time. So the backward path
 // is taken only where aliasingStalls() measured the stall (or NCCL_NODE_COPY_BACKWARD=1).
 // Node's and malloc's heap hands out consecutive buffers 16 bytes apart in their pages
 // whenever their sizes are whole pages, so a copy from one tensor into the next is in that
@@ -76,8 +76,9 @@ void repMovsb(uint8_t* dst, const uint8_t* src, size_t n) {
 
 // 64 KiB copied from a page's start to 16 bytes into a page, against to half a page in:
 // the best of 16 tries each, alternating (a try the scheduler interrupts only loses). On
-// the VMs of bench/README.md: Zen 3/4-era EPYC about 15x (glibc's memcpy at 64 KiB, 33.6
-// against 2.0-2.7 µs), Zen 5 1.1-1.3x.
+// the VMs of bench/README.md: 1.05-1.25x on the Zen 5 one; on the EPYC whose copies
+// stalled, glibc's memcpy (rep movsb there) at 64 KiB took 15x and more (33.6 against
+// 2.0-2.7 µs).
 double measureAliasing() {
   constexpr size_t kBytes = 64 * 1024;
   constexpr size_t kPage = 4096;
@@ -105,8 +106,9 @@ double measureAliasing() {
 #endif
 
 // The stall the backward path and the TCP bounce buffer avoid, where the aliased copy took
-// at least twice the other: the backward path cost 1.2-1.4x memcpy where it was 1.1-1.3x,
-// and the bounce 1.5-1.8x the straight receive (bench/README.md, "CPUs without the stall").
+// at least twice the other: where it was 1.1-1.4x, the backward path took 1.1-1.4x memcpy's
+// time and the bounce 1.4-1.8x the straight receive's (bench/README.md, "CPUs without the
+// stall").
 constexpr double kStallFrom = 2.0;
 
 struct Aliasing {
