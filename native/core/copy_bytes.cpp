@@ -58,9 +58,9 @@ void copyBackward(uint8_t* dst, const uint8_t* src, size_t n) {
   std::memmove(dst, src, at);
 }
 
-// Whether copyBytes takes its backward path for these pointers and this size (x86-64 only:
-// measured there alone).
-bool copiesBackward(const void* dst, const void* src, size_t n) {
+// Whether these pointers and this size are in the band the backward path is for (x86-64
+// only: measured there alone); copyBytes takes it there where aliasing().backward says so.
+bool inAliasingBand(const void* dst, const void* src, size_t n) {
   const auto d = reinterpret_cast<uintptr_t>(dst);
   const auto s = reinterpret_cast<uintptr_t>(src);
   const uintptr_t apart = (d - s) & 4095;
@@ -142,7 +142,7 @@ const Aliasing& aliasing() {
 
 void copyBytes(void* dst, const void* src, size_t n) {
 #if defined(__x86_64__)
-  if (copiesBackward(dst, src, n) && aliasing().backward) {
+  if (inAliasingBand(dst, src, n) && aliasing().backward) {
     copyBackward(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n);
     backwardCount.fetch_add(n, std::memory_order_relaxed);
     return;
