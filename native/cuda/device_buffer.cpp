@@ -47,7 +47,18 @@ bool deviceBufferView(const Napi::Value& value, BufferView* out) {
   out->bytes = b->bytes();
   out->mem = MemKind::Device;
   out->device = b->device();
+  out->keep = b->allocation();  // disposed meanwhile, the memory lives until the op settles
   return true;
+}
+
+DeviceAllocation::~DeviceAllocation() {
+  if (!ptr) return;
+  try {
+    useDevice(device);
+    if (ncclMem) nccl().MemFree(reinterpret_cast<void*>(ptr));
+    else cuda().cuMemFree(ptr);
+  } catch (...) {
+  }
 }
 
 Napi::Function DeviceBufferWrap::Init(Napi::Env env) {
@@ -88,14 +99,19 @@ DeviceBufferWrap::DeviceBufferWrap(const Napi::CallbackInfo& info) : Napi::Objec
     ncclMem_ = info[2].ToBoolean().Value();
     if (bytes_ == 0) throw Error(Code::InvalidArgument, "DeviceBuffer: byteLength must be at least 1");
     useDevice(device_);
+    auto alloc = std::make_shared<DeviceAllocation>();
+    alloc->device = device_;
     if (ncclMem_) {
       const NcclApi& api = nccl();
       void* p = nullptr;
       ncclCheck(api, api.need(api.MemAlloc, "ncclMemAlloc", 21900)(&p, bytes_), "ncclMemAlloc", nullptr);
-      ptr_ = reinterpret_cast<CUdeviceptr>(p);
+      alloc->ptr = reinterpret_cast<CUdeviceptr>(p);
+      alloc->ncclMem = true;
     } else {
-      cuCheck(cuda().cuMemAlloc(&ptr_, bytes_), "cuMemAlloc");
+      cuCheck(cuda().cuMemAlloc(&alloc->ptr, bytes_), "cuMemAlloc");
     }
+    ptr_ = alloc->ptr;
+    alloc_ = std::move(alloc);
     napi_type_tag_object(env, info.This(), &kDeviceBufferTag);
   } catch (const Error& e) {
     makeError(env, e.code(), e.what()).ThrowAsJavaScriptException();
@@ -105,18 +121,10 @@ DeviceBufferWrap::DeviceBufferWrap(const Napi::CallbackInfo& info) : Napi::Objec
 DeviceBufferWrap::~DeviceBufferWrap() { free(); }
 
 void DeviceBufferWrap::free() {
-  if (!ptr_) return;
-  if (parentWrap_) {  // a view: the owner frees
-    ptr_ = 0;
-    return;
-  }
-  try {
-    useDevice(device_);
-    if (ncclMem_) nccl().MemFree(reinterpret_cast<void*>(ptr_));
-    else cuda().cuMemFree(ptr_);
-  } catch (...) {
-  }
+  // A view only forgets its address; the owner lets go of the allocation, which is
+  // freed now unless an op in flight still holds it (then when that op settles).
   ptr_ = 0;
+  alloc_.reset();
 }
 
 CUdeviceptr DeviceBufferWrap::checked(const char* call) const {

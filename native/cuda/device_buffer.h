@@ -5,9 +5,26 @@
 
 #include <napi.h>
 
+#include <memory>
+
 #include "cuda_api.h"
 
 namespace ncclnode {
+
+// One device allocation, freed when the last holder lets go: the DeviceBuffer that
+// made it until dispose(), and every op that was handed it (BufferView::keep) until
+// the op settles. So a buffer disposed under a queued collective is freed after the
+// collective, not under it (cuMemFree itself waits for work already on the GPU, but
+// not for an op still waiting in a communicator's queue).
+struct DeviceAllocation {
+  CUdeviceptr ptr = 0;
+  int device = 0;
+  bool ncclMem = false;
+  DeviceAllocation() = default;
+  DeviceAllocation(const DeviceAllocation&) = delete;
+  DeviceAllocation& operator=(const DeviceAllocation&) = delete;
+  ~DeviceAllocation();
+};
 
 class DeviceBufferWrap : public Napi::ObjectWrap<DeviceBufferWrap> {
  public:
@@ -21,6 +38,8 @@ class DeviceBufferWrap : public Napi::ObjectWrap<DeviceBufferWrap> {
   size_t bytes() const { return bytes_; }
   int device() const { return device_; }
   bool disposed() const { return ptr_ == 0 || (parentWrap_ && parentWrap_->disposed()); }
+  // The allocation this buffer (or view) lies in, for an op to hold while it runs.
+  std::shared_ptr<DeviceAllocation> allocation() const { return parentWrap_ ? parentWrap_->alloc_ : alloc_; }
 
  private:
   void free();
@@ -37,7 +56,8 @@ class DeviceBufferWrap : public Napi::ObjectWrap<DeviceBufferWrap> {
   Napi::Value GetDisposed(const Napi::CallbackInfo& info);
   Napi::Value GetAllocator(const Napi::CallbackInfo& info);
 
-  CUdeviceptr ptr_ = 0;
+  CUdeviceptr ptr_ = 0;  // 0 once disposed
+  std::shared_ptr<DeviceAllocation> alloc_;  // owners only; views reach the owner's
   size_t bytes_ = 0;
   int device_ = 0;
   bool ncclMem_ = false;

@@ -139,7 +139,12 @@ export class DeviceBuffer {
     return this.#native.exportDmabuf(offset, byteLength);
   }
 
-  /** Frees the device memory now (the GC would later). Work using it must be done. */
+  /**
+   * Lets go of the device memory now (the GC would later): later calls on this buffer
+   * or its views fail with ERR_INVALID_ARGUMENT. Memory that an operation still in
+   * flight was handed (a queued collective, a checkpoint write) is freed when that
+   * operation settles, so the operation runs on what it was given.
+   */
   dispose(): void {
     this.#native.dispose();
   }
