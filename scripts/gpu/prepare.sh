@@ -19,5 +19,5 @@ for dep in zod commander; do cp -r "node_modules/$dep" .gpu/pkg/node_modules/; d
 # The addon's non-system libraries (Debian's libgloo and what it pulls in).
 ldd build/Release/nccl_node.node | awk '/=> \// {print $3}' |
   grep -E 'libgloo|libhiredis|libibverbs|libnl-' | xargs -r -I{} cp -L {} .gpu/lib/
-cp scripts/gpu/run.sh scripts/gpu/smoke.mjs .gpu/
+cp scripts/gpu/run.sh scripts/gpu/smoke.mjs scripts/gpu/torch_baseline.py .gpu/
 du -sh .gpu

@@ -13,7 +13,10 @@ mkdir -p "$out" "$here/bin"
 export PATH="$here/bin:$PATH" LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}"
 export NCCL_NODE_ADDON="$here/pkg/build/Release/nccl_node.node"
 export NCCL_NODE_KERNELS="$here/pkg/build/kernels/nccl_node_kernels.fatbin"
+standins_run=0
 if [ "${1:-}" = "--standins" ]; then
+  standins_run=1
+  export NN_STANDINS=1  # smoke.mjs: smaller buffers (the stand-ins' memory is host memory)
   standins=$(cd "$here/../build/standins" && pwd)
   export NCCL_NODE_LIBCUDA="$standins/libcuda.so.1" NCCL_NODE_LIBNCCL="$standins/libnccl.so.2"
   export NCCL_NODE_LIBNVML="$standins/libnvidia-ml.so.1" NCCL_NODE_LIBCUFILE="$standins/libcufile.so.0"
@@ -31,8 +34,18 @@ node --version > "$out/node-version.txt"
 cd "$here"
 NN_PKG="$here/pkg" node smoke.mjs 2>&1 | tee "$out/smoke.jsonl"
 smoke=${PIPESTATUS[0]}
-node pkg/bin/nccl-node.js bench all_reduce_perf -b 8 -e 256M -f 4 -g 1 --nproc-per-node 1 2>&1 | tee "$out/bench-all_reduce.txt"
-bench=${PIPESTATUS[0]}
+# nccl-node bench over the collectives torch_baseline.py times too (every size
+# checked on the device: "# Out of bounds values : 0 OK"), then that baseline.
+max=512M; [ $standins_run = 1 ] && max=32M
+bench=0
+for coll in all_reduce all_gather reduce_scatter broadcast alltoall; do
+  node pkg/bin/nccl-node.js bench ${coll}_perf -b 8 -e $max -f 4 -g 1 --nproc-per-node 1 -J "$out/bench-$coll.json" 2>&1 | tee "$out/bench-$coll.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || bench=1
+done
+if [ $standins_run = 0 ]; then
+  PYTHONUNBUFFERED=1 python3 torch_baseline.py $((512 << 20)) > "$out/torch-baseline.jsonl" 2> "$out/torch-baseline.err"
+  echo "torch baseline exit $?"
+fi
 node pkg/bin/nccl-node.js doctor --json > "$out/doctor.json" 2>&1
 # --numa-binding with the real driver's PCI address against sysfs (a record, not a gate:
 # the stand-in GPUs' addresses are not in this machine's sysfs).

@@ -23,6 +23,7 @@ async function check(name, f) {
   }
 }
 
+const same_ = (a, b) => a.length === b.length && a.every((x, i) => Object.is(x, b[i]));
 const same = (a, b) => a.length === b.length && a.every((x, i) => Object.is(x, b[i]));
 
 await check('gpu-info', () => ({ info: nn.gpuInfo() }));
@@ -105,6 +106,96 @@ await check('checkpoint-device-buffers', async () => {
   const back = nn.DeviceBuffer.alloc({ dtype: 'float32', length: n });
   const res = await nn.checkpoint.load(dir, { w: { data: back, offset: 0 } });
   return { ok: same(await back.toHost(), src), commit: { gds: info.gds, gdsFallback: info.gdsFallback }, load: { gds: res.gds } };
+});
+
+await check('nccl-queued-in-order', async () => {
+  // Ops queued back to back without awaiting (DDP's buckets) on a nonblocking
+  // communicator: each doubles the buffer, so any lost or reordered op shows.
+  const comm = await nn.init({ backend: 'nccl', rank: 0, worldSize: 1, masterAddr: '127.0.0.1', masterPort: 29612 });
+  const a = await nn.DeviceBuffer.from(Float32Array.from({ length: 1 << 20 }, (_, i) => i % 97));
+  const b = await nn.DeviceBuffer.from(Float32Array.from({ length: 4096 }, (_, i) => i));
+  const works = [];
+  for (let k = 0; k < 24; k++) {
+    works.push(nn.allReducePreMulSum(comm, a, 2));
+    works.push(comm.allReduce(b, { op: 'sum' }));
+  }
+  await Promise.all(works);
+  const got = await a.toHost();
+  let wrong = 0;
+  for (let i = 0; i < got.length; i++) if (got[i] !== (i % 97) * 2 ** 24) wrong++;
+  const bBack = await b.toHost();
+  await comm.destroy();
+  return { ok: wrong === 0 && bBack.every((x, i) => x === i), wrong, ops: works.length };
+});
+
+await check('dispose-under-queued-collective', async () => {
+  // dispose() while the op is still queued behind a 1 GiB all-reduce: the op holds the
+  // allocation until it settles; a buffer allocated meanwhile must not alias it.
+  const comm = await nn.init({ backend: 'nccl', rank: 0, worldSize: 1, masterAddr: '127.0.0.1', masterPort: 29613 });
+  const ahead = nn.DeviceBuffer.alloc({ dtype: 'float32', length: process.env.NN_STANDINS ? 1 << 22 : 1 << 28 });
+  await ahead.fillBytes(0);
+  const input = await nn.DeviceBuffer.from(new Float32Array(1 << 16).fill(3));
+  const out = nn.DeviceBuffer.alloc({ dtype: 'float32', length: 1 << 16 });
+  const first = comm.allReduce(ahead);
+  const second = comm.allReduce(input, { out });
+  input.dispose();
+  const other = await nn.DeviceBuffer.from(new Float32Array(1 << 16).fill(-7));
+  await Promise.all([first, second]);
+  const o = await out.toHost(), x = await other.toHost();
+  await comm.destroy();
+  return { ok: o.every((v) => v === 3) && x.every((v) => v === -7), outFirst: o[0], otherFirst: x[0] };
+});
+
+await check('awaited-latency', async () => {
+  // The time of one awaited 8-byte all-reduce on the GPU, the call path included
+  // (scripts/gpu/torch_baseline.py measures torch.distributed's the same way).
+  const comm = await nn.init({ backend: 'nccl', rank: 0, worldSize: 1, masterAddr: '127.0.0.1', masterPort: 29614 });
+  const b = await nn.DeviceBuffer.from(new Float32Array(2));
+  const per = [];
+  for (let r = 0; r < 5; r++) {
+    const t0 = performance.now();
+    for (let i = 0; i < 2000; i++) await comm.allReduce(b);
+    per.push(((performance.now() - t0) * 1000) / 2000);
+  }
+  await comm.destroy();
+  per.sort((x, y) => x - y);
+  return { usPerCall: per, median: per[2] };
+});
+
+await check('train-device-vs-host', async () => {
+  // The same training loop on the GPU (NCCL, CUDA kernels) and on the host (Gloo, JS
+  // arithmetic). One micro-batch a step: losses, gradient norms and parameters bit for
+  // bit (docs/runtime.md). With accumulation the host's backward sums micro-batches in
+  // its own gradient arrays, so there the parameters need only agree to 1e-4.
+  const { train, MODELS } = await import(join(pkg, 'dist/train/index.js'));
+  const gpu = await nn.init({ backend: 'nccl', rank: 0, worldSize: 1, masterAddr: '127.0.0.1', masterPort: 29615 });
+  const cpu = await nn.init({ backend: 'gloo', rank: 0, worldSize: 1, masterAddr: '127.0.0.1', masterPort: 29616 });
+  const runs = {};
+  let ok = true;
+  const cases = [
+    ['ddp-clip', { parallel: { kind: 'ddp' }, microBatches: 1, clipNorm: 1 }, 0],
+    ['fsdp3-clip', { parallel: { kind: 'fsdp', stage: 3 }, microBatches: 1, clipNorm: 1 }, 0],
+    ['fsdp2-accumulate', { parallel: { kind: 'fsdp', stage: 2 }, microBatches: 2 }, 1e-4],
+  ];
+  for (const [name, extra, tol] of cases) {
+    const cfg = { model: MODELS.test, steps: 4, globalBatch: 4, optimizer: { kind: 'adamw', lr: 1e-3, weightDecay: 0.01 }, dataSeed: 1, ...extra };
+    const d = await train(gpu, { ...cfg, device: 'cuda' });
+    const h = await train(cpu, { ...cfg, device: 'cpu' });
+    // maxRel: the largest difference over the largest magnitude (as the tests' maxRelDiff).
+    let paramsDiffering = 0, maxDiff = 0, maxAbs = 0;
+    d.params.forEach((p, k) => p.forEach((x, i) => {
+      const y = h.params[k][i];
+      maxAbs = Math.max(maxAbs, Math.abs(y));
+      if (!Object.is(x, y)) { paramsDiffering++; maxDiff = Math.max(maxDiff, Math.abs(x - y)); }
+    }));
+    const maxRel = maxDiff / maxAbs;
+    const good = tol === 0 ? same_(d.losses, h.losses) && same_(d.gradNorms, h.gradNorms) && paramsDiffering === 0 : maxRel < tol;
+    ok &&= good;
+    runs[name] = { ok: good, paramsDiffering, maxRel, lossesDevice: d.losses, lossesHost: h.losses };
+  }
+  await gpu.destroy();
+  await cpu.destroy();
+  return { ok, runs };
 });
 
 process.exitCode = failed;
