@@ -8,16 +8,20 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$here/out}
-mkdir -p "$out" "$here/bin"
-[ -x "$here/bin/node" ] || xz -dc "$here/node.xz" > "$here/bin/node" && chmod +x "$here/bin/node"
-export PATH="$here/bin:$PATH" LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}"
+# Node unpacks outside .gpu/, so a dry run here leaves .gpu/ as small as prepare.sh made it.
+# So do the runtime dependencies, removed again on exit.
+bin=$(mktemp -d); trap 'rm -rf "$bin" "$here/pkg/node_modules"' EXIT
+mkdir -p "$out"
+xz -dc "$here/node.xz" > "$bin/node" && chmod +x "$bin/node"
+xz -dc "$here/node_modules.tar.xz" | tar -xf - -C "$here/pkg"
+export PATH="$bin:$PATH" LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}"
 export NCCL_NODE_ADDON="$here/pkg/build/Release/nccl_node.node"
 export NCCL_NODE_KERNELS="$here/pkg/build/kernels/nccl_node_kernels.fatbin"
 standins_run=0
 if [ "${1:-}" = "--standins" ]; then
   standins_run=1
   export NN_STANDINS=1  # smoke.mjs: smaller buffers (the stand-ins' memory is host memory)
-  standins=$(cd "$here/../build/standins" && pwd)
+  standins=$(cd "${NN_STANDINS_DIR:-$here/../build/standins}" && pwd)
   export NCCL_NODE_LIBCUDA="$standins/libcuda.so.1" NCCL_NODE_LIBNCCL="$standins/libnccl.so.2"
   export NCCL_NODE_LIBNVML="$standins/libnvidia-ml.so.1" NCCL_NODE_LIBCUFILE="$standins/libcufile.so.0"
 else
