@@ -136,6 +136,40 @@ void NcclBackend::waitReady(ncclComm comm, Deadline deadline, const char* what) 
   awaitProgress(lock, comm, deadline, what);
 }
 
+// NCCL's thread stores a split's or shrink's new communicator into the caller's slot
+// (a release store) when it exists. With a nonblocking parent that is after the call
+// returned, and nothing orders it before the parent's return to ncclSuccess: NCCL 2.28
+// on an H200 reported the parent done with the slot still NULL. So the slot itself is
+// polled, beside the parent's state for a failure and the deadline for a hang. When
+// this throws, NCCL may still write the slot: the caller leaves its memory to NCCL.
+// watchParent false: a parent taken in whatever state its fault left it (a shrink
+// with abort), whose state says nothing about the child.
+ncclComm NcclBackend::awaitChild(std::unique_lock<std::mutex>& lock, ncclComm* slot, Deadline deadline,
+                                 const char* what, bool watchParent) {
+  auto nap = std::chrono::microseconds(10);
+  for (;;) {
+    if (ncclComm child = __atomic_load_n(slot, __ATOMIC_ACQUIRE)) return child;
+    if (aborted_ || commAborted_) throw Error(Code::CommAborted, std::string(what) + ": the communicator was aborted");
+    ncclResult state = kNcclInProgress;
+    if (watchParent) api_.CommGetAsyncError(comm_, &state);
+    if (state != kNcclSuccess && state != kNcclInProgress) {
+      broken_ = true;
+      throw Error(Code::Nccl, std::string(what) + ": " + ncclErrorText(api_, state, comm_));
+    }
+    if (Clock::now() > deadline) {
+      broken_ = true;
+      api_.CommAbort(comm_);
+      commAborted_ = true;
+      throw Error(Code::Timeout, std::string(what) + ": NCCL wrote no new communicator in time (a peer may not have joined)");
+    }
+    lock.unlock();
+    if (nap < std::chrono::microseconds(200)) std::this_thread::yield();
+    else std::this_thread::sleep_for(nap);
+    if (nap < std::chrono::milliseconds(1)) nap *= 2;
+    lock.lock();
+  }
+}
+
 void NcclBackend::settle(std::unique_lock<std::mutex>& lock, Deadline deadline, const char* what) {
   if (!pending_) return;
   awaitProgress(lock, comm_, deadline, what);
@@ -574,7 +608,7 @@ std::unique_ptr<Backend> NcclBackend::split(int color, int key, std::chrono::mil
   drain();  // ops settle in issue order: the split after the ops before it
   const auto deadline = Clock::now() + timeout;
   // A nonblocking parent returns from ncclCommSplit before the child exists and NCCL's
-  // thread writes it (reading the config) later: both live on the heap until then.
+  // thread writes it later (awaitChild): the slot lives on the heap until then.
   struct SplitArgs {
     ncclComm child = nullptr;
     ncclConfigV23007 config = ncclConfigInit();
@@ -588,17 +622,20 @@ std::unique_ptr<Backend> NcclBackend::split(int color, int key, std::chrono::mil
     try {
       settle(lock, deadline, "ncclCommSplit");
       call(api_.CommSplit(comm_, color < 0 ? -1 : color, key, &args->child, &args->config), "ncclCommSplit");
+      if (color >= 0) child = awaitChild(lock, &args->child, deadline, "ncclCommSplit");
+      pending_ = true;  // the parent may still be in progress, whatever the call answered
       settle(lock, deadline, "ncclCommSplit");
     } catch (...) {
       // NCCL's thread may still write into args after a timeout or an abort.
       (void)args.release();
       throw;
     }
-    child = args->child;
+    // Without a color NCCL's thread may still store NULL into the slot after the
+    // parent settled (nothing says when): those few bytes are left to it.
+    if (color < 0) (void)args.release();
   }
   const int id = splits_++;
   if (color < 0) return nullptr;
-  if (!child) throw Error(Code::Nccl, "ncclCommSplit returned no communicator for color " + std::to_string(color));
   waitReady(child, deadline, "ncclCommSplit (child)");
   return adopt(child, cfg_.prefix + "split" + std::to_string(id) + "/c" + std::to_string(color) + "/");
 }
@@ -667,9 +704,9 @@ std::unique_ptr<Backend> NcclBackend::shrink(const std::vector<int>& exclude, bo
         throw Error(r == kNcclInvalidArgument ? Code::InvalidArgument : Code::Nccl,
                     "ncclCommShrink: " + ncclErrorText(api_, r, comm_));
       }
-      if (!args->child && r == kNcclInProgress) {
-        // A library that writes the child from its own thread (as ncclCommSplit on a
-        // nonblocking parent): the parent is in progress until then.
+      // NCCL 2.28 writes the child from its own thread, as for a split (awaitChild).
+      child = awaitChild(lock, &args->child, deadline, "ncclCommShrink", !abortParent);
+      if (r == kNcclInProgress && !abortParent) {
         pending_ = true;
         settle(lock, deadline, "ncclCommShrink");
       }
@@ -677,10 +714,8 @@ std::unique_ptr<Backend> NcclBackend::shrink(const std::vector<int>& exclude, bo
       (void)args.release();  // NCCL's thread may still write into it
       throw;
     }
-    child = args->child;
   }
   const int id = splits_++;
-  if (!child) throw Error(Code::Nccl, "ncclCommShrink returned no communicator");
   try {
     waitReady(child, deadline, "ncclCommShrink (new communicator)");
   } catch (const Error& e) {

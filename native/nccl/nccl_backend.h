@@ -86,6 +86,8 @@ class NcclBackend : public Backend {
   // ncclInProgress. Throws on an error, an abort, or the deadline (aborting comm).
   void awaitProgress(std::unique_lock<std::mutex>& lock, ncclComm comm, Deadline deadline, const char* what);
   void waitReady(ncclComm comm, Deadline deadline, const char* what);
+  ncclComm awaitChild(std::unique_lock<std::mutex>& lock, ncclComm* slot, Deadline deadline, const char* what,
+                      bool watchParent = true);
   // comm_ out of ncclInProgress (a no-op when no call left it there); under commMu_.
   void settle(std::unique_lock<std::mutex>& lock, Deadline deadline, const char* what);
   void releaseRedOps();  // under commMu_, comm_ settled

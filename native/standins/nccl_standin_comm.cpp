@@ -459,13 +459,22 @@ int splitComm(Comm* c, int color, int key, Comm** out, bool blocking) {
   if (child) child->blocking = blocking;
   if (!c->blocking) {
     // As NCCL with a nonblocking parent: the call returns at once with *out still
-    // NULL; NCCL's thread writes the child once the ranks agreed, while the parent
-    // reports ncclInProgress, and the child then finishes its own initialisation.
+    // NULL, and the parent reports ncclInProgress. NCCL's thread writes the child once
+    // the ranks agreed, and nothing orders that write after the parent's return to
+    // ncclSuccess: NCCL 2.28 on an H200 left *out NULL when the parent already read
+    // success. So the parent settles first here and the slot is written
+    // NCCL_STANDIN_SPLIT_CHILD_LAG_US (2000) later; the child then finishes its own
+    // initialisation.
+    static const long lagUs = [] {
+      const char* v = std::getenv("NCCL_STANDIN_SPLIT_CHILD_LAG_US");
+      return v && *v ? std::atol(v) : 2000L;
+    }();
     return later(c, [c, color, key, child, out] {
       doSplit(c, color, key, child, [&] {
-        *out = child;
         int expected = kInProgress;
         c->asyncError.compare_exchange_strong(expected, kSuccess);
+        std::this_thread::sleep_for(std::chrono::microseconds(lagUs));
+        __atomic_store_n(out, child, __ATOMIC_RELEASE);
       });
     });
   }

@@ -162,6 +162,36 @@ await check('awaited-latency', async () => {
   return { usPerCall: per, median: per[2] };
 });
 
+await check('back-to-back-per-op', async () => {
+  // µs per op for 1000 small ops issued without awaiting, then awaited together (as
+  // nccl-tests times): what each collective's path costs when the GPU work is nil.
+  const comm = await nn.init({ backend: 'nccl', rank: 0, worldSize: 1, masterAddr: '127.0.0.1', masterPort: 29617 });
+  const a = await nn.DeviceBuffer.from(new Float32Array(4).fill(1));
+  const o = nn.DeviceBuffer.alloc({ dtype: 'float32', length: 4 });
+  const ops = {
+    allReduceInPlace: () => comm.allReduce(a),
+    allReduceOutOfPlace: () => comm.allReduce(a, { out: o }),
+    allGather: () => comm.allGather(a, o),
+    reduceScatter: () => comm.reduceScatter(a, o),
+    broadcast: () => comm.broadcast(a, { root: 0 }),
+    allToAll: () => comm.allToAll(a, o),
+  };
+  const us = {};
+  for (const [name, f] of Object.entries(ops)) {
+    const runs = [];
+    for (let r = 0; r < 3; r++) {
+      const t0 = performance.now();
+      const works = [];
+      for (let i = 0; i < 1000; i++) works.push(f());
+      await Promise.all(works);
+      runs.push(((performance.now() - t0) * 1000) / 1000);
+    }
+    us[name] = Math.min(...runs);
+  }
+  await comm.destroy();
+  return { usPerOp: us };
+});
+
 await check('train-device-vs-host', async () => {
   // The same training loop on the GPU (NCCL, CUDA kernels) and on the host (Gloo, JS
   // arithmetic). One micro-batch a step: losses, gradient norms and parameters bit for
