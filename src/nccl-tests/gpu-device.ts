@@ -45,11 +45,27 @@ export function createGpuDevice(onFallback: (why: string) => void = () => {}): B
       return host();
     }
   }
+  // The timed loop asks for the same few views of a slab at every iteration; nccl-tests
+  // adds an offset to a pointer there, and a new view (a native object) costs a few µs,
+  // which at small sizes is a large part of an op. So views are made once and reused:
+  // a view is only an address, and an op holds its memory while it runs.
+  const views = new WeakMap<DeviceBuffer, Map<string, DeviceBuffer>>();
+  const viewOf = (mem: DeviceBuffer, byteOffset: number, count: number, dtype: DType): DeviceBuffer => {
+    let m = views.get(mem);
+    if (!m) views.set(mem, (m = new Map()));
+    const key = `${byteOffset}/${count}/${dtype}`;
+    let v = m.get(key);
+    if (!v) {
+      if (m.size >= 4096) m.clear(); // a long sweep: drop the sizes already done
+      m.set(key, (v = mem.view(byteOffset, count, dtype)));
+    }
+    return v;
+  };
   return {
     alloc: (bytes) => DeviceBuffer.alloc({ dtype: 'uint8', length: Math.max(1, bytes) }),
     slab(mem, byteOffset, dtype): Slab {
       const size = DTYPE_BYTES[dtype];
-      return { at: (offset, count) => (count > 0 ? (mem as DeviceBuffer).view(byteOffset + offset * size, count, dtype) : empty(dtype)) };
+      return { at: (offset, count) => (count > 0 ? viewOf(mem as DeviceBuffer, byteOffset + offset * size, count, dtype) : empty(dtype)) };
     },
     slice(buf, offset, count) {
       if (!isDev(buf) || count === 0) return empty(isDev(buf) ? buf.dtype : 'uint8');

@@ -35,7 +35,7 @@ describe('the GPU-machine run (scripts/gpu)', () => {
       'dispose-under-queued-collective', 'awaited-latency', 'back-to-back-per-op', 'train-device-vs-host']);
     expect(checks.filter((c) => !c.ok)).toEqual([]);
     for (const coll of ['all_reduce', 'all_gather', 'reduce_scatter', 'broadcast', 'alltoall']) {
-      expect(readFileSync(join(out, `bench-${coll}.txt`), 'utf8'), coll).toMatch(/# Out of bounds values : 0 OK/);
+      expect(readFileSync(join(out, `bench-${coll}-r1.txt`), 'utf8'), coll).toMatch(/# Out of bounds values : 0 OK/);
     }
   }, 600_000);
 });
