@@ -1,10 +1,13 @@
 // The GPU half of the addon's exports. Nothing here touches a GPU library until a
 // function is called, so the addon loads on machines without CUDA, NCCL or NVML.
+#include <atomic>
 #include <cstdio>
+#include <memory>
 #include <map>
 #include <mutex>
 
 #include "../core/buffers.h"
+#include "../core/v8_value.h"
 #include "../core/comm_wrap.h"
 #include "../core/js_errors.h"
 #include "../core/js_options.h"
@@ -142,16 +145,73 @@ Napi::Value GpuInfo(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// pinHost(arrayBuffer) / unpinHost(arrayBuffer): page-locks memory V8 owns (its
-// backing store never moves), so JS reads and writes pinned memory directly.
-Napi::Value PinHost(const Napi::CallbackInfo& info) {
+// allocPinned(bytes, device) -> ArrayBuffer / unpinHost(arrayBuffer, device): page-locked
+// host memory that JS reads and writes directly. A new ArrayBuffer's memory is
+// registered with cuMemHostRegister, and the registration holds V8's backing store (a
+// std::shared_ptr) until it is undone: by unpinHost, or by a finalizer when the
+// ArrayBuffer is collected. Without that hold V8 frees a collected (or transferred and
+// resized) ArrayBuffer with its range still registered, the next allocation at that
+// address cannot be pinned, and the driver's map of the address space goes stale
+// (cuMemAlloc answered CUDA_ERROR_ALREADY_MAPPED on an H200).
+struct PinnedBlock {
+  std::shared_ptr<v8::BackingStore> store;
+  void* ptr = nullptr;
+  int device = 0;
+  std::atomic<bool> registered{false};
+};
+std::mutex pinnedMu;
+std::map<void*, PinnedBlock*>& pinnedBlocks() {
+  static auto* m = new std::map<void*, PinnedBlock*>();
+  return *m;
+}
+
+// Unregisters once (unpinHost or the finalizer, whichever comes first).
+void unregisterBlock(PinnedBlock* b) {
+  if (!b->registered.exchange(false)) return;
+  useDevice(b->device);
+  cuCheck(cuda().cuMemHostUnregister(b->ptr), "cuMemHostUnregister");
+}
+
+void finalizePinned(Napi::Env, PinnedBlock* b) {
+  try {
+    unregisterBlock(b);
+  } catch (...) {  // the context is gone (teardown): nothing is registered any more
+  }
+  {
+    std::lock_guard<std::mutex> l(pinnedMu);
+    auto it = pinnedBlocks().find(b->ptr);
+    if (it != pinnedBlocks().end() && it->second == b) pinnedBlocks().erase(it);
+  }
+  delete b;  // lets go of the backing store: V8 may free the memory now
+}
+
+Napi::Value AllocPinned(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
-    if (!info[0].IsArrayBuffer()) throw Error(Code::InvalidArgument, "pinHost: expected an ArrayBuffer");
-    auto ab = info[0].As<Napi::ArrayBuffer>();
-    useDevice(info[1].IsNumber() ? info[1].As<Napi::Number>().Int32Value() : 0);
-    cuCheck(cuda().cuMemHostRegister(ab.Data(), ab.ByteLength(), 1 /* PORTABLE */), "cuMemHostRegister");
-    return env.Undefined();
+    const double d = info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : -1;
+    if (!(d >= 1 && d <= 9007199254740991.0) || d != static_cast<double>(static_cast<size_t>(d))) {
+      throw Error(Code::InvalidArgument, "PinnedHostBuffer: byteLength must be a positive integer");
+    }
+    const int device = info[1].IsNumber() ? info[1].As<Napi::Number>().Int32Value() : 0;
+    useDevice(device);
+    Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, static_cast<size_t>(d));
+    auto* b = new PinnedBlock();
+    b->store = toV8(ab).As<v8::ArrayBuffer>()->GetBackingStore();
+    b->ptr = b->store->Data();
+    b->device = device;
+    try {
+      cuCheck(cuda().cuMemHostRegister(b->ptr, b->store->ByteLength(), 1 /* PORTABLE */), "cuMemHostRegister");
+    } catch (...) {
+      delete b;
+      throw;
+    }
+    b->registered = true;
+    {
+      std::lock_guard<std::mutex> l(pinnedMu);
+      pinnedBlocks()[b->ptr] = b;
+    }
+    ab.AddFinalizer(finalizePinned, b);
+    return ab;
   });
 }
 
@@ -159,8 +219,15 @@ Napi::Value UnpinHost(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     if (!info[0].IsArrayBuffer()) throw Error(Code::InvalidArgument, "unpinHost: expected an ArrayBuffer");
-    useDevice(info[1].IsNumber() ? info[1].As<Napi::Number>().Int32Value() : 0);
-    cuCheck(cuda().cuMemHostUnregister(info[0].As<Napi::ArrayBuffer>().Data()), "cuMemHostUnregister");
+    void* data = info[0].As<Napi::ArrayBuffer>().Data();
+    PinnedBlock* b = nullptr;
+    {
+      std::lock_guard<std::mutex> l(pinnedMu);
+      auto it = pinnedBlocks().find(data);
+      if (it != pinnedBlocks().end()) b = it->second;
+    }
+    if (!b) throw Error(Code::InvalidArgument, "unpinHost: not the memory of a live PinnedHostBuffer (was its ArrayBuffer transferred?)");
+    unregisterBlock(b);
     return env.Undefined();
   });
 }
@@ -201,7 +268,7 @@ void registerGpu(Napi::Env env, Napi::Object exports) {
   exports.Set("NativeEvent", event);
   exports.Set("createNccl", Napi::Function::New(env, CreateNccl, "createNccl"));
   exports.Set("gpuInfo", Napi::Function::New(env, GpuInfo, "gpuInfo"));
-  exports.Set("pinHost", Napi::Function::New(env, PinHost, "pinHost"));
+  exports.Set("allocPinned", Napi::Function::New(env, AllocPinned, "allocPinned"));
   exports.Set("unpinHost", Napi::Function::New(env, UnpinHost, "unpinHost"));
   exports.Set("dumpFlightRecords", Napi::Function::New(env, DumpFlightRecords, "dumpFlightRecords"));
   registerKernels(env, exports);

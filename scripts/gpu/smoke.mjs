@@ -19,7 +19,7 @@ async function check(name, f) {
     console.log(JSON.stringify({ check: name, ok, ms: Math.round(performance.now() - t0), ...details }));
   } catch (e) {
     failed++;
-    console.log(JSON.stringify({ check: name, ok: false, code: e?.code, error: String(e?.message ?? e) }));
+    console.log(JSON.stringify({ check: name, ok: false, code: e?.code, error: String(e?.message ?? e), at: String(e?.stack ?? '').split('\n').slice(1, 6).map((l) => l.trim()) }));
   }
 }
 
@@ -228,4 +228,5 @@ await check('train-device-vs-host', async () => {
   return { ok, runs };
 });
 
-process.exitCode = failed;
+// A check that failed half way may leave a communicator open, which keeps Node alive.
+process.exit(failed);

@@ -159,9 +159,11 @@ export class DeviceBuffer {
 }
 
 /**
- * Page-locked host memory that JS reads and writes directly: an ordinary
- * ArrayBuffer registered with cuMemHostRegister, so copies to and from the GPU are
- * DMA and truly asynchronous, and NICs can reach it.
+ * Page-locked host memory that JS reads and writes directly: an ArrayBuffer over
+ * memory the addon allocated and registered with cuMemHostRegister, so copies to and
+ * from the GPU are DMA and truly asynchronous, and NICs can reach it. dispose()
+ * unregisters it now (the memory stays readable); otherwise the collector unregisters
+ * it before freeing it, so dropped buffers never leave a stale registration behind.
  */
 export class PinnedHostBuffer {
   readonly buffer: ArrayBuffer;
@@ -169,9 +171,8 @@ export class PinnedHostBuffer {
   #pinned = true;
 
   constructor(byteLength: number, options: { device?: number } = {}) {
-    this.buffer = new ArrayBuffer(byteLength);
     this.device = options.device ?? currentDevice();
-    binding().pinHost(this.buffer, this.device);
+    this.buffer = binding().allocPinned(byteLength, this.device);
   }
 
   /** A view of the pinned bytes as `dtype` elements. */

@@ -248,7 +248,8 @@ export interface GpuBinding {
   NativeEvent: new (device: number, timing: boolean) => NativeEvent;
   createNccl(options: NcclOptions): Promise<NativeComm & { gpuControl: NativeNcclControl }>;
   gpuInfo(): GpuInfo;
-  pinHost(buffer: ArrayBuffer, device: number): void;
+  /** Page-locked host memory as an external ArrayBuffer; unregistered and freed when collected. */
+  allocPinned(byteLength: number, device: number): ArrayBuffer;
   unpinHost(buffer: ArrayBuffer, device: number): void;
   dumpFlightRecords(reason?: string): string;
   kernels: {

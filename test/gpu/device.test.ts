@@ -9,10 +9,10 @@ import { addon, build, root, standinEnv } from './helpers.js';
 
 
 /** Runs a TS snippet against src/index.ts with `env`; returns its JSON output. */
-function run(code: string, env: Record<string, string>): any {
+function run(code: string, env: Record<string, string>, execArgv: string[] = []): any {
   const script = `import * as nn from ${JSON.stringify(join(root, 'src/index.ts'))};\n` +
     `const out = await (async () => { ${code} })();\nconsole.log(JSON.stringify(out, (k, v) => typeof v === 'bigint' ? v.toString() : v));`;
-  const r = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+  const r = spawnSync(process.execPath, [...execArgv, '--import', 'tsx', '--input-type=module', '-e', script], {
     env: { ...process.env, ...env }, encoding: 'utf8', timeout: 60000,
   });
   if (r.status !== 0) throw new Error(`child failed (${r.status}): ${r.stderr}`);
@@ -81,6 +81,31 @@ describe('GPU libraries and device memory on the stand-ins', () => {
     expect(out.elapsed).toBeGreaterThanOrEqual(0);
     expect(out.ptr).toBe('bigint');
     expect(out.allocator).toBe('cuMemAlloc');
+  });
+
+  it('a PinnedHostBuffer collected without dispose() is unregistered before its memory goes', () => {
+    // Memory freed while still page-locked leaves the driver's registration behind; the
+    // next allocation at that address then cannot be pinned (and on a real driver later
+    // calls fail oddly: cuMemAlloc answered CUDA_ERROR_ALREADY_MAPPED on an H200).
+    const out = run(`
+      const gc = globalThis.gc;
+      const failures = [];
+      for (let i = 0; i < 40; i++) {
+        try {
+          const p = new nn.PinnedHostBuffer(8 << 20);
+          p.view('uint8')[i] = i; // dropped without dispose()
+        } catch (e) { failures.push(i + ': ' + e.message); }
+        gc(); await new Promise((r) => setTimeout(r, 5)); gc();
+      }
+      const kept = new nn.PinnedHostBuffer(1 << 20);
+      kept.view('float32').fill(2);
+      const d = await nn.DeviceBuffer.from(kept.view('float32'));
+      const back = await d.toHost();
+      kept.dispose();
+      kept.dispose(); // idempotent
+      return { failures, sum: back.reduce((a, b) => a + b, 0), length: back.length };`, standinEnv(), ['--expose-gc']);
+    expect(out.failures).toEqual([]);
+    expect(out.sum).toBe(2 * (1 << 18));
   });
 
   it('DeviceBuffer.alloc rejects an empty buffer', () => {
