@@ -38,7 +38,7 @@ const rows = [...times.values()].filter((t) => t.ours.length === rounds.length &
   const perRound = t.ours.map((o, i) => o / t.torch[i]);
   return { coll: t.coll, bytes: t.bytes, placement: IN_PLACE.has(t.coll) ? 'in place' : 'out of place', ncclNodeUs: median(t.ours), torchUs: median(t.torch),
     ratio: median(t.ours) / median(t.torch), roundRatios: { min: Math.min(...perRound), max: Math.max(...perRound) } };
-});
+}).sort((a, b) => COLLS.indexOf(a.coll) - COLLS.indexOf(b.coll) || a.bytes - b.bytes);
 const fmtBytes = (b) => (b >= 1 << 20 ? `${b / (1 << 20)} MiB` : b >= 1024 ? `${b / 1024} KiB` : `${b} B`);
 console.log(`${rounds.length} rounds; medians over rounds\n`);
 console.log('| Collective | Size | nccl-node µs | torch µs | ratio | per-round ratios |');
