@@ -626,8 +626,10 @@ std::unique_ptr<Backend> NcclBackend::split(int color, int key, std::chrono::mil
       pending_ = true;  // the parent may still be in progress, whatever the call answered
       settle(lock, deadline, "ncclCommSplit");
     } catch (...) {
-      // NCCL's thread may still write into args after a timeout or an abort.
+      // NCCL's thread may still write into args after a timeout or an abort; a child
+      // already written goes with the failed parent.
       (void)args.release();
+      if (child) api_.CommAbort(child);
       throw;
     }
     // Without a color NCCL's thread may still store NULL into the slot after the
