@@ -141,9 +141,10 @@ export class DeviceBuffer {
 
   /**
    * Lets go of the device memory now (the GC would later): later calls on this buffer
-   * or its views fail with ERR_INVALID_ARGUMENT. Memory that an operation still in
-   * flight was handed (a queued collective, a checkpoint write) is freed when that
-   * operation settles, so the operation runs on what it was given.
+   * or its views fail with ERR_INVALID_ARGUMENT. Memory that a collective still in
+   * flight was handed (one queued behind others, say) is freed when that collective
+   * settles, so it runs on what it was given. Copies and kernels already on a stream
+   * are waited for by the driver's free itself.
    */
   dispose(): void {
     this.#native.dispose();
@@ -159,11 +160,11 @@ export class DeviceBuffer {
 }
 
 /**
- * Page-locked host memory that JS reads and writes directly: an ArrayBuffer over
- * memory the addon allocated and registered with cuMemHostRegister, so copies to and
- * from the GPU are DMA and truly asynchronous, and NICs can reach it. dispose()
- * unregisters it now (the memory stays readable); otherwise the collector unregisters
- * it before freeing it, so dropped buffers never leave a stale registration behind.
+ * Page-locked host memory that JS reads and writes directly: a new ArrayBuffer
+ * registered with cuMemHostRegister, so copies to and from the GPU are DMA and truly
+ * asynchronous, and NICs can reach it. The registration holds the memory: dispose()
+ * unregisters it now (the memory stays readable), and a buffer dropped without it is
+ * unregistered when collected, before its memory is freed.
  */
 export class PinnedHostBuffer {
   readonly buffer: ArrayBuffer;

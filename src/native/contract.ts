@@ -248,7 +248,7 @@ export interface GpuBinding {
   NativeEvent: new (device: number, timing: boolean) => NativeEvent;
   createNccl(options: NcclOptions): Promise<NativeComm & { gpuControl: NativeNcclControl }>;
   gpuInfo(): GpuInfo;
-  /** Page-locked host memory as an external ArrayBuffer; unregistered and freed when collected. */
+  /** A new ArrayBuffer page-locked with cuMemHostRegister; the registration holds its memory until unpinHost or its collection. */
   allocPinned(byteLength: number, device: number): ArrayBuffer;
   unpinHost(buffer: ArrayBuffer, device: number): void;
   dumpFlightRecords(reason?: string): string;
