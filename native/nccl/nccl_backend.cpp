@@ -17,6 +17,17 @@ const char* ncclOpName(OpKind k) { return opKindName(k); }
 
 void* dptr(const BufferView& v) { return reinterpret_cast<void*>(v.data); }
 
+// The pause between polls of NCCL's state (awaitProgress, awaitChild): yield the core
+// for the first few, then sleep, doubling up to 1 ms.
+struct Backoff {
+  std::chrono::microseconds nap{10};
+  void pause() {
+    if (nap < std::chrono::microseconds(200)) std::this_thread::yield();
+    else std::this_thread::sleep_for(nap);
+    if (nap < std::chrono::milliseconds(1)) nap *= 2;
+  }
+};
+
 // The pre-multiplied-sum scalar in the op's dtype, as ncclRedOpCreatePreMulSum reads it.
 std::vector<char> scalarBytes(double s, DType t) {
   std::vector<char> out(8, 0);
@@ -105,7 +116,7 @@ void NcclBackend::withComm(const std::function<void(const NcclApi&, ncclComm)>& 
 
 void NcclBackend::awaitProgress(std::unique_lock<std::mutex>& lock, ncclComm comm, Deadline deadline,
                                 const char* what) {
-  auto nap = std::chrono::microseconds(10);
+  Backoff backoff;
   for (;;) {
     if (aborted_ || (comm == comm_ && commAborted_)) {
       throw Error(Code::CommAborted, std::string(what) + ": the communicator was aborted");
@@ -124,9 +135,7 @@ void NcclBackend::awaitProgress(std::unique_lock<std::mutex>& lock, ncclComm com
       throw Error(Code::Timeout, std::string(what) + ": NCCL did not finish in time (a peer may not have joined)");
     }
     lock.unlock();  // abort() and the other thread's calls may run meanwhile
-    if (nap < std::chrono::microseconds(200)) std::this_thread::yield();
-    else std::this_thread::sleep_for(nap);
-    if (nap < std::chrono::milliseconds(1)) nap *= 2;
+    backoff.pause();
     lock.lock();
   }
 }
@@ -146,7 +155,7 @@ void NcclBackend::waitReady(ncclComm comm, Deadline deadline, const char* what) 
 // with abort), whose state says nothing about the child.
 ncclComm NcclBackend::awaitChild(std::unique_lock<std::mutex>& lock, ncclComm* slot, Deadline deadline,
                                  const char* what, bool watchParent) {
-  auto nap = std::chrono::microseconds(10);
+  Backoff backoff;
   for (;;) {
     if (ncclComm child = __atomic_load_n(slot, __ATOMIC_ACQUIRE)) return child;
     if (aborted_ || commAborted_) throw Error(Code::CommAborted, std::string(what) + ": the communicator was aborted");
@@ -163,9 +172,7 @@ ncclComm NcclBackend::awaitChild(std::unique_lock<std::mutex>& lock, ncclComm* s
       throw Error(Code::Timeout, std::string(what) + ": NCCL wrote no new communicator in time (a peer may not have joined)");
     }
     lock.unlock();
-    if (nap < std::chrono::microseconds(200)) std::this_thread::yield();
-    else std::this_thread::sleep_for(nap);
-    if (nap < std::chrono::milliseconds(1)) nap *= 2;
+    backoff.pause();
     lock.lock();
   }
 }

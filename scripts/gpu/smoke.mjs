@@ -23,8 +23,9 @@ async function check(name, f) {
   }
 }
 
-const same_ = (a, b) => a.length === b.length && a.every((x, i) => Object.is(x, b[i]));
 const same = (a, b) => a.length === b.length && a.every((x, i) => Object.is(x, b[i]));
+// A one-rank communicator of its own for a check (each on its own store port).
+const oneRank = (backend, masterPort) => nn.init({ backend, rank: 0, worldSize: 1, masterAddr: '127.0.0.1', masterPort });
 
 await check('gpu-info', () => ({ info: nn.gpuInfo() }));
 
@@ -71,7 +72,7 @@ await check('optimizer-kernels-vs-host', async () => {
 await check('nvml-health', async () => ({ health: await nn.health() }));
 
 await check('nccl-one-rank-collectives', async () => {
-  const comm = await nn.init({ backend: 'nccl', rank: 0, worldSize: 1, masterAddr: '127.0.0.1', masterPort: 29611 });
+  const comm = await oneRank('nccl', 29611);
   const bad = [];
   const f = (xs) => nn.DeviceBuffer.from(Float32Array.from(xs));
   const expect = async (what, buf, want) => { const got = Array.from(await buf.toHost()); if (!same(got, want)) bad.push(`${what}: ${got} != ${want}`); };
@@ -111,7 +112,7 @@ await check('checkpoint-device-buffers', async () => {
 await check('nccl-queued-in-order', async () => {
   // Ops queued back to back without awaiting (DDP's buckets) on a nonblocking
   // communicator: each doubles the buffer, so any lost or reordered op shows.
-  const comm = await nn.init({ backend: 'nccl', rank: 0, worldSize: 1, masterAddr: '127.0.0.1', masterPort: 29612 });
+  const comm = await oneRank('nccl', 29612);
   const a = await nn.DeviceBuffer.from(Float32Array.from({ length: 1 << 20 }, (_, i) => i % 97));
   const b = await nn.DeviceBuffer.from(Float32Array.from({ length: 4096 }, (_, i) => i));
   const works = [];
@@ -131,7 +132,7 @@ await check('nccl-queued-in-order', async () => {
 await check('dispose-under-queued-collective', async () => {
   // dispose() while the op is still queued behind a 1 GiB all-reduce: the op holds the
   // allocation until it settles; a buffer allocated meanwhile must not alias it.
-  const comm = await nn.init({ backend: 'nccl', rank: 0, worldSize: 1, masterAddr: '127.0.0.1', masterPort: 29613 });
+  const comm = await oneRank('nccl', 29613);
   const ahead = nn.DeviceBuffer.alloc({ dtype: 'float32', length: process.env.NN_STANDINS ? 1 << 22 : 1 << 28 });
   await ahead.fillBytes(0);
   const input = await nn.DeviceBuffer.from(new Float32Array(1 << 16).fill(3));
@@ -149,7 +150,7 @@ await check('dispose-under-queued-collective', async () => {
 await check('awaited-latency', async () => {
   // The time of one awaited 8-byte all-reduce on the GPU, the call path included
   // (scripts/gpu/torch_baseline.py measures torch.distributed's the same way).
-  const comm = await nn.init({ backend: 'nccl', rank: 0, worldSize: 1, masterAddr: '127.0.0.1', masterPort: 29614 });
+  const comm = await oneRank('nccl', 29614);
   const b = await nn.DeviceBuffer.from(new Float32Array(2));
   const per = [];
   for (let r = 0; r < 5; r++) {
@@ -165,7 +166,7 @@ await check('awaited-latency', async () => {
 await check('back-to-back-per-op', async () => {
   // µs per op for 1000 small ops issued without awaiting, then awaited together (as
   // nccl-tests times): what each collective's path costs when the GPU work is nil.
-  const comm = await nn.init({ backend: 'nccl', rank: 0, worldSize: 1, masterAddr: '127.0.0.1', masterPort: 29617 });
+  const comm = await oneRank('nccl', 29617);
   const a = await nn.DeviceBuffer.from(new Float32Array(4).fill(1));
   const o = nn.DeviceBuffer.alloc({ dtype: 'float32', length: 4 });
   const ops = {
@@ -198,8 +199,8 @@ await check('train-device-vs-host', async () => {
   // bit (docs/runtime.md). With accumulation the host's backward sums micro-batches in
   // its own gradient arrays, so there the parameters need only agree to 1e-4.
   const { train, MODELS } = await import(join(pkg, 'dist/train/index.js'));
-  const gpu = await nn.init({ backend: 'nccl', rank: 0, worldSize: 1, masterAddr: '127.0.0.1', masterPort: 29615 });
-  const cpu = await nn.init({ backend: 'gloo', rank: 0, worldSize: 1, masterAddr: '127.0.0.1', masterPort: 29616 });
+  const gpu = await oneRank('nccl', 29615);
+  const cpu = await oneRank('gloo', 29616);
   const runs = {};
   let ok = true;
   const cases = [
@@ -219,7 +220,7 @@ await check('train-device-vs-host', async () => {
       if (!Object.is(x, y)) { paramsDiffering++; maxDiff = Math.max(maxDiff, Math.abs(x - y)); }
     }));
     const maxRel = maxDiff / maxAbs;
-    const good = tol === 0 ? same_(d.losses, h.losses) && same_(d.gradNorms, h.gradNorms) && paramsDiffering === 0 : maxRel < tol;
+    const good = tol === 0 ? same(d.losses, h.losses) && same(d.gradNorms, h.gradNorms) && paramsDiffering === 0 : maxRel < tol;
     ok &&= good;
     runs[name] = { ok: good, paramsDiffering, maxRel, lossesDevice: d.losses, lossesHost: h.losses };
   }
