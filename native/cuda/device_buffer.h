@@ -13,7 +13,8 @@ namespace ncclnode {
 
 // One device allocation, freed when the last holder lets go: the DeviceBuffer that
 // made it until dispose(), and every communicator op that was handed it
-// (BufferView::keep) until the op settles. (Checkpoint file I/O does not hold it yet.) So a buffer disposed under a queued collective is freed after the
+// (BufferView::keep) until the op settles, and each checkpoint I/O call likewise (io_queue.h,
+// IoHold). So a buffer disposed under a queued collective is freed after the
 // collective, not under it (cuMemFree itself waits for work already on the GPU, but
 // not for an op still waiting in a communicator's queue).
 struct DeviceAllocation {

@@ -50,12 +50,12 @@ Napi::Value WriteFile(const Napi::CallbackInfo& info) {
     auto arr = info[1].As<Napi::Array>();
     auto sums = info[2].As<Napi::Array>();
     std::vector<Segment> segs;
-    std::vector<Napi::Value> keep;
+    IoHold hold;
     for (uint32_t i = 0; i < arr.Length(); i++) {
       Napi::Value v = arr.Get(i);
       BufferView b = ioViewOf(v, "ioWriteFile segment");
       segs.push_back({static_cast<const uint8_t*>(b.data), b.bytes, sums.Get(i).ToBoolean().Value(), b.device});
-      keep.push_back(v);
+      hold.add(v, std::move(b.keep), false);
     }
     WriteOptions o;
     if (info[3].IsObject()) {
@@ -69,7 +69,7 @@ Napi::Value WriteFile(const Napi::CallbackInfo& info) {
     }
     auto result = std::make_shared<WriteResult>();
     return queueOf(info).submit(
-        env, [=] { *result = writeFile(path, segs, o); },
+        env, "ioWriteFile", [=] { *result = writeFile(path, segs, o); },
         [result](Napi::Env env) -> Napi::Value {
           auto out = Napi::Object::New(env);
           out.Set("bytes", Napi::Number::New(env, static_cast<double>(result->bytes)));
@@ -90,7 +90,7 @@ Napi::Value WriteFile(const Napi::CallbackInfo& info) {
           out.Set("chunks", chunks);
           return out;
         },
-        keep);
+        hold);
   });
 }
 
@@ -107,14 +107,14 @@ Napi::Value ReadFile(const Napi::CallbackInfo& info) {
     auto dsts = info[3].As<Napi::Array>();
     const bool useGds = info[4].IsObject() ? flagOr(info[4].As<Napi::Object>(), "gds", true) : true;
     std::vector<ReadItem> items;
-    std::vector<Napi::Value> keep;
+    IoHold hold;
     for (uint32_t i = 0; i < offs.Length(); i++) {
       Napi::Value d = dsts.Get(i);
       BufferView b = ioViewOf(d, "ioReadFile destination");
       const double len = lens.Get(i).As<Napi::Number>().DoubleValue();
       if (len > static_cast<double>(b.bytes)) throw Error(Code::SizeMismatch, "ioReadFile: destination " + std::to_string(i) + " is smaller than its range");
       items.push_back({static_cast<uint64_t>(offs.Get(i).As<Napi::Number>().DoubleValue()), static_cast<size_t>(len), static_cast<uint8_t*>(b.data), b.device});
-      keep.push_back(d);
+      hold.add(d, std::move(b.keep), true);
     }
     struct Out {
       std::vector<uint32_t> crcs;
@@ -124,7 +124,7 @@ Napi::Value ReadFile(const Napi::CallbackInfo& info) {
     };
     auto out = std::make_shared<Out>();
     return queueOf(info).submit(
-        env,
+        env, "ioReadFile",
         [=] {
           const auto t0 = std::chrono::steady_clock::now();
           out->crcs.assign(items.size(), 0);
@@ -150,7 +150,7 @@ Napi::Value ReadFile(const Napi::CallbackInfo& info) {
           res.Set("gdsReason", Napi::String::New(env, out->gdsReason));
           return res;
         },
-        keep);
+        hold);
   });
 }
 
@@ -176,7 +176,7 @@ Napi::Value FsyncDir(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     const std::string path = pathArg(info, "ioFsyncDir");
-    return queueOf(info).submit(env, [=] { fsyncDir(path); }, [](Napi::Env env) { return env.Undefined(); }, {});
+    return queueOf(info).submit(env, "ioFsyncDir", [=] { fsyncDir(path); }, [](Napi::Env env) { return env.Undefined(); }, {});
   });
 }
 
@@ -193,7 +193,7 @@ Napi::Value Copy(const Napi::CallbackInfo& info) {
                                           std::to_string(srcs.Length()) + " sources");
     }
     std::vector<CopyItem> items;
-    std::vector<Napi::Value> keep;
+    IoHold hold;
     for (uint32_t i = 0; i < dsts.Length(); i++) {
       BufferView d = hostViewOf(dsts.Get(i), "ioCopy destination");
       BufferView s = hostViewOf(srcs.Get(i), "ioCopy source");
@@ -202,12 +202,12 @@ Napi::Value Copy(const Napi::CallbackInfo& info) {
                                             " bytes, its source " + std::to_string(s.bytes));
       }
       items.push_back({static_cast<uint8_t*>(d.data), static_cast<const uint8_t*>(s.data), s.bytes});
-      keep.push_back(dsts.Get(i));
-      keep.push_back(srcs.Get(i));
+      hold.add(dsts.Get(i), std::move(d.keep), true);
+      hold.add(srcs.Get(i), std::move(s.keep), false);
     }
     auto seconds = std::make_shared<double>(0);
     return queueOf(info).submit(
-        env,
+        env, "ioCopy",
         [items, seconds] {
           const auto t0 = std::chrono::steady_clock::now();
           parallelCopy(items, copyThreads());
@@ -218,7 +218,7 @@ Napi::Value Copy(const Napi::CallbackInfo& info) {
           res.Set("seconds", Napi::Number::New(env, *seconds));
           return res;
         },
-        keep);
+        hold);
   });
 }
 

@@ -1,5 +1,8 @@
 #include "io_queue.h"
 
+#include <string>
+
+#include "../core/buffers.h"
 #include "../core/errors.h"
 #include "../core/js_errors.h"
 
@@ -24,9 +27,9 @@ IoQueue::~IoQueue() {
   tsfn_.Release();
 }
 
-Napi::Promise IoQueue::submit(Napi::Env env, Work work, Done done, const std::vector<Napi::Value>& keep) {
-  auto* task = new Task{std::move(work), std::move(done), Napi::Promise::Deferred::New(env), {}, nullptr};
-  for (const auto& v : keep) task->keep.push_back(Napi::Persistent(v));
+Napi::Promise IoQueue::submit(Napi::Env env, const char* call, Work work, Done done, const IoHold& hold) {
+  auto* task = new Task{std::move(work), std::move(done), Napi::Promise::Deferred::New(env), call, {}, hold.memory, hold.destinations, nullptr};
+  for (const auto& v : hold.values) task->keep.push_back(Napi::Persistent(v));
   auto promise = task->deferred.Promise();
   if (pending_++ == 0) tsfn_.Ref(env);
   {
@@ -69,6 +72,14 @@ void IoQueue::settle(Napi::Env env, Napi::Function, IoQueue* self, Task* raw) {
     } catch (const std::exception& e) {
       task->deferred.Reject(makeError(env, Code::Io, e.what()).Value());
     }
+    return;
+  }
+  for (size_t i : task->destinations) {
+    if (!detachedNow(task->keep[i].Value())) continue;
+    task->deferred.Reject(makeError(env, Code::InvalidArgument,
+                                    std::string(task->call) + ": a destination's ArrayBuffer was detached (transferred) while "
+                                    "the call ran; the data went with the transferred memory. Keep destinations attached "
+                                    "until the promise settles").Value());
     return;
   }
   try {
