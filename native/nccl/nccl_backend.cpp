@@ -81,6 +81,14 @@ NcclBackend::~NcclBackend() {
   }
 }
 
+std::shared_ptr<void> NcclBackend::takeRegistered(void* handle) {
+  auto it = registered_.find(handle);
+  if (it == registered_.end()) return nullptr;
+  auto memory = std::move(it->second);
+  registered_.erase(it);
+  return memory;
+}
+
 std::string NcclBackend::version() const { return "nccl " + api_.versionString(); }
 
 ncclResult NcclBackend::call(ncclResult r, const char* what) {

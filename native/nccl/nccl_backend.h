@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <deque>
 #include <thread>
+#include <map>
 #include <memory>
 #include <optional>
 #include <mutex>
@@ -75,6 +76,12 @@ class NcclBackend : public Backend {
   // the communicator is idle; an output f's call fills in later (a window) is
   // written by the time withComm returns.
   void withComm(const std::function<void(const NcclApi&, ncclComm)>& f);
+  // The memory under a registration (BufferView::keep), held until it is deregistered
+  // or the communicator is destroyed: NCCL keeps mappings of a registered buffer, so a
+  // DeviceBuffer disposed while registered must not be freed (nor its address reused)
+  // under them. Called from NcclControl::withBackend (its lock guards the map).
+  void holdRegistered(void* handle, std::shared_ptr<void> memory) { registered_[handle] = std::move(memory); }
+  std::shared_ptr<void> takeRegistered(void* handle);
   const FlightRecorder& recorder() const { return fr_; }
 
  private:
@@ -120,6 +127,9 @@ class NcclBackend : public Backend {
   bool commAborted_ = false;  // under commMu_
   bool pending_ = false;      // under commMu_: comm_ answered ncclInProgress and has not settled
   std::vector<int> redOpsToRelease_;  // under commMu_: pre-multiplied sums freed once settled
+  // Guarded by NcclControl's backend lock: JS-thread registration runs under it, and the
+  // destructor detaches under it first. Freed after the destructor destroyed comm_.
+  std::map<void*, std::shared_ptr<void>> registered_;
   CUstream stream_ = nullptr;
   // The ops in flight, in issue (= stream) order, each with its event and deadline.
   struct InFlight {

@@ -1,5 +1,6 @@
 #include "nccl_control_wrap.h"
 
+#include "../core/buffers.h"
 #include "../core/js_errors.h"
 #include "../cuda/gpu_env.h"
 #include "nccl_backend.h"
@@ -66,6 +67,7 @@ Napi::Value NcclControlWrap::Register(const Napi::CallbackInfo& info) {
         ncclCheck(api, api.need(api.CommRegister, "ncclCommRegister", 21900)(comm, v.data, v.bytes, &handle),
                   "ncclCommRegister", comm);
       });
+      b.holdRegistered(handle, std::move(v.keep));
     });
     return Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle)));
   });
@@ -77,14 +79,15 @@ Napi::Value NcclControlWrap::RegisterHost(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     if (!info[0].IsArrayBuffer()) throw Error(Code::InvalidArgument, "registerHost: expected a pinned ArrayBuffer");
-    auto ab = info[0].As<Napi::ArrayBuffer>();
-    if (ab.ByteLength() == 0) throw Error(Code::InvalidArgument, "registerHost: the buffer is empty");
+    BufferView v = hostViewOf(info[0], "registerHost");
+    if (v.bytes == 0) throw Error(Code::InvalidArgument, "registerHost: the buffer is empty");
     void* handle = nullptr;
     ctl_->withBackend([&](NcclBackend& b) {
       b.withComm([&](const NcclApi& api, ncclComm comm) {
-        ncclCheck(api, api.need(api.CommRegister, "ncclCommRegister", 21900)(comm, ab.Data(), ab.ByteLength(), &handle),
+        ncclCheck(api, api.need(api.CommRegister, "ncclCommRegister", 21900)(comm, v.data, v.bytes, &handle),
                   "ncclCommRegister", comm);
       });
+      b.holdRegistered(handle, std::move(v.keep));
     });
     return Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle)));
   });
@@ -94,10 +97,12 @@ Napi::Value NcclControlWrap::Deregister(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     void* handle = handleArg(info[0]);
+    std::shared_ptr<void> memory;  // freed, if it was disposed, once NCCL let go and the lock is released
     ctl_->withBackend([&](NcclBackend& b) {
       b.withComm([&](const NcclApi& api, ncclComm comm) {
         ncclCheck(api, api.need(api.CommDeregister, "ncclCommDeregister", 21900)(comm, handle), "ncclCommDeregister", comm);
       });
+      memory = b.takeRegistered(handle);
     });
     return env.Undefined();
   });
@@ -115,6 +120,7 @@ Napi::Value NcclControlWrap::WindowRegister(const Napi::CallbackInfo& info) {
         ncclCheck(api, api.need(api.CommWindowRegister, "ncclCommWindowRegister", 22700)(comm, v.data, v.bytes, &win, flags),
                   "ncclCommWindowRegister", comm);
       });
+      if (win) b.holdRegistered(win, std::move(v.keep));
     });
     // Since 2.29.2 a NULL window means the system cannot register windows.
     if (!win) throw Error(Code::Unavailable, "ncclCommWindowRegister: this system does not support symmetric windows");
@@ -126,11 +132,13 @@ Napi::Value NcclControlWrap::WindowDeregister(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     auto win = static_cast<ncclWindow>(handleArg(info[0]));
+    std::shared_ptr<void> memory;  // as in Deregister
     ctl_->withBackend([&](NcclBackend& b) {
       b.withComm([&](const NcclApi& api, ncclComm comm) {
         ncclCheck(api, api.need(api.CommWindowDeregister, "ncclCommWindowDeregister", 22700)(comm, win),
                   "ncclCommWindowDeregister", comm);
       });
+      memory = b.takeRegistered(win);
     });
     return env.Undefined();
   });

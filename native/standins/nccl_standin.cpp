@@ -16,6 +16,7 @@
 //                                action hang (stop moving data until aborted) or exit
 //                                (the process dies), at the nth (default 1st) call of
 //                                e.g. AllReduce on that rank of a communicator
+#include <cstdio>
 #include <unistd.h>
 
 #include <algorithm>
@@ -298,7 +299,7 @@ int ncclCommRegister(ncclComm_t comm, void* buf, size_t bytes, void** handle) {
   }
   std::lock_guard<std::mutex> lock(comm->mu);
   *handle = new char(0);
-  comm->registered.insert(*handle);
+  comm->registered[*handle] = host ? std::pair<uintptr_t, size_t>{0, 0} : std::pair<uintptr_t, size_t>{reinterpret_cast<uintptr_t>(buf), bytes};
   return kSuccess;
 }
 int ncclCommDeregister(ncclComm_t comm, void* handle) {
@@ -306,8 +307,19 @@ int ncclCommDeregister(ncclComm_t comm, void* handle) {
   if (!comm) return kInvalidArgument;
   if (int rc = checkIdle(comm, "ncclCommDeregister")) return rc;
   std::lock_guard<std::mutex> lock(comm->mu);
-  if (!comm->registered.erase(handle)) { setError(comm, "ncclCommDeregister: unknown handle"); return kInvalidArgument; }
+  auto it = comm->registered.find(handle);
+  if (it == comm->registered.end()) { setError(comm, "ncclCommDeregister: unknown handle"); return kInvalidArgument; }
+  const auto range = it->second;
+  comm->registered.erase(it);
   delete static_cast<char*>(handle);
+  // The stand-in never reuses a device address, so a range that is no longer memory was freed.
+  if (range.second && !cuStandinHostPtr(range.first, range.second)) {
+    char at[32];
+    std::snprintf(at, sizeof at, "%#llx", static_cast<unsigned long long>(range.first));
+    setError(comm, std::string("ncclCommDeregister: the buffer registered at ") + at +
+                       " was freed before it was deregistered (NCCL's registration outlived the memory)");
+    return kInvalidUsage;
+  }
   return kSuccess;
 }
 int ncclCommWindowRegister(ncclComm_t comm, void* buf, size_t bytes, void** win, int flags) {
@@ -321,10 +333,10 @@ int ncclCommWindowRegister(ncclComm_t comm, void* buf, size_t bytes, void** win,
     return kInvalidArgument;
   }
   if (int rc = checkIdle(comm, "ncclCommWindowRegister")) return rc;
-  auto reg = [comm, win] {
+  auto reg = [comm, win, buf, bytes] {
     std::lock_guard<std::mutex> lock(comm->mu);
     void* h = new char(1);
-    comm->registered.insert(h);
+    comm->registered[h] = {reinterpret_cast<uintptr_t>(buf), bytes};
     *win = h;
   };
   // Nonblocking: *win is written later by NCCL's thread, as the real library does.

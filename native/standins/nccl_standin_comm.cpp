@@ -392,7 +392,7 @@ void freeComm(Comm* c, bool abort) {
   while (c->pending.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   for (int fd : c->fds) if (fd >= 0) close(fd);
   if (c->listenFd >= 0) close(c->listenFd);
-  for (void* h : c->registered) delete static_cast<char*>(h);
+  for (auto& r : c->registered) delete static_cast<char*>(r.first);
   delete c;
 }
 

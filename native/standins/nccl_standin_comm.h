@@ -4,11 +4,13 @@
 #include <atomic>
 #include <functional>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "nccl_standin_net.h"
@@ -63,7 +65,10 @@ struct Comm {
   std::string lastError;
   std::map<int, double> premul;  // ncclRedOpCreatePreMulSum operators
   int nextOp = 5;                // ncclNumOps: user operators start here
-  std::set<void*> registered;
+  // Registration handles -> the range registered ({0, 0} for host memory, which the
+  // stand-in cannot check): a device range freed before ncclCommDeregister is refused
+  // there, as the stale registration it leaves in real NCCL is undefined behaviour.
+  std::map<void*, std::pair<uintptr_t, size_t>> registered;
   std::map<int, int> calls;      // per collective kind, for fault injection
   int splits = 0;
 };

@@ -42,12 +42,39 @@ async function registered(comm: Communicator) {
   out.afterDestroy = attempt('register after destroy', () => comm.register(b));
 }
 
+// Buffers disposed while registered: NCCL keeps mappings of a registered buffer, so the
+// memory must outlive the registration (the stand-in refuses to deregister a range that
+// was freed). Collectives on other buffers meanwhile stay exact.
+async function disposedWhileRegistered(comm: Communicator) {
+  const a = await DeviceBuffer.from(new Float32Array(1024).fill(comm.rank + 1));
+  const reg = comm.register(a);
+  a.dispose();
+  const c = await DeviceBuffer.from(new Float32Array(1024).fill(comm.rank + 1));
+  await comm.allReduce(c);
+  const sum = (comm.size * (comm.size + 1)) / 2;
+  const bad = (await c.toHost() as Float32Array).findIndex((v) => v !== sum);
+  if (bad >= 0) failures.push(`allReduce beside a disposed registration: element ${bad} wrong`);
+  out.deregister = attempt('deregister after dispose', () => reg.deregister());
+  const w = DeviceBuffer.alloc({ dtype: 'float32', length: 1024, ncclMemAlloc: true });
+  const win = comm.register(w, { symmetric: true });
+  w.dispose();
+  out.windowDeregister = attempt('window deregister after dispose', () => win.deregister());
+  // Still registered when the communicator goes: destroy drops the registration, then the memory.
+  const b = DeviceBuffer.alloc({ dtype: 'float32', length: 1024 });
+  comm.register(b);
+  b.dispose();
+  await comm.destroy();
+  out.destroyed = true;
+}
+
 async function main() {
   const backend = (process.env.BACKEND ?? 'nccl') as 'nccl' | 'gloo';
   const comm = await init({ backend, timeoutMs: 20000 });
   out.version = comm.backendVersion;
   if (process.env.SCENARIO === 'register') {
     await registered(comm);
+  } else if (process.env.SCENARIO === 'disposed') {
+    await disposedWhileRegistered(comm);
   } else {
     const b = DeviceBuffer.alloc({ dtype: 'float32', length: 1024, ncclMemAlloc: backend === 'nccl' && process.env.NCCL_STANDIN_VERSION !== '21806' });
     out.plain = attempt('register', () => comm.register(b));

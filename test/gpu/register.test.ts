@@ -18,6 +18,16 @@ describe('GPUDirect registration', () => {
     }
   }, 90000);
 
+  it('a buffer disposed while registered lives until deregister() or destroy', async () => {
+    const results = await runRanks(2, 'disposed', {}, 60000, SCRIPT);
+    for (const r of results) {
+      expect(r.result?.fatal, r.stderr).toBeUndefined();
+      expect(r.result?.failures).toEqual([]);
+      expect(r.result).toMatchObject({ deregister: 'ok', windowDeregister: 'ok', destroyed: true });
+      expect(r.code).toBe(0);
+    }
+  }, 90000);
+
   it('NCCL 2.18: register and registerHost need 2.19, symmetric needs 2.27', async () => {
     const results = await runRanks(2, 'gated', { NCCL_STANDIN_VERSION: '21806' }, 60000, SCRIPT);
     for (const r of results) {
