@@ -147,6 +147,23 @@ await check('dispose-under-queued-collective', async () => {
   return { ok: o.every((v) => v === 3) && x.every((v) => v === -7), outFirst: o[0], otherFirst: x[0] };
 });
 
+await check('dispose-while-registered', async () => {
+  // A registered buffer disposed before deregister(): the registration holds the memory,
+  // so NCCL's mappings of it stay valid and a buffer allocated meanwhile gets other memory.
+  const comm = await oneRank('nccl', 29618);
+  const a = await nn.DeviceBuffer.from(new Float32Array(1 << 20).fill(1));
+  const reg = comm.register(a);
+  const at = a.ptr;
+  a.dispose();
+  const b = await nn.DeviceBuffer.from(new Float32Array(1 << 20).fill(5));
+  await comm.allReduce(b);
+  const back = await b.toHost();
+  const sameAddress = b.ptr === at;
+  reg.deregister();
+  await comm.destroy();
+  return { ok: back.every((v) => v === 5) && !sameAddress, sameAddress };
+});
+
 await check('awaited-latency', async () => {
   // The time of one awaited 8-byte all-reduce on the GPU, the call path included
   // (scripts/gpu/torch_baseline.py measures torch.distributed's the same way).

@@ -32,7 +32,7 @@ describe('the GPU-machine run (scripts/gpu)', () => {
     const checks = readFileSync(join(out, 'smoke.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { check: string; ok: boolean });
     expect(checks.map((c) => c.check)).toEqual(['gpu-info', 'device-buffer', 'kernels-fill-verify-cast', 'optimizer-kernels-vs-host',
       'nvml-health', 'nccl-one-rank-collectives', 'checkpoint-device-buffers', 'nccl-queued-in-order',
-      'dispose-under-queued-collective', 'awaited-latency', 'back-to-back-per-op', 'train-device-vs-host']);
+      'dispose-under-queued-collective', 'dispose-while-registered', 'awaited-latency', 'back-to-back-per-op', 'train-device-vs-host']);
     expect(checks.filter((c) => !c.ok)).toEqual([]);
     for (const coll of ['all_reduce', 'all_gather', 'reduce_scatter', 'broadcast', 'alltoall']) {
       expect(readFileSync(join(out, `bench-${coll}-r1.txt`), 'utf8'), coll).toMatch(/# Out of bounds values : 0 OK/);
