@@ -147,7 +147,9 @@ Napi::Value DeviceBufferWrap::CopyFromHost(const Napi::CallbackInfo& info) {
     CUstream s = streamArg(info[2]);
     useDevice(device_);
     if (h.bytes) cuCheck(cuda().cuMemcpyHtoDAsync(p + off, h.data, h.bytes, s), "cuMemcpyHtoDAsync");
-    return gpuEnv(env).poller->afterStream(env, device_, s, nullptr, {info[0], Value()});
+    // The copy may still read the host memory after this returns (pinned memory): hold it.
+    return gpuEnv(env).poller->afterStream(env, device_, s, [memory = h.keep](Napi::Env e) { return e.Undefined(); },
+                                           {info[0], Value()});
   });
 }
 
@@ -163,8 +165,16 @@ Napi::Value DeviceBufferWrap::CopyToHost(const Napi::CallbackInfo& info) {
     if (h.bytes) cuCheck(cuda().cuMemcpyDtoHAsync(h.data, p + off, h.bytes, s), "cuMemcpyDtoHAsync");
     Napi::Reference<Napi::Value> target = Napi::Persistent(info[0]);
     auto keep = std::make_shared<Napi::Reference<Napi::Value>>(std::move(target));
-    return gpuEnv(env).poller->afterStream(env, device_, s, [keep](Napi::Env) { return keep->Value(); },
-                                           {info[0], Value()});
+    // The memory is held until the copy is done; a destination transferred meanwhile got
+    // the data on its new owner's side, which is reported rather than lost silently.
+    return gpuEnv(env).poller->afterStream(env, device_, s, [keep, memory = h.keep](Napi::Env) -> Napi::Value {
+      if (detachedNow(keep->Value())) {
+        throw Error(Code::InvalidArgument, "copyToHost: the destination's ArrayBuffer was detached (transferred) while the "
+                                           "copy ran; the data went with the transferred memory. Keep it attached until "
+                                           "the promise settles");
+      }
+      return keep->Value();
+    }, {info[0], Value()});
   });
 }
 

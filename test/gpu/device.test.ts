@@ -108,6 +108,31 @@ describe('GPU libraries and device memory on the stand-ins', () => {
     expect(out.sum).toBe(2 * (1 << 18));
   });
 
+  it('copies between host and device hold the host memory: a transfer under the copy neither frees it nor loses data silently', () => {
+    // The copy runs on the stream after the call returns (for pinned memory on a real GPU,
+    // and for all host memory on the stand-in driver); the ArrayBuffer's memory must outlive it.
+    const out = run(`
+      const gc = globalThis.gc;
+      const n = 16 << 20;
+      const src = Float32Array.from({ length: n }, (_, i) => i % 1013);
+      const want = src.slice();
+      const d = nn.DeviceBuffer.alloc({ dtype: 'float32', length: n });
+      const up = d.copyFrom(src);
+      structuredClone(src.buffer, { transfer: [src.buffer] }); gc();
+      const bystander = new Float32Array(n).fill(-3); // may take the freed pages if they were freed
+      await up;
+      const back = await d.toHost();
+      let wrongUp = 0; for (let i = 0; i < n; i++) if (back[i] !== want[i]) wrongUp++;
+      const dst = new Float32Array(n);
+      const down = d.copyTo(dst);
+      structuredClone(dst.buffer, { transfer: [dst.buffer] }); gc();
+      const bystander2 = new Float32Array(n).fill(-3);
+      let downErr = null; try { await down; } catch (e) { downErr = { code: e.code, message: e.message }; }
+      return { wrongUp, downErr, bad: bystander.findIndex((v) => v !== -3), bad2: bystander2.findIndex((v) => v !== -3) };`,
+    standinEnv(), ['--expose-gc']);
+    expect(out).toEqual({ wrongUp: 0, downErr: { code: 'ERR_INVALID_ARGUMENT', message: expect.stringMatching(/detached \(transferred\) while/) }, bad: -1, bad2: -1 });
+  });
+
   it('DeviceBuffer.alloc rejects an empty buffer', () => {
     const out = run(`
       try { nn.DeviceBuffer.alloc({ dtype: 'float32', length: 0 }); } catch (e) { return { zero: e.code }; }`, standinEnv());
