@@ -138,4 +138,10 @@ bool detachedNow(const Napi::Value& value) {
   return buffer->IsArrayBuffer() && buffer.As<v8::ArrayBuffer>()->WasDetached();
 }
 
+Error detachedDestination(const std::string& call) {
+  return Error(Code::InvalidArgument, call + ": the destination's ArrayBuffer was detached (transferred) while the call "
+                                             "ran; the data went with the transferred memory. Keep destinations attached "
+                                             "until the promise settles");
+}
+
 }  // namespace ncclnode

@@ -4,6 +4,9 @@
 
 #include <napi.h>
 
+#include <string>
+
+#include "errors.h"
 #include "op.h"
 
 namespace ncclnode {
@@ -30,5 +33,10 @@ BufferView hostViewOf(const Napi::Value& value, const char* what);
 // been detached since: transferred to another thread or context, or by
 // ArrayBuffer.prototype.transfer. JS thread only.
 bool detachedNow(const Napi::Value& value);
+
+// The error for a call (a file read, a copy) whose destination's ArrayBuffer was
+// detached while it ran: the memory was held, so nothing broke, but the data went
+// with the transferred memory. (A collective says more: engine.cpp.)
+Error detachedDestination(const std::string& call);
 
 }  // namespace ncclnode

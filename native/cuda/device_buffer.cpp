@@ -168,11 +168,7 @@ Napi::Value DeviceBufferWrap::CopyToHost(const Napi::CallbackInfo& info) {
     // The memory is held until the copy is done; a destination transferred meanwhile got
     // the data on its new owner's side, which is reported rather than lost silently.
     return gpuEnv(env).poller->afterStream(env, device_, s, [keep, memory = h.keep](Napi::Env) -> Napi::Value {
-      if (detachedNow(keep->Value())) {
-        throw Error(Code::InvalidArgument, "copyToHost: the destination's ArrayBuffer was detached (transferred) while the "
-                                           "copy ran; the data went with the transferred memory. Keep it attached until "
-                                           "the promise settles");
-      }
+      if (detachedNow(keep->Value())) throw detachedDestination("copyToHost");
       return keep->Value();
     }, {info[0], Value()});
   });

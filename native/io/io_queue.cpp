@@ -1,7 +1,5 @@
 #include "io_queue.h"
 
-#include <string>
-
 #include "../core/buffers.h"
 #include "../core/errors.h"
 #include "../core/js_errors.h"
@@ -76,10 +74,8 @@ void IoQueue::settle(Napi::Env env, Napi::Function, IoQueue* self, Task* raw) {
   }
   for (size_t i : task->destinations) {
     if (!detachedNow(task->keep[i].Value())) continue;
-    task->deferred.Reject(makeError(env, Code::InvalidArgument,
-                                    std::string(task->call) + ": a destination's ArrayBuffer was detached (transferred) while "
-                                    "the call ran; the data went with the transferred memory. Keep destinations attached "
-                                    "until the promise settles").Value());
+    const Error e = detachedDestination(task->call);
+    task->deferred.Reject(makeError(env, e.code(), e.what()).Value());
     return;
   }
   try {
