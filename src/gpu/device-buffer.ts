@@ -141,10 +141,12 @@ export class DeviceBuffer {
 
   /**
    * Lets go of the device memory now (the GC would later): later calls on this buffer
-   * or its views fail with ERR_INVALID_ARGUMENT. Memory that a collective still in
-   * flight was handed (one queued behind others, say) is freed when that collective
-   * settles, so it runs on what it was given. Copies and kernels already on a stream
-   * are waited for by the driver's free itself.
+   * or its views fail with ERR_INVALID_ARGUMENT. Memory that a collective or a
+   * checkpoint read or write still in flight was handed (one queued behind others,
+   * say) is freed when that call settles, so it runs on what it was given; memory
+   * registered with a communicator, at deregister() or when the communicator is
+   * destroyed. Copies and kernels already on a stream are waited for by the driver's
+   * free itself.
    */
   dispose(): void {
     this.#native.dispose();
