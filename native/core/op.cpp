@@ -39,6 +39,7 @@ std::unique_ptr<Op> Op::copyOfCall() const {
   c->group = group;
   c->preposted = preposted;
   c->prepostError = prepostError;
+  c->secondRound = secondRound;
   c->enqueued = enqueued;
   return c;
 }

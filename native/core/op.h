@@ -99,6 +99,10 @@ struct Op {
   void* owner = nullptr;
   bool preposted = false;  // Backend::prepost started it on the submitting thread
   std::exception_ptr prepostError;
+  // Backend::finishOnCaller got through a first round of the call and started its second
+  // before handing it to the worker, which finishes that round (a two-round all-reduce
+  // over TCP: gloo_agreement.cpp).
+  bool secondRound = false;
 
   // Filled in by the worker.
   bool failed = false;

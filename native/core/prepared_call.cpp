@@ -85,6 +85,7 @@ void PreparedCall::ready(Napi::Env env) {
   op.errorMessage.clear();
   op.preposted = false;
   op.prepostError = nullptr;
+  op.secondRound = false;
   comm_->sequence(op);
 }
 

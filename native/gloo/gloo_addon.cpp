@@ -63,7 +63,7 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
 // glooAlgoStats() -> {meshAllReduces, meshTwoRoundAllReduces, meshAllGathers, meshReduceScatters,
 // legacyAllReduces, legacyAllGathers, legacyReduceScatters, tcpRingCalls, glooAllGathers,
 // meshAllToAlls, shmAllToAlls, tcpAllToAlls, meshRooted, shmRooted, tcpRooted, tcpBroadcastTrees, tcpOnCaller,
-// meshLandedBodies, tcpMarkedReceives, tcpOneWayPeers, tcpSizedReceiveBuffers, tcpBouncedBytes, tcpEmptyReads}: calls of this process that took
+// tcpSecondRoundsToWorker, meshLandedBodies, tcpMarkedReceives, tcpOneWayPeers, tcpSizedReceiveBuffers, tcpBouncedBytes, tcpEmptyReads}: calls of this process that took
 // the mesh round, one of Gloo's legacy classes, the backend's own ring or gloo::allgather
 // (gloo_tuning.h), and all-to-alls (gloo_alltoall.cpp) and broadcasts, reduces, gathers
 // and scatters (gloo_rooted.cpp) in the TCP round, through the shared-memory segment or on
@@ -90,6 +90,7 @@ Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   o.Set("shmAllToAlls", static_cast<double>(s.shmAllToAlls.load()));
   o.Set("tcpAllToAlls", static_cast<double>(s.tcpAllToAlls.load()));
   o.Set("tcpOnCaller", static_cast<double>(s.tcpOnCaller.load()));
+  o.Set("tcpSecondRoundsToWorker", static_cast<double>(s.tcpSecondRoundsToWorker.load()));
   o.Set("meshRooted", static_cast<double>(s.meshRooted.load()));
   o.Set("shmRooted", static_cast<double>(s.shmRooted.load()));
   o.Set("tcpRooted", static_cast<double>(s.tcpRooted.load()));

@@ -237,27 +237,50 @@ void GlooBackend::finishMesh(const Op& op, const MeshBody& body) {
 // output as the round reads it (landBodies: a block lands only after a head equal to this
 // rank's own); the round sends nothing from those places.
 void GlooBackend::finishTwoRounds(const Op& op) {
+  postSecondRound(op);
+  mesh_->wait(op.timeout);
+  finishSecondRound(op);
+}
+
+namespace {
+struct TwoRoundBlocks {
+  size_t total, block;
+  size_t at(int r) const { return std::min(total, static_cast<size_t>(r) * block); }
+  size_t len(int r) const { return std::min(total - at(r), block); }
+};
+TwoRoundBlocks twoRoundBlocks(const Op& op, int worldSize) {
+  const size_t width = elementSize(op.dtype);
+  return {op.count * width, meshBlock(op.count, worldSize) * width};
+}
+}  // namespace
+
+// The first round is in and agreed: this rank's block reduced into its place in the
+// output, and the second round posted with it.
+void GlooBackend::postSecondRound(const Op& op) {
   const size_t head = sizeof(Fingerprint);
   const size_t width = elementSize(op.dtype);
-  const size_t total = op.count * width;
-  const size_t blockBytes = meshBlock(op.count, cfg_.size) * width;
-  auto blockAt = [&](int r) { return std::min(total, static_cast<size_t>(r) * blockBytes); };
-  auto blockLen = [&](int r) { return std::min(total - blockAt(r), blockBytes); };
+  const TwoRoundBlocks b = twoRoundBlocks(op, cfg_.size);
   const auto* send = static_cast<const uint8_t*>(op.send.data);
   auto* recv = static_cast<uint8_t*>(op.recv.data);
-  const size_t at = blockAt(cfg_.rank);
-  const size_t len = blockLen(cfg_.rank);
+  const size_t at = b.at(cfg_.rank);
+  const size_t len = b.len(cfg_.rank);
   if (len > 0) {
     reduceInRankOrder(*mesh_, head, cfg_.rank, send + at, cfg_.size, reduceFunction(op.dtype, op.redop), recv + at,
                       len / width, width);
     if (op.redop == RedOp::Avg) divideInPlace(recv + at, op.dtype, len / width, cfg_.size);
   }
-  const uint64_t size = total;
+  const uint64_t size = b.total;
   mesh_->post(&size, sizeof size, recv + at, len);
   for (int r = 0; r < cfg_.size; ++r) {
-    if (r != cfg_.rank && lands(blockLen(r))) mesh_->landBody(r, recv + blockAt(r), blockLen(r));
+    if (r != cfg_.rank && lands(b.len(r))) mesh_->landBody(r, recv + b.at(r), b.len(r));
   }
-  mesh_->wait(op.timeout);
+}
+
+// The second round is in: every peer's reduced block in its place in the output.
+void GlooBackend::finishSecondRound(const Op& op) {
+  const TwoRoundBlocks b = twoRoundBlocks(op, cfg_.size);
+  auto* recv = static_cast<uint8_t*>(op.recv.data);
+  const uint64_t size = b.total;
   for (int r = 0; r < cfg_.size; ++r) {
     if (r == cfg_.rank) continue;
     uint64_t got = 0;
@@ -270,7 +293,7 @@ void GlooBackend::finishTwoRounds(const Op& op) {
     if (mesh_->landed(r)) {
       glooAlgoStats().meshLandedBodies++;
     } else {
-      std::memcpy(recv + blockAt(r), mesh_->from(r) + sizeof got, blockLen(r));
+      std::memcpy(recv + b.at(r), mesh_->from(r) + sizeof got, b.len(r));
     }
   }
   glooAlgoStats().meshTwoRoundAllReduces++;
@@ -382,20 +405,43 @@ std::chrono::nanoseconds GlooBackend::tcpCallerWait() {
 // (caller_, adapting as the segment's poll does), and if they are in, completes as
 // agree() would on the worker. A round not complete by then goes on in the worker from
 // where it stopped. Only where the peers' bodies come to at most kCallerReceiveBytes.
+// A two-round all-reduce (its data in both rounds) takes its second round here too,
+// within what is left of the same bound: left to the worker, each round of it cost the
+// two thread hand-offs (bench/README.md, "Two-round all-reduces on the calling thread").
+// One whose second round is not in by then goes to the worker with that round under way
+// (op.secondRound).
 bool GlooBackend::finishTcpOnCaller(Op& op) {
   if (!op.preposted || op.prepostError || op.rejected || caller_.full.count() == 0 || !mesh_) return false;
   // A barrier is the round itself; another call, when its data rides in it (a zero count
   // moves nothing, but finishes in run(), after the round).
   const MeshBody body = meshBody(op);
-  if (op.kind != OpKind::Barrier && !(op.count > 0 && body.carried && !body.twoRounds)) return false;
-  if (meshReceives(op, body) > kCallerReceiveBytes) return false;
+  if (op.kind != OpKind::Barrier && !(op.count > 0 && body.carried)) return false;
+  // The second round brings each peer's reduced block: at most what the first brought.
+  if (meshReceives(op, body) * (body.twoRounds ? 2 : 1) > kCallerReceiveBytes) return false;
+  const auto start = net::Clock::now();
   try {
     try {
       if (!mesh_->waitFor(caller_.now, op.timeout)) {
         caller_.missed();
         return false;
       }
+      // The peers were in: the bound is restored whatever the second round does (the
+      // peers are in the call by then; how long that round takes is the transfer's).
+      const auto bound = caller_.now;
       caller_.met();
+      if (body.twoRounds) {
+        checkRound(op);
+        postSecondRound(op);
+        const auto left = bound - (net::Clock::now() - start);
+        if (left.count() <= 0 || !mesh_->waitFor(left, op.timeout)) {
+          op.secondRound = true;
+          glooAlgoStats().tcpSecondRoundsToWorker++;
+          return false;
+        }
+        finishSecondRound(op);
+        glooAlgoStats().tcpOnCaller++;
+        return true;
+      }
       glooAlgoStats().tcpOnCaller++;
       agree(op);  // the round is in: the verdict and the result, no further wait
     } catch (...) {
@@ -415,18 +461,19 @@ bool GlooBackend::finishTcpOnCaller(Op& op) {
 bool GlooBackend::agree(const Op& op) {
   if (!usesMesh(op)) return false;
   if (shmSingleHost()) return shmAgree(op);
+  if (op.secondRound) {
+    // The calling thread agreed on the first round and posted the second (finishTcpOnCaller).
+    mesh_->wait(op.timeout);
+    finishSecondRound(op);
+    return true;
+  }
   if (op.preposted) {
     if (op.prepostError) std::rethrow_exception(op.prepostError);
   } else {
     postMesh(op);
   }
   mesh_->wait(op.timeout);
-  std::vector<Fingerprint> all(cfg_.size);
-  for (int r = 0; r < cfg_.size; ++r) std::memcpy(&all[r], mesh_->from(r), sizeof(Fingerprint));
-  checkAgreement(op, all.data(), cfg_.size, cfg_.rank, checking(), [this](int r) {
-    const char* text = reinterpret_cast<const char*>(mesh_->from(r)) + sizeof(Fingerprint);
-    return std::string(text, strnlen(text, mesh_->cap() - sizeof(Fingerprint)));
-  });
+  checkRound(op);
   // A zero count moves nothing (run() returns before any data step).
   const MeshBody body = meshBody(op);
   if (op.count > 0 && body.carried) {
@@ -434,6 +481,16 @@ bool GlooBackend::agree(const Op& op) {
     return true;
   }
   return op.kind == OpKind::Barrier;
+}
+
+// The verdict on the round just completed: every rank holds every fingerprint.
+void GlooBackend::checkRound(const Op& op) {
+  std::vector<Fingerprint> all(cfg_.size);
+  for (int r = 0; r < cfg_.size; ++r) std::memcpy(&all[r], mesh_->from(r), sizeof(Fingerprint));
+  checkAgreement(op, all.data(), cfg_.size, cfg_.rank, checking(), [this](int r) {
+    const char* text = reinterpret_cast<const char*>(mesh_->from(r)) + sizeof(Fingerprint);
+    return std::string(text, strnlen(text, mesh_->cap() - sizeof(Fingerprint)));
+  });
 }
 
 }  // namespace ncclnode

@@ -74,6 +74,7 @@ class GlooBackend : public Backend {
 
  private:
   bool agree(const Op& op);
+  void checkRound(const Op& op);
   bool checking() const;  // checkCollectives on a group of more than one rank: compare every field
   bool usesMesh(const Op& op) const;
   void postMesh(const Op& op);
@@ -95,6 +96,8 @@ class GlooBackend : public Backend {
   bool lands(size_t block) const;
   void finishMesh(const Op& op, const MeshBody& body);
   void finishTwoRounds(const Op& op);
+  void postSecondRound(const Op& op);
+  void finishSecondRound(const Op& op);
   void finishMeshRooted(const Op& op);  // gloo_rooted.cpp
   void allGatherBytes(const void* in, size_t bytes, void* out, std::chrono::milliseconds timeout);
   void allReduce(Op& op);

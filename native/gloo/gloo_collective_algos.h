@@ -34,6 +34,8 @@ struct GlooAlgoStats {
   std::atomic<uint64_t> tcpBroadcastTrees{0};
   // Calls whose TCP agreement round completed them on the calling thread (finishTcpOnCaller).
   std::atomic<uint64_t> tcpOnCaller{0};
+  // Two-round all-reduces whose second round the calling thread started and the worker finished.
+  std::atomic<uint64_t> tcpSecondRoundsToWorker{0};
   // Peers' bodies the TCP agreement round read straight into a call's output (MeshExchange::landBody).
   std::atomic<uint64_t> meshLandedBodies{0};
 };

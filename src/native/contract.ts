@@ -358,6 +358,8 @@ export interface GlooAlgoStats {
   tcpBroadcastTrees: number;
   /** Calls whose TCP agreement round completed them on the calling thread (its peers waited for briefly). */
   tcpOnCaller: number;
+  /** Two-round all-reduces whose second round the calling thread started and, its peers not yet in, left to the worker. */
+  tcpSecondRoundsToWorker: number;
   /** Peers' messages the TCP agreement round read straight into a call's output instead of its own buffers. */
   meshLandedBodies: number;
   /** TCP receives of 64 KiB or more put to sleep until a mark of their bytes is in (NCCL_NODE_TCP_RCVLOWAT). */

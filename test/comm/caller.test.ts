@@ -9,7 +9,7 @@ import { phaseOf as phase, runPhases } from '../helpers/phases.js';
 // give the reference's results, the same verdicts, and never hold the JS thread beyond
 // the bound.
 type Row = { phase?: string; calls?: number; wrong?: number; failures?: string[]; heldMs?: number; onCaller?: number; onCallerBeyond?: number; codes?: string[]; after?: number[]; done?: boolean;
-  lateHeldMs?: number[]; restoredHeldMs?: number; failMs?: number[] };
+  lateHeldMs?: number[]; restoredHeldMs?: number; failMs?: number[]; twoRounds?: number; toWorker?: number; afterOk?: boolean };
 type DeathRow = Omit<Row, 'heldMs'> & { heldMs?: number[] };
 
 const PATHS = [
@@ -75,6 +75,25 @@ describe.each(PATHS)('small calls completed on the calling thread (%s)', (_path,
       expect(large.onCaller).toBeGreaterThan(0);
       // The size decides before any wait: never on the calling thread.
       expect(large.onCallerBeyond).toBe(0);
+    }
+  }, 90_000);
+
+  it.runIf(boundVar === 'NCCL_NODE_TCP_CALLER_WAIT_US')('over TCP at 4 ranks, all-reduces in two rounds complete there too, where both rounds bring up to 1 MiB', async () => {
+    const ranks = await run(4, 'tworounds');
+    for (const rows of ranks) {
+      const two = phase(rows, 'tworounds');
+      expect(two.failures).toEqual([]);
+      expect(two.wrong).toBe(0);
+      expect(two.calls).toBe(40);
+      // 128 KiB-2 MiB at 4 ranks: every one of the 46 takes two rounds.
+      expect(two.twoRounds).toBe(46);
+      // Both rounds on the calling thread (how often depends on the host's other load).
+      expect(two.onCaller).toBeGreaterThan(0);
+      // 2 MiB: the rounds bring 3 MiB; the size decides before any wait.
+      expect(two.onCallerBeyond).toBe(0);
+      // A disagreement in the first round fails the call on every rank alike; no second round.
+      expect(two.codes).toEqual(['ERR_SIZE_MISMATCH']);
+      expect(two.afterOk).toBe(true);
     }
   }, 90_000);
 
