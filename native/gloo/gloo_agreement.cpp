@@ -86,11 +86,11 @@ size_t GlooBackend::meshReceives(const Op& op, const MeshBody& body) const {
 // the buffer alone does: there the root's n-1 copies cost memory bandwidth, not a link's,
 // and at 4 ranks over loopback the round took 0.54-0.70 of the chain's time at 512 KiB-1 MiB
 // (bench/README.md, "Broadcasts within one host over TCP"). Where those ranks also
-// outnumber the host's cores, at every size the round carries (4 MiB at 3-4 ranks): there
+// outnumber the host's cores, at every size the round carries (4 MiB at 2-4 ranks): there
 // the root's copies and the receivers' run on the same few cores whatever the shape, and
 // the tree's second hop waits for its first, which waits for the fingerprints; the round
-// sends while they travel. 4 ranks on 2 cores, 2-3 MiB: the round 0.77-0.79 of the tree's
-// time, 3 ranks at 2 MiB 0.85 (bench/README.md, "Broadcasts up to the round's capacity
+// sends while they travel. 4 ranks on 2 cores, 2-3 MiB: the round 0.70-0.73 of the tree's
+// time, 3 ranks at 2 MiB 0.88 (bench/README.md, "Broadcasts up to the round's capacity
 // where ranks outnumber cores"). Every rank knows the same host map (learnHosts()) and
 // the host's count of online CPUs, so all take the same path.
 bool GlooBackend::pickBroadcastRound(size_t bytes) const {

@@ -3,14 +3,19 @@
  * binomial tree (NCCL_NODE_TCP_BROADCAST; unset, the tree where every rank is on one host
  * and they outnumber its cores, docs/gloo.md). Both at 3, 4 and 5 ranks (5: a tree whose
  * last level is not full), every root, against the reference (test/fixtures/broadcast-tree.ts);
- * the native counter shows which path each call took. Ranks that would take different
- * paths fail init naming the variable instead of hanging in the first broadcast.
+ * the native counter shows which path each call took. A broadcast whose size the ranks
+ * disagree on (2 and 3 MiB, whole in the round where ranks outnumber cores) fails every
+ * rank and the next one is right. Ranks that would take different paths fail init naming
+ * the variable instead of hanging in the first broadcast.
  */
 import { cpus } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { describeRanks, runRanks } from '../helpers/ranks.js';
 
-type Row = { case?: string; wrong?: number; tcp?: number; tree?: number; done?: boolean; ok?: boolean; code?: string; message?: string };
+type Row = {
+  case?: string; wrong?: number; tcp?: number; tree?: number; done?: boolean; ok?: boolean; code?: string; message?: string;
+  mismatch?: string; untouched?: boolean; after?: number;
+};
 const PER_ROOT = 3;
 
 describe('broadcast over TCP beyond the round', () => {
@@ -29,6 +34,7 @@ describe('broadcast over TCP beyond the round', () => {
       for (const c of cases) {
         expect(c, `rank ${r.rank} ${c.case}`).toMatchObject({ wrong: 0, tcp: 1, tree: tree ? 1 : 0 });
       }
+      expect(r.reports.find((x) => x.mismatch), `rank ${r.rank}`).toEqual({ mismatch: 'ERR_SIZE_MISMATCH', untouched: true, after: 0 });
     }
   }, 120_000);
 
