@@ -23,6 +23,8 @@ export interface SweepRow {
   ownCppUs?: number;
   ratio: number;
   verdict: string;
+  /** Per round, in the order run: the addon's median and the best raw algorithm's. */
+  rounds?: { addonUs: number[]; bestUs: number[] };
   raw: Record<string, { us: number; min: number; max: number }>;
   /**
    * Broadcast, reduce, gather and scatter: the slowest rank's mean per call of n back to

@@ -169,6 +169,7 @@ async function sweep(bin: string, ranks: number): Promise<SweepRow[]> {
         ranks, coll, size, addonUs: r1(am), addonMin: r1(amin), addonMax: r1(amax),
         bestAlgo: best.algo, bestUs: r1(best.med), bestMin: r1(bmin), bestMax: r1(bmax),
         ratio: Number((am / best.med).toFixed(2)), verdict,
+        rounds: { addonUs: a.map(r1), bestUs: best.us.map(r1) },
         ownCppUs: own ? r1(own.med) : undefined,
         raw: Object.fromEntries(all.map((x) => [x.algo, { us: r1(x.med), min: r1(Math.min(...x.us)), max: r1(Math.max(...x.us)) }])),
         span,
