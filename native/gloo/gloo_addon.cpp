@@ -72,7 +72,8 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
 // one connection each way, summed over the meshes connected (net::oneWayPairs()); and
 // connections within the host given a fixed receive buffer (net::sizedReceiveBuffers());
 // and bytes received through the bounce buffer (net::bouncedBytes()); and reads that found
-// nothing (net::emptyReads()).
+// nothing (net::emptyReads()), reads that moved bytes (net::dataReads()) and bytes a read
+// took beyond its message and handed back (net::unreadBytes()).
 Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto& s = glooAlgoStats();
@@ -101,6 +102,8 @@ Napi::Value GlooAlgoStatsJs(const Napi::CallbackInfo& info) {
   o.Set("tcpSizedReceiveBuffers", static_cast<double>(net::sizedReceiveBuffers()));
   o.Set("tcpBouncedBytes", static_cast<double>(net::bouncedBytes()));
   o.Set("tcpEmptyReads", static_cast<double>(net::emptyReads()));
+  o.Set("tcpDataReads", static_cast<double>(net::dataReads()));
+  o.Set("tcpUnreadBytes", static_cast<double>(net::unreadBytes()));
   return o;
 }
 

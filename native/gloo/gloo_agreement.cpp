@@ -322,7 +322,25 @@ void GlooBackend::postMesh(const Op& op) {
   }
   const MeshBody body = meshBody(op);
   mesh_->post(&mine, sizeof mine, op.send.data, body.bytes, body.stride, body.end, body.to);
-  if (body.carried && !body.twoRounds) landBodies(op);
+  if (body.carried && !body.twoRounds) {
+    expectRooted(op);
+    landBodies(op);
+  }
+}
+
+// A rooted call whose data rides in the round: what each peer's message holds differs from
+// what this rank sends (the root's buffer to the others, or the others' to the root), so the
+// round is told, and reads each message whole in one go (MeshExchange::expectFrom).
+void GlooBackend::expectRooted(const Op& op) {
+  const bool fromRoot = op.kind == OpKind::Broadcast || op.kind == OpKind::Scatter;
+  const bool toRoot = op.kind == OpKind::Gather || op.kind == OpKind::Reduce;
+  if (!fromRoot && !toRoot) return;
+  const size_t bytes = op.count * elementSize(op.dtype);
+  for (int p = 0; p < cfg_.size; ++p) {
+    if (p == cfg_.rank) continue;
+    const bool body = fromRoot ? p == op.root : cfg_.rank == op.root;
+    mesh_->expectFrom(p, sizeof(Fingerprint) + (body ? bytes : 0));
+  }
 }
 
 // Where the round reads the peers' bodies straight into this rank's output instead of

@@ -93,6 +93,7 @@ class GlooBackend : public Backend {
   size_t meshReceives(const Op& op, const MeshBody& body) const;
   bool pickBroadcastRound(size_t bytes) const;
   void landBodies(const Op& op);
+  void expectRooted(const Op& op);
   bool lands(size_t block) const;
   void finishMesh(const Op& op, const MeshBody& body);
   void finishTwoRounds(const Op& op);

@@ -75,6 +75,7 @@ void MeshExchange::post(const void* head, size_t headBytes, const void* body, si
   std::fill(land_.begin(), land_.end(), Landing{});
   std::fill(landed_.begin(), landed_.end(), 0);
   headBytes_ = headBytes;
+  expect_.assign(static_cast<size_t>(size), bytes);  // until expectFrom() says otherwise
   if (!tcp_ && (bodyStride != 0 || bodyTo >= 0)) {
     throw std::logic_error("mesh exchange over Gloo sends one body to every peer");
   }
@@ -131,6 +132,11 @@ void MeshExchange::post(const void* head, size_t headBytes, const void* body, si
   }
 }
 
+void MeshExchange::expectFrom(int peer, size_t bytes) {
+  if (!tcp_ || peer == rank_ || static_cast<size_t>(peer) >= expect_.size()) return;
+  expect_[static_cast<size_t>(peer)] = bytes;
+}
+
 void MeshExchange::landBody(int peer, uint8_t* into, size_t bytes) {
   if (!tcp_ || peer == rank_ || headBytes_ == 0 || bytes == 0 || headBytes_ + bytes > cap_) return;
   land_[static_cast<size_t>(peer)] = Landing{into, bytes};
@@ -151,7 +157,10 @@ bool MeshExchange::progressTcp(net::Clock::time_point deadline, net::Clock::time
       net::Xfer x;
       x.peer = (rank_ - i + size_) % size_;
       x.data = slot(x.peer) - 8;
-      x.bytes = 8;
+      // Where the body may land, the read stops at the head: the body goes to its place.
+      x.bytes = 8 + (land_[static_cast<size_t>(x.peer)].into != nullptr
+                         ? headBytes_
+                         : std::min(expect_[static_cast<size_t>(x.peer)], std::min(cap_, kReadAhead)));
       recvs_.push_back(x);
       stage_[static_cast<size_t>(x.peer)] = Stage::Length;
     }
@@ -159,12 +168,17 @@ bool MeshExchange::progressTcp(net::Clock::time_point deadline, net::Clock::time
   }
   // A receive whose length is in becomes the receive of its message, in the same
   // transfer: whole into the slot, or, where its body may land (landBody), its head
-  // first and then the body where it lands if the head is this rank's own.
+  // first and then the body where it lands if the head is this rank's own. The first read
+  // asks for the length and as much of the message as this rank expects (expectFrom(): its
+  // own message's length unless told otherwise, up to kReadAhead; the head alone where the
+  // body may land), so a message already in the socket comes in one read instead of two.
+  // What that read took beyond the message (the peer's next bytes: its next round, or a
+  // transfer after this one) goes back to the connection (keepUnread()) for the next read.
   const auto bodyNext = [this](size_t i) {
     net::Xfer& x = recvs_[i];
     const auto p = static_cast<size_t>(x.peer);
-    if (x.done < x.bytes) return;
     if (stage_[p] == Stage::Length) {
+      if (x.done < 8) return;
       uint64_t len = 0;
       std::memcpy(&len, x.data, 8);
       if (len > cap_) {
@@ -172,12 +186,16 @@ bool MeshExchange::progressTcp(net::Clock::time_point deadline, net::Clock::time
                                                      "-byte mesh message where at most " + std::to_string(cap_) +
                                                      " fit (a call this build does not know)");
       }
-      x.data += 8;
-      x.done = 0;
+      const size_t whole = 8 + static_cast<size_t>(len);
+      if (x.done > whole) {
+        tcp_->keepUnread(x.peer, x.data + whole, x.done - whole);
+        x.done = whole;
+      }
       const bool lands = land_[p].into != nullptr && len == headBytes_ + land_[p].bytes;
-      x.bytes = lands ? headBytes_ : len;
+      x.bytes = lands ? 8 + headBytes_ : whole;
       stage_[p] = lands ? Stage::Head : Stage::Body;
-    } else if (stage_[p] == Stage::Head) {
+    }
+    if (stage_[p] == Stage::Head && x.done == x.bytes) {
       const bool same = std::memcmp(slot(x.peer), slot(rank_), headBytes_) == 0;
       x.data = same ? land_[p].into : slot(x.peer) + headBytes_;
       x.bytes = land_[p].bytes;

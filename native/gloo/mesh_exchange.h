@@ -83,6 +83,12 @@ class MeshExchange {
   // and must not be memory this rank's own message is sent from.
   void landBody(int peer, uint8_t* into, size_t bytes);
   bool landed(int r) const { return landed_[static_cast<size_t>(r)] != 0; }
+  // Over TCP, for the round post() just started: the message peer is expected to send (head
+  // and body, `bytes`), where it differs from this rank's own (a broadcast's root sends its
+  // buffer, the others their heads). The first read of a peer's message asks for its length
+  // and this much more (at most kReadAhead): a hint, any length is read correctly.
+  void expectFrom(int peer, size_t bytes);
+  static constexpr size_t kReadAhead = 64 * 1024;
   // Where rank r's body is after the round: where it landed, or its slot after the head.
   const uint8_t* bodyOf(int r, size_t headBytes) const {
     return landed(r) ? land_[static_cast<size_t>(r)].into : slot(r) + headBytes;
@@ -124,6 +130,7 @@ class MeshExchange {
   std::vector<Stage> stage_;
   std::vector<uint8_t> landed_;   // per rank: its body is at land_[r].into
   size_t headBytes_ = 0;          // this round's head, compared with each landing peer's
+  std::vector<size_t> expect_;    // TCP: per peer, the message this round's first read asks for (expectFrom)
   std::atomic<bool> inFlight_{false};
 };
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include <poll.h>
 #include <sys/types.h>
 
 #include "../core/errors.h"
@@ -68,6 +69,10 @@ uint64_t sizedReceiveBuffers();
 uint64_t bouncedBytes();
 // Reads transfer() made that found nothing to read (EAGAIN), over every mesh.
 uint64_t emptyReads();
+// Reads from a socket that moved bytes (not those served from bytes handed back), and the
+// bytes handed back (TcpMesh::keepUnread()), over every mesh.
+uint64_t dataReads();
+uint64_t unreadBytes();
 
 // Whether a receive into `data` from a connection within this host goes through the
 // bounce buffer (setBounce(), in a transfer that receives one way): its page offset lies
@@ -137,6 +142,12 @@ class TcpMesh {
   // agreement round asks after each round.
   void checkAborted();
 
+  // Hands back bytes a receive from `peer` took beyond the message it was reading (a read
+  // that asked for more than the message turned out to hold: MeshExchange reads a message's
+  // length with what usually follows it). The next receives from that peer, in any
+  // transfer, get them first, in stream order, before anything more is read from the socket.
+  void keepUnread(int peer, const uint8_t* bytes, size_t n);
+
   // The most a receive of 64 KiB or more asks the kernel to hold it asleep for
   // (SO_RCVLOWAT, transfer()); 0: no mark, the reader wakes as each segment lands.
   // Before connect(); the backend passes NCCL_NODE_TCP_RCVLOWAT.
@@ -180,6 +191,13 @@ class TcpMesh {
   std::vector<int> sendFds_;
   std::vector<int> recvFds_;
   std::vector<int> lowat_;  // per peer: the SO_RCVLOWAT transfer() left set (1: the default)
+  // Per peer: bytes read from its stream and handed back (keepUnread()), from `at` on.
+  struct Unread {
+    std::vector<uint8_t> bytes;
+    size_t at = 0;
+  };
+  std::vector<Unread> unread_;
+  std::vector<pollfd> urgentPoll_;  // checkAborted()'s poll set
   size_t wakeMark_ = kDefaultWakeMark;
   int localRcvBuf_ = kDefaultLocalReceiveBuffer;
   bool oneWay_ = true;

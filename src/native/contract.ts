@@ -372,6 +372,10 @@ export interface GlooAlgoStats {
   tcpBouncedBytes: number;
   /** Reads over the backend's own TCP connections that found nothing to read, summed over this process's communicators. */
   tcpEmptyReads: number;
+  /** Reads over the backend's own TCP connections that moved bytes from a socket, summed over this process's communicators. */
+  tcpDataReads: number;
+  /** Bytes a read over the own TCP connections took beyond the message it was reading, kept for the next read from that peer. */
+  tcpUnreadBytes: number;
 }
 
 export interface GlooShmStats {
