@@ -370,7 +370,7 @@ void TcpMesh::fail(int peer, const char* what, int err) {
 // urgent byte that has come and not been read shows as POLLPRI, and only such a connection
 // is read. Every agreement round over TCP asks, so at 4 ranks this is one system call a
 // round where the reads were three; on 4 ranks sharing 2 cores, small calls without the
-// reads took 0.90-0.95 of the time (bench/README.md, "Fewer reads a round").
+// reads took 0.90-0.94 of the time (bench/README.md, "Fewer reads a round").
 void TcpMesh::checkAborted() {
   urgentPoll_.clear();
   for (int p = 0; p < size_; ++p) {
