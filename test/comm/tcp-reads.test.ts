@@ -36,8 +36,8 @@ type Unread = { rank: number; code: string; wrong: number; unread: number };
 
 describe('a read that takes more than its message', { timeout: 60_000 }, () => {
   // Where the ranks disagree on a broadcast's size, rank 1's read of rank 0's message asks
-  // for more than it holds and, rank 1 having been stopped meanwhile, takes the start of
-  // rank 0's next message with it. Both ranks must name the disagreement, and the next
+  // for more than it holds and, rank 1 having been stopped until rank 0's next message was
+  // sent, takes the start of that message with it. Both ranks must name the disagreement, and the next
   // all-reduce, read partly from what was handed back, must be exact.
   it('2 ranks: the bytes it took beyond the message are the next read\'s, every element exact', async () => {
     const results = await runRanks<Unread>('test/fixtures/tcp-unread.ts', 2, { env: { NCCL_NODE_SHM: '0' }, timeoutMs: 45_000 });
