@@ -5,7 +5,8 @@
  * rank and call, averaged over the ranks, with rank 0's µs per awaited call. Each
  * all-reduce size runs next to one 4 bytes longer, whose blocks are uneven (the last rank's
  * two-round block shorter than the others'): there a rank's first read of a peer's message
- * expects its own message's length and can take more than the message. A benchmark, not a
+ * expects its own message's length and can take more than the message. Sizes round down to
+ * whole float32 elements (at least one), as in bench/comm/sweep.ts. A benchmark, not a
  * test; table and JSON.
  *
  *   NCCL_NODE_SHM=0 node --import tsx bench/comm/tcp-reads.ts [--ranks 4] [--calls 300]
@@ -45,10 +46,10 @@ async function worker(): Promise<void> {
   };
   for (const size of process.env.TCP_READS_SIZES!.split(',').map(Number)) {
     for (const bytes of [size, size + 4]) {
-      const a = new Float32Array(Math.max(1, bytes / 4)).fill(1);
+      const a = new Float32Array(Math.max(1, Math.floor(bytes / 4))).fill(1);
       await time('allreduce', bytes, () => comm.allReduce(a));
     }
-    const b = new Float32Array(Math.max(1, size / 4)).fill(1);
+    const b = new Float32Array(Math.max(1, Math.floor(size / 4))).fill(1);
     await time('broadcast', size, () => comm.broadcast(b, { root: 0 }));
   }
   await comm.destroy();
