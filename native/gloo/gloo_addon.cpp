@@ -40,7 +40,7 @@ Napi::Value CreateGloo(const Napi::CallbackInfo& info) {
 }
 
 // glooShmStats() -> {segments, allReduces, twoLevel, allGathers,
-// reduceScatters, allToAlls, bytes, fallbacks, onCaller, lastSegment}: this
+// reduceScatters, allToAlls, bytes, fallbacks, onCaller, naps, napsWoken, wakes, lastSegment}: this
 // process's use of the shared-memory path, counted since it loaded the addon.
 Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -55,6 +55,10 @@ Napi::Value GlooShmStats(const Napi::CallbackInfo& info) {
   o.Set("bytes", static_cast<double>(s.bytes.load()));
   o.Set("fallbacks", static_cast<double>(s.fallbacks.load()));
   o.Set("onCaller", static_cast<double>(s.onCaller.load()));
+  const auto& w = shm::waitStats();
+  o.Set("naps", static_cast<double>(w.naps.load()));
+  o.Set("napsWoken", static_cast<double>(w.napsWoken.load()));
+  o.Set("wakes", static_cast<double>(w.wakes.load()));
   std::lock_guard<std::mutex> lock(s.mu);
   o.Set("lastSegment", s.lastSegment);
   return o;

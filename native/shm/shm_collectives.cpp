@@ -67,7 +67,7 @@ void allReduce(HostGroup& g, const void* in, void* out, size_t count, DType dtyp
     if (s > 2) w.all(&RankCtl::done, s - 2);
     clearFlag(seg.slot(me, b));
     copyBytes(seg.slot(me, b), src + off * width, n * width);
-    mine.posted.store(s, std::memory_order_release);
+    publish(mine, &RankCtl::posted, s);
     w.all(&RankCtl::posted, s);
     const size_t lo = n * me / L;
     const size_t hi = n * (me + 1) / L;
@@ -76,12 +76,12 @@ void allReduce(HostGroup& g, const void* in, void* out, size_t count, DType dtyp
       fn(res, seg.slot(0, b) + lo * width, seg.slot(1, b) + lo * width, hi - lo);
       for (int j = 2; j < L; ++j) fn(res, res, seg.slot(j, b) + lo * width, hi - lo);
     }
-    mine.reduced.store(s, std::memory_order_release);
+    publish(mine, &RankCtl::reduced, s);
     if (root >= 0 && me != root) {
       // A reduce's other ranks are done with the round once their part is in: the root
       // reads the result before it marks the round done, and nobody writes slot b or
       // result b again before every rank has.
-      mine.done.store(s, std::memory_order_release);
+      publish(mine, &RankCtl::done, s);
       continue;
     }
     if (!twoLevel) {
@@ -89,12 +89,12 @@ void allReduce(HostGroup& g, const void* in, void* out, size_t count, DType dtyp
     } else if (me == 0) {
       w.all(&RankCtl::reduced, s);
       interHost(seg.result(b), n, left());
-      mine.bcast.store(s, std::memory_order_release);
+      publish(mine, &RankCtl::bcast, s);
     } else {
       w.one(0, &RankCtl::bcast, s);
     }
     copyBytes(dst + off * width, seg.result(b), n * width);
-    mine.done.store(s, std::memory_order_release);
+    publish(mine, &RankCtl::done, s);
   }
 }
 
@@ -120,7 +120,7 @@ void post(HostGroup& g, uint64_t s, const void* head, size_t headBytes, const vo
   if (headBytes) std::memcpy(msg, head, headBytes);
   if (bodyBytes) copyBytes(msg + headBytes, body, bodyBytes);
   __atomic_store_n(flagOf(slot), roundFlag(seg, s), __ATOMIC_RELEASE);
-  seg.ctl(g.localRank).posted.store(s, std::memory_order_release);
+  publish(seg.ctl(g.localRank), &RankCtl::posted, s);
 }
 
 bool allReached(const Segment& seg, int me, std::atomic<uint64_t> RankCtl::*field, uint64_t value) {
@@ -201,10 +201,10 @@ void finish(HostGroup& g, uint64_t step, std::chrono::milliseconds timeout, cons
   try {
     use([&](int r) -> const uint8_t* { return seg.slot(r, b) + kRoundFlagBytes; });
   } catch (...) {
-    mine.done.store(step, std::memory_order_release);
+    publish(mine, &RankCtl::done, step);
     throw;
   }
-  mine.done.store(step, std::memory_order_release);
+  publish(mine, &RankCtl::done, step);
 }
 
 void allGather(HostGroup& g, const void* in, void* out, size_t count, size_t width, std::chrono::milliseconds timeout,
@@ -227,14 +227,14 @@ void allGather(HostGroup& g, const void* in, void* out, size_t count, size_t wid
     if (s > 2) w.all(&RankCtl::done, s - 2);
     clearFlag(seg.slot(me, b));
     copyBytes(seg.slot(me, b), src + off * width, n * width);
-    mine.posted.store(s, std::memory_order_release);
+    publish(mine, &RankCtl::posted, s);
     // Copy each peer's part as soon as it is there, not after the slowest.
     for (int k = 0; k < L; ++k) {
       const int j = (me + k) % L;
       if (j != me) w.one(j, &RankCtl::posted, s);
       copyBytes(dst + (static_cast<size_t>(j) * count + off) * width, seg.slot(j, b), n * width);
     }
-    mine.done.store(s, std::memory_order_release);
+    publish(mine, &RankCtl::done, s);
   }
 }
 
@@ -256,10 +256,10 @@ void pieceRounds(HostGroup& g, std::chrono::milliseconds timeout, const std::ato
     if (s > 2) w.all(&RankCtl::done, s - 2);
     clearFlag(seg.slot(g.localRank, b));
     fill(seg.slot(g.localRank, b), k);
-    mine.posted.store(s, std::memory_order_release);
+    publish(mine, &RankCtl::posted, s);
     w.all(&RankCtl::posted, s);
     take(b, k);
-    mine.done.store(s, std::memory_order_release);
+    publish(mine, &RankCtl::done, s);
   }
 }
 }  // namespace

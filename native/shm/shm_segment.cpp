@@ -1,6 +1,8 @@
 #include "shm_segment.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -8,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -19,9 +22,21 @@ namespace shm {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x6e63636c73686d31ull;  // "ncclshm1"
+constexpr uint64_t kMagic = 0x6e63636c73686d32ull;  // "ncclshm2": RankCtl has its sleepers
 
 std::string sysError(const std::string& what, int err) { return what + ": " + std::strerror(err); }
+
+// The futex word of a counter: its low 32 bits, which change with every new step (a
+// wait never spans 2^32 steps). Shared (not FUTEX_PRIVATE): the ranks are processes.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "a counter's futex word is its low half");
+static_assert(offsetof(RankCtl, posted) == 0 && offsetof(RankCtl, reduced) == 8 && offsetof(RankCtl, done) == 16 &&
+                  offsetof(RankCtl, bcast) == 24 && sizeof(RankCtl) == 64,
+              "sleepersOf() indexes the counters by offset; a rank's control stays one line");
+uint32_t* futexWord(std::atomic<uint64_t>& counter) { return reinterpret_cast<uint32_t*>(&counter); }
+
+void futexWake(std::atomic<uint64_t>& counter) {
+  syscall(SYS_futex, futexWord(counter), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
 
 size_t headerBytes(int locals) { return sizeof(Header) + static_cast<size_t>(locals) * sizeof(RankCtl); }
 
@@ -154,9 +169,31 @@ bool Segment::alive(int r) const {
   return fl.l_type != F_UNLCK;
 }
 
+WaitStats& waitStats() {
+  static WaitStats s;
+  return s;
+}
+
+void publish(RankCtl& ctl, std::atomic<uint64_t> RankCtl::*field, uint64_t value) {
+  (ctl.*field).store(value, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleepersOf(ctl, field).load(std::memory_order_relaxed) != 0) {
+    futexWake(ctl.*field);
+    waitStats().wakes.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 void Segment::poison(Code code) {
   int32_t expected = 0;
   hdr_->poison.compare_exchange_strong(expected, static_cast<int32_t>(code) + 1, std::memory_order_acq_rel);
+  // Whoever sleeps on any counter wakes to the mark now, not at its wait's bound.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int r = 0; r < locals(); ++r) {
+    RankCtl& c = ctl_[r];
+    for (auto field : {&RankCtl::posted, &RankCtl::reduced, &RankCtl::done, &RankCtl::bcast}) {
+      if (sleepersOf(c, field).load(std::memory_order_relaxed) != 0) futexWake(c.*field);
+    }
+  }
 }
 
 namespace {
@@ -187,12 +224,12 @@ void Waiter::enter() const {
 // complete (it returned, then aborted), and over TCP the data it had delivered is
 // still received. Only a wait that would need more from the ranks fails on the mark.
 void Waiter::one(int r, std::atomic<uint64_t> RankCtl::*field, uint64_t value) {
-  const std::atomic<uint64_t>& c = seg_.ctl(r).*field;
+  RankCtl& peer = seg_.ctl(r);
+  std::atomic<uint64_t>& c = peer.*field;
   if (c.load(std::memory_order_acquire) >= value) return;
   if (int p = seg_.poisoned()) failPoisoned(p, timeout_);
   using clock = std::chrono::steady_clock;
   auto lastCheck = clock::now();
-  long sleepNs = 2000;
   for (unsigned spins = 0;; ++spins) {
     if (c.load(std::memory_order_acquire) >= value) return;
     if (spins < 128) {
@@ -206,9 +243,25 @@ void Waiter::one(int r, std::atomic<uint64_t> RankCtl::*field, uint64_t value) {
       sched_yield();
       if ((spins & 63) != 0) continue;
     } else {
-      struct timespec ts {0, sleepNs};
-      nanosleep(&ts, nullptr);
-      sleepNs = std::min(sleepNs * 2, 500000L);
+      // Asleep until the peer publishes this counter (or marks the segment), at most
+      // kNap: the checks below (an abort flag nobody marked the segment for, a dead
+      // peer, the deadline) run between naps. The peer wakes it as soon as the value
+      // lands, where sleeps of growing length (up to 500 us) used to notice it up to a
+      // sleep late.
+      constexpr long kNapNs = 1000000;
+      std::atomic<uint32_t>& sleepers = sleepersOf(peer, field);
+      sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const uint64_t seen = c.load(std::memory_order_seq_cst);
+      if (seen < value && !seg_.poisoned()) {
+        const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - clock::now()).count();
+        const long nap = static_cast<long>(std::max<long long>(1000, std::min<long long>(left, kNapNs)));
+        struct timespec ts {0, nap};
+        waitStats().naps.fetch_add(1, std::memory_order_relaxed);
+        if (syscall(SYS_futex, futexWord(c), FUTEX_WAIT, static_cast<uint32_t>(seen), &ts, nullptr, 0) == 0) {
+          waitStats().napsWoken.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+      sleepers.fetch_sub(1, std::memory_order_relaxed);
     }
     // The counter first: it may have arrived during the sleep, just before a mark.
     if (c.load(std::memory_order_acquire) >= value) return;

@@ -28,12 +28,38 @@ inline void cpuRelax() {
 }
 
 // One cache line per rank, so a rank's stores never bounce another rank's line.
+// The counters are written only through publish().
 struct alignas(64) RankCtl {
   std::atomic<uint64_t> posted{0};   // step whose input this rank has staged
   std::atomic<uint64_t> reduced{0};  // step whose slice of the result this rank has written
   std::atomic<uint64_t> done{0};     // step whose result this rank has copied out
   std::atomic<uint64_t> bcast{0};    // leader only: step whose inter-host result is in place
+  // Per counter above, in their order: ranks asleep on it (a futex wait on its low half,
+  // Waiter::one). Written only by a rank about to sleep or just woken, so this rank's read
+  // after each store hits its own line.
+  std::atomic<uint32_t> sleepers[4]{};
 };
+
+// The sleepers of one of a rank's counters.
+inline std::atomic<uint32_t>& sleepersOf(RankCtl& ctl, std::atomic<uint64_t> RankCtl::*field) {
+  const auto at = reinterpret_cast<const char*>(&(ctl.*field)) - reinterpret_cast<const char*>(&ctl);
+  return ctl.sleepers[at / sizeof(std::atomic<uint64_t>)];
+}
+
+// A rank's counter := value, waking any rank asleep on it. The fence orders the store
+// before the read of `sleepers`, as a sleeper's increment is ordered before its last look
+// at the counter: either this rank sees the sleeper and wakes it, or the sleeper sees
+// the value and does not sleep (and a wake that comes before its futex call finds the
+// counter changed, so that call returns at once).
+void publish(RankCtl& ctl, std::atomic<uint64_t> RankCtl::*field, uint64_t value);
+
+// This process's futex naps and wakes (for introspection and tests).
+struct WaitStats {
+  std::atomic<uint64_t> naps{0};       // futex waits entered (Waiter::one)
+  std::atomic<uint64_t> napsWoken{0};  // of which ended by a wake (a peer's publish() or poison())
+  std::atomic<uint64_t> wakes{0};      // publish() calls that found a sleeper and woke it
+};
+WaitStats& waitStats();
 
 struct alignas(64) Header {
   uint64_t magic;
@@ -92,8 +118,8 @@ class Segment {
   uint8_t* data_;
 };
 
-// Waits on the peers' counters of one segment: a short spin, then yields, then
-// sleeps of growing length. Every wait ends at the operation's deadline, on the
+// Waits on the peers' counters of one segment: a short spin, then yields, then a
+// futex wait the peer's publish() ends (bounded, so the checks below still run). Every wait ends at the operation's deadline, on the
 // communicator's abort flag, on a poisoned segment, or when a peer has died.
 class Waiter {
  public:

@@ -393,6 +393,10 @@ export interface GlooShmStats {
   fallbacks: number;
   /** Small calls (all-reduces, barriers) completed on the calling thread, their peers polled for briefly. */
   onCaller: number;
+  /** Waits that slept in a futex on a peer's counter (after a spin and yields), those of them a peer's store woke, and this process's stores that woke a sleeper. */
+  naps: number;
+  napsWoken: number;
+  wakes: number;
   /** Name of the last segment mapped ('' before any). */
   lastSegment: string;
 }
