@@ -46,11 +46,11 @@ inline std::atomic<uint32_t>& sleepersOf(RankCtl& ctl, std::atomic<uint64_t> Ran
   return ctl.sleepers[at / sizeof(std::atomic<uint64_t>)];
 }
 
-// A rank's counter := value, waking any rank asleep on it. The fence orders the store
-// before the read of `sleepers`, as a sleeper's increment is ordered before its last look
-// at the counter: either this rank sees the sleeper and wakes it, or the sleeper sees
-// the value and does not sleep (and a wake that comes before its futex call finds the
-// counter changed, so that call returns at once).
+// A rank's counter := value, waking any rank asleep on it. The store is ordered before
+// the read of `sleepers` (by a fence, or by the sleeper's membarrier: shm_segment.cpp),
+// as a sleeper's increment is before its last look at the counter: either this rank sees
+// the sleeper and wakes it, or the sleeper sees the value and does not sleep (and a wake
+// that comes before its futex call finds the counter changed, so that call returns at once).
 void publish(RankCtl& ctl, std::atomic<uint64_t> RankCtl::*field, uint64_t value);
 
 // This process's futex naps and wakes (for introspection and tests).
