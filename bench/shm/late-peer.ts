@@ -10,7 +10,7 @@
  * checkouts alternate, each in its own pair of processes, --runs times each; per side the
  * median over runs. A benchmark, not a test; table and JSON.
  *
- *   node --import tsx bench/shm/late-peer.ts --against ../base [--delays 100,500,2000,5000]
+ *   node --import tsx bench/shm/late-peer.ts (--against ../base | --against-env NAME=VALUE) [--delays 100,500,2000,5000]
  *        [--bytes 8,1M] [--calls 200] [--runs 3] [--json out.json]
  */
 import { writeFileSync } from 'node:fs';
@@ -70,6 +70,7 @@ if (process.env.LATE_PEER_ROOT) {
   const { values: a } = parseArgs({
     options: {
       against: { type: 'string' },
+      'against-env': { type: 'string' },
       delays: { type: 'string', default: '100,500,2000,5000' },
       bytes: { type: 'string', default: '8,1M' },
       calls: { type: 'string', default: '200' },
@@ -77,9 +78,15 @@ if (process.env.LATE_PEER_ROOT) {
       json: { type: 'string' },
     },
   });
-  if (!a.against) throw new Error('late-peer: give --against <checkout>');
+  const againstEnv = a['against-env'];
+  if (!a.against === !againstEnv) throw new Error('late-peer: give one of --against <checkout> or --against-env NAME=VALUE');
+  const envPair = againstEnv ? /^([A-Z0-9_]+)=(.*)$/.exec(againstEnv) : null;
+  if (againstEnv && !envPair) throw new Error(`late-peer: --against-env takes NAME=VALUE, received ${againstEnv}`);
   const self = fileURLToPath(import.meta.url);
-  const roots = { this: resolve(fileURLToPath(new URL('../..', import.meta.url))), against: resolve(a.against) };
+  const here = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+  const roots = { this: here, against: a.against ? resolve(a.against) : here };
+  const sideEnv = { this: {}, against: envPair ? { [envPair[1]!]: envPair[2]! } : {} };
+  const against = a.against ? roots.against : `this checkout with ${againstEnv}`;
   const sizes = a.bytes!.split(',').map(bytesOf).join(',');
   const runs: Record<'this' | 'against', Cell[][]> = { this: [], against: [] };
   for (let run = 0; run < Number(a.runs); run++) {
@@ -88,7 +95,7 @@ if (process.env.LATE_PEER_ROOT) {
       const cells = await gang<Cell>(2, (rank) => [process.execPath, ['--import', 'tsx', self], {
         ...process.env, NCCL_NODE_SHM: '1', LATE_PEER_ROOT: roots[side], LATE_PEER_BYTES: sizes, LATE_PEER_DELAYS: a.delays,
         LATE_PEER_CALLS: a.calls, RANK: String(rank), LOCAL_RANK: String(rank), WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2',
-        MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'late-peer',
+        MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'late-peer', ...sideEnv[side],
       }]);
       runs[side].push(cells);
       process.stderr.write(`run ${run + 1} ${side}: ${cells.map((c) => `${c.bytes}B/${c.delayUs}us ${c.lateUs}`).join(', ')}\n`);
@@ -104,7 +111,7 @@ if (process.env.LATE_PEER_ROOT) {
       againstRange: `${Math.min(...runs.against.map((r) => r[i]!.lateUs))}-${Math.max(...runs.against.map((r) => r[i]!.lateUs))}`,
     };
   });
-  console.log(`# all-reduce, 2 ranks through shared memory, rank 1 late by delayUs: rank 0's lateness (µs past the delay), this checkout against ${roots.against}, median over ${a.runs} runs`);
+  console.log(`# all-reduce, 2 ranks through shared memory, rank 1 late by delayUs: rank 0's lateness (µs past the delay), this checkout against ${against}, median over ${a.runs} runs`);
   console.table(rows);
-  if (a.json) writeFileSync(a.json, `${JSON.stringify({ bench: 'shm-late-peer', against: roots.against, calls: Number(a.calls), runs, rows }, null, 2)}\n`);
+  if (a.json) writeFileSync(a.json, `${JSON.stringify({ bench: 'shm-late-peer', against, calls: Number(a.calls), runs, rows }, null, 2)}\n`);
 }

@@ -77,10 +77,11 @@ size_t chunkBytes() {
 
 // How long a small call polls for the host's other ranks on the calling thread before
 // handing the wait to the worker: NCCL_NODE_SHM_CALLER_SPIN_US (default 1000, 0: never).
-// A hand-off costs about as much on a busy host: two thread wake-ups, and the worker's
-// wait sleeping in steps of up to 500 us (shm_segment.cpp), so polling that long at most
-// doubles what a late peer costs, while a 50 us bound handed off 0.4-1.3 % of back-to-back
-// calls that then took 31-50 % of the time (bench/README.md, "Shared memory within a host").
+// A hand-off costs two thread wake-ups (the worker's, then the event loop's when the call
+// settles): 70-110 us for a peer late by milliseconds (bench/shm/late-peer.ts; the worker
+// naps until the peer's store wakes it, shm_segment.cpp), while a 50 us bound handed off
+// 0.4-1.3 % of back-to-back calls that then took 31-50 % of the time (bench/README.md,
+// "Shared memory within a host").
 std::chrono::nanoseconds callerSpin(int locals) {
   const char* v = std::getenv("NCCL_NODE_SHM_CALLER_SPIN_US");
   const long long us = v ? std::max(0LL, std::atoll(v)) : 1000;
