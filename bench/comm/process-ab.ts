@@ -26,6 +26,7 @@ import { resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { freePort } from '../../test/helpers/ranks.js';
+import { sidesOf } from '../args.js';
 import { gang } from '../gang.js';
 import { mean, median } from '../stats.js';
 import { timeBackToBack } from '../timing.js';
@@ -81,16 +82,10 @@ if (process.env.PROCESS_AB_ROOT) {
       json: { type: 'string' },
     },
   });
-  const againstEnv = a['against-env'];
-  if (!a.against === !againstEnv) throw new Error('process-ab: give one of --against <checkout> or --against-env NAME=VALUE');
-  const envPair = againstEnv ? /^([A-Z0-9_]+)=(.*)$/.exec(againstEnv) : null;
-  if (againstEnv && !envPair) throw new Error(`process-ab: --against-env takes NAME=VALUE, received ${againstEnv}`);
   if (!['broadcast', 'allreduce', 'allgather', 'gather', 'scatter'].includes(a.mode!)) throw new Error(`process-ab: --mode must be broadcast, allreduce, allgather, gather or scatter, received ${a.mode}`);
   const self = fileURLToPath(import.meta.url);
-  const here = resolve(fileURLToPath(new URL('../..', import.meta.url)));
-  const roots = { this: here, against: a.against ? resolve(a.against) : here };
-  const sideEnv = { this: {}, against: envPair ? { [envPair[1]!]: envPair[2]! } : {} };
-  const against = a.against ? roots.against : `this checkout with ${againstEnv}`;
+  const { roots, env: sideEnv, against } = sidesOf('process-ab', resolve(fileURLToPath(new URL('../..', import.meta.url))),
+    a.against, a['against-env']);
   const ranks = Number(a.ranks);
   const runs: { this: number[]; against: number[] } = { this: [], against: [] };
   const blocks: { this: number[]; against: number[] } = { this: [], against: [] };

@@ -18,6 +18,7 @@ import { resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { freePort } from '../../test/helpers/ranks.js';
+import { sidesOf } from '../args.js';
 import { gang } from '../gang.js';
 import { median } from '../stats.js';
 
@@ -78,15 +79,9 @@ if (process.env.LATE_PEER_ROOT) {
       json: { type: 'string' },
     },
   });
-  const againstEnv = a['against-env'];
-  if (!a.against === !againstEnv) throw new Error('late-peer: give one of --against <checkout> or --against-env NAME=VALUE');
-  const envPair = againstEnv ? /^([A-Z0-9_]+)=(.*)$/.exec(againstEnv) : null;
-  if (againstEnv && !envPair) throw new Error(`late-peer: --against-env takes NAME=VALUE, received ${againstEnv}`);
   const self = fileURLToPath(import.meta.url);
-  const here = resolve(fileURLToPath(new URL('../..', import.meta.url)));
-  const roots = { this: here, against: a.against ? resolve(a.against) : here };
-  const sideEnv = { this: {}, against: envPair ? { [envPair[1]!]: envPair[2]! } : {} };
-  const against = a.against ? roots.against : `this checkout with ${againstEnv}`;
+  const { roots, env: sideEnv, against } = sidesOf('late-peer', resolve(fileURLToPath(new URL('../..', import.meta.url))),
+    a.against, a['against-env']);
   const sizes = a.bytes!.split(',').map(bytesOf).join(',');
   const runs: Record<'this' | 'against', Cell[][]> = { this: [], against: [] };
   for (let run = 0; run < Number(a.runs); run++) {
