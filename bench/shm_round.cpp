@@ -9,11 +9,13 @@
 // Forks ranks - 1 children on one segment; sizes double from min up to max (at most the
 // 32 KiB the calling thread's round carries); rank 0 prints one JSON line per size:
 // {"size":..,"us":..}, the median per call.
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,7 +42,14 @@ double roundUs(shm::HostGroup& g, const std::vector<float>& in, std::vector<floa
   auto t0 = Clock::now();
   for (int i = -iters / 10; i < iters; ++i) {
     uint64_t step = 0;
-    while ((step = shm::tryPost(g, head, kHead, in.data(), bytes)) == 0) shm::cpuRelax();
+    const auto giveUp = Clock::now() + std::chrono::seconds(30);
+    while ((step = shm::tryPost(g, head, kHead, in.data(), bytes)) == 0) {
+      shm::cpuRelax();
+      if (Clock::now() > giveUp) {
+        std::fprintf(stderr, "shm_round: rank %d: the round's slot never came free (a rank gone?)\n", g.localRank);
+        std::exit(1);
+      }
+    }
     shm::arrivedWithin(g, step, std::chrono::milliseconds(1), nullptr);
     shm::finish(g, step, std::chrono::seconds(30), nullptr, [&](const shm::Reader& from) {
       std::memcpy(out.data(), from(0) + kHead, bytes);
@@ -75,6 +84,9 @@ int main(int argc, char** argv) {
     const pid_t pid = fork();
     if (pid == 0) {
       me = r;
+      // A rank whose parent is gone would wait for it forever: it goes too.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() == 1) return 1;
       break;
     }
     children.push_back(pid);

@@ -61,13 +61,13 @@ if (process.env.MODES_ROLE === 'rank') {
   const buf = new Float32Array(Math.max(1, BYTES / 4)).fill(1);
   const prepared = comm.prepareAllReduce(buf);
   const probe = (): number => {
-    const out = execFileSync(join(ROOT, 'build/shm_round'), ['2', String(CALLS * 2), String(BYTES), String(BYTES)], { encoding: 'utf8' });
+    const out = execFileSync(join(ROOT, 'build/shm_round'), ['2', String(CALLS * 2), String(BYTES), String(BYTES)], { encoding: 'utf8', timeout: 120_000 });
     return (JSON.parse(out.trim().split('\n')[0]!) as { us: number }).us;
   };
   const mpi = (): number => {
     const out = execFileSync('mpirun', ['--oversubscribe', '-np', '2', '--mca', 'pml', 'ob1', '--mca', 'btl', 'self,vader',
       join(ROOT, 'build/mpi_collectives'), String(CALLS), String(BYTES), String(BYTES)],
-    { encoding: 'utf8', env: { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1' } });
+    { encoding: 'utf8', timeout: 120_000, env: { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1' } });
     const row = out.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { coll: string; us: number }).find((r) => r.coll === 'allreduce');
     return row!.us;
   };

@@ -49,10 +49,16 @@ void futexWake(std::atomic<uint64_t>& counter) {
 // nap (a nap lasts up to a millisecond). A process the kernel refuses keeps the fence.
 std::atomic<bool> gLightPublish{false};
 
-bool registerLightPublish() {
-  static const bool ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+// Once per process: a registration belongs to the process's memory, and a child forked
+// after it (bench/shm_round.cpp forks its ranks) starts with this flag set but may not be
+// registered itself, so the pid that registered is remembered with it.
+void registerLightPublish() {
+  static std::atomic<pid_t> registered{0};
+  const pid_t me = getpid();
+  if (registered.load(std::memory_order_relaxed) == me) return;
+  const bool ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
   gLightPublish.store(ok, std::memory_order_relaxed);
-  return ok;
+  registered.store(me, std::memory_order_relaxed);
 }
 
 // What a rank about to sleep runs after counting itself among the sleepers: false
