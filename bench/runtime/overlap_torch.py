@@ -170,8 +170,8 @@ every = [None] * world
 dist.all_gather_object(every, mine)
 if rank == 0:
     print(json.dumps(every), flush=True)
-# Both ranks leave together: a rank tearing its Gloo pairs down while the other still
-# used them aborted that one ("terminate called without an active exception") in 2 of
-# 5 runs, failing the whole benchmark after its results were in.
+# Both ranks leave together: a torch rank aborted ("terminate called without an active
+# exception") in 2 of 5 runs, failing the whole benchmark; likely (not confirmed) one
+# rank tearing its Gloo pairs down while the other still used them.
 dist.barrier()
 dist.destroy_process_group()
