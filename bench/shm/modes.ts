@@ -24,6 +24,7 @@ import { parseArgs } from 'node:util';
 import { freePort } from '../../test/helpers/ranks.js';
 import { gang } from '../gang.js';
 import { median } from '../stats.js';
+import { timeBackToBack, timeBackToBackSync } from '../timing.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const { values: a } = parseArgs({
@@ -40,20 +41,6 @@ const CALLS = Number(a.calls);
 const BYTES = Number(a.bytes);
 
 interface Block { probe: number[]; mpiUs: number; awaitUs: number; syncUs: number; runUs: number }
-
-/** The per-call median of n calls, each timed from the end of the one before. */
-async function perCall(n: number, call: () => unknown): Promise<number> {
-  const times = new Float64Array(n);
-  let t0 = performance.now();
-  for (let i = 0; i < n; i++) {
-    const r = call();
-    if (r instanceof Promise) await r;
-    const t1 = performance.now();
-    times[i] = (t1 - t0) * 1000;
-    t0 = t1;
-  }
-  return times.sort()[n >> 1]!;
-}
 
 if (process.env.MODES_ROLE === 'rank') {
   const { init } = await import('../../src/index.js');
@@ -85,9 +72,10 @@ if (process.env.MODES_ROLE === 'rank') {
       p[1] = probe();
     }
     await comm.barrier();
-    const awaitUs = await perCall(CALLS, () => comm.allReduce(buf));
-    const syncUs = await perCall(CALLS, () => comm.allReduceSync(buf));
-    const runUs = await perCall(CALLS, () => prepared.run());
+    // Each call timed from the end of the one before; the median of the block.
+    const awaitUs = median(await timeBackToBack(CALLS, () => comm.allReduce(buf)));
+    const syncUs = median(timeBackToBackSync(CALLS, () => comm.allReduceSync(buf)));
+    const runUs = median(timeBackToBackSync(CALLS, () => prepared.run()));
     await comm.barrier();
     if (comm.rank === 0) {
       p[2] = probe();
