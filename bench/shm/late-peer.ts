@@ -18,9 +18,9 @@ import { resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { freePort } from '../../test/helpers/ranks.js';
-import { sidesOf } from '../args.js';
+import { bytesOf, sidesOf } from '../args.js';
 import { gang } from '../gang.js';
-import { median } from '../stats.js';
+import { median, quantile } from '../stats.js';
 
 interface Comm {
   rank: number;
@@ -31,8 +31,6 @@ interface Comm {
 
 interface Cell { bytes: number; delayUs: number; lateUs: number; p90Us: number }
 
-const bytesOf = (s: string): number => Number.parseFloat(s) * ({ K: 1024, M: 1024 ** 2 }[s.slice(-1)] ?? 1);
-const quantile = (xs: number[], q: number): number => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))]!;
 
 if (process.env.LATE_PEER_ROOT) {
   // A rank of one pair: the checkout at LATE_PEER_ROOT.
