@@ -3,9 +3,9 @@
  * this checkout against another. Two ranks; before each all-reduce, rank 1 computes (a
  * busy loop) for --delays microseconds, then calls; rank 0 calls at once and waits. Its
  * lateness: from rank 1's call to rank 0's return, on the host's monotonic clock (rank 1's
- * reading travels in the all-reduce itself, float64). A waiting rank first polls on the calling thread (bounded, adapting), then
- * hands the wait to the communicator's thread, which spins, yields and then sleeps: what
- * the sleep costs shows here, as in a training step whose all-reduce waits for a slower
+ * reading travels in the all-reduce itself, float64). A waiting rank first polls on the
+ * calling thread (bounded, adapting), then hands the wait to the communicator's thread,
+ * which spins, yields and then sleeps: what the sleep costs shows here, as in a training step whose all-reduce waits for a slower
  * rank's backward. Per cell, rank 0's median (and 90th percentile) lateness per call; the
  * checkouts alternate, each in its own pair of processes, --runs times each; per side the
  * median over runs. A benchmark, not a test; table and JSON.
@@ -30,7 +30,6 @@ interface Comm {
 }
 
 interface Cell { bytes: number; delayUs: number; lateUs: number; p90Us: number }
-
 
 if (process.env.LATE_PEER_ROOT) {
   // A rank of one pair: the checkout at LATE_PEER_ROOT.
@@ -104,7 +103,7 @@ if (process.env.LATE_PEER_ROOT) {
       againstRange: `${Math.min(...runs.against.map((r) => r[i]!.lateUs))}-${Math.max(...runs.against.map((r) => r[i]!.lateUs))}`,
     };
   });
-  console.log(`# all-reduce, 2 ranks through shared memory, rank 1 late by delayUs: rank 0's lateness (µs past the delay), this checkout against ${against}, median over ${a.runs} runs`);
+  console.log(`# all-reduce, 2 ranks through shared memory, rank 1 late by delayUs: rank 0's lateness (µs from rank 1's call to rank 0's return), this checkout against ${against}, median over ${a.runs} runs`);
   console.table(rows);
   if (a.json) writeFileSync(a.json, `${JSON.stringify({ bench: 'shm-late-peer', against, calls: Number(a.calls), runs, rows }, null, 2)}\n`);
 }
