@@ -5,10 +5,10 @@
  * lateness: from rank 1's call to rank 0's return, on the host's monotonic clock (rank 1's
  * reading travels in the all-reduce itself, float64). A waiting rank first polls on the
  * calling thread (bounded, adapting), then hands the wait to the communicator's thread,
- * which spins, yields and then sleeps: what the sleep costs shows here, as in a training step whose all-reduce waits for a slower
- * rank's backward. Per cell, rank 0's median (and 90th percentile) lateness per call; the
- * checkouts alternate, each in its own pair of processes, --runs times each; per side the
- * median over runs. A benchmark, not a test; table and JSON.
+ * which spins, yields and then sleeps: what the sleep costs shows here, as in a training
+ * step whose all-reduce waits for a slower rank's backward. Per cell, rank 0's median
+ * (and 90th percentile) lateness per call; the checkouts alternate, each in its own pair
+ * of processes, --runs times each; per side the median over runs. A benchmark, not a test; table and JSON.
  *
  *   node --import tsx bench/shm/late-peer.ts (--against ../base | --against-env NAME=VALUE) [--delays 100,500,2000,5000]
  *        [--bytes 8,1M] [--calls 200] [--runs 3] [--json out.json]
