@@ -28,3 +28,8 @@ export function mean(xs: ArrayLike<number>): number {
   for (let i = 0; i < xs.length; i++) sum += xs[i]!;
   return sum / xs.length;
 }
+
+/** A time for tables and JSON, to three significant digits: sub-µs calls keep theirs, long ones lose only noise. */
+export function sig3(x: number): number {
+  return Number(x.toPrecision(3));
+}

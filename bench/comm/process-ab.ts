@@ -28,7 +28,7 @@ import { parseArgs } from 'node:util';
 import { freePort } from '../../test/helpers/ranks.js';
 import { sidesOf } from '../args.js';
 import { gang } from '../gang.js';
-import { mean, median } from '../stats.js';
+import { mean, median, sig3 as us } from '../stats.js';
 import { timeBackToBack } from '../timing.js';
 
 interface Comm {
@@ -98,16 +98,16 @@ if (process.env.PROCESS_AB_ROOT) {
         LOCAL_WORLD_SIZE: String(ranks), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), NCCL_NODE_TOKEN: 'process-ab',
         ...sideEnv[side],
       }]);
-      runs[side].push(Number(line!.us.toFixed(1)));
-      blocks[side].push(...line!.blocks.map((x) => Number(x.toFixed(1))));
-      process.stderr.write(`run ${run + 1} ${side}: ${line!.us.toFixed(1)} µs (blocks ${line!.blocks.map((x) => x.toFixed(0)).join(' ')})\n`);
+      runs[side].push(us(line!.us));
+      blocks[side].push(...line!.blocks.map(us));
+      process.stderr.write(`run ${run + 1} ${side}: ${us(line!.us)} µs (blocks ${line!.blocks.map(us).join(' ')})\n`);
     }
   }
   const row = {
-    ranks, mode: a.mode, bytes: Number(a.bytes), thisUs: Number(median(runs.this).toFixed(1)), againstUs: Number(median(runs.against).toFixed(1)),
+    ranks, mode: a.mode, bytes: Number(a.bytes), thisUs: us(median(runs.this)), againstUs: us(median(runs.against)),
     ratio: Number((median(runs.this) / median(runs.against)).toFixed(3)),
     thisRange: `${Math.min(...runs.this)}-${Math.max(...runs.this)}`, againstRange: `${Math.min(...runs.against)}-${Math.max(...runs.against)}`,
-    thisBlockMean: Number(mean(blocks.this).toFixed(1)), againstBlockMean: Number(mean(blocks.against).toFixed(1)),
+    thisBlockMean: us(mean(blocks.this)), againstBlockMean: us(mean(blocks.against)),
     blockMeanRatio: Number((mean(blocks.this) / mean(blocks.against)).toFixed(3)),
   };
   console.log(`# ${a.mode} of ${a.bytes} bytes, ${ranks} ranks: this checkout against ${against}, rank 0's µs per awaited call, median over ${a.runs} runs of separate processes`);

@@ -1,5 +1,6 @@
 #include "agreement.h"
 
+#include <cstring>
 #include <sstream>
 
 namespace ncclnode {
@@ -73,6 +74,12 @@ void checkAgreement(const Op& op, const Fingerprint* all, int size, int myRank, 
                     const std::function<std::string(int)>& reasonOf) {
   const size_t n = static_cast<size_t>(size);
   if (op.rejected) throw Error(op.rejectCode, op.rejectReason);
+  const Fingerprint mine = fingerprintOf(op);
+  // The usual case, checked first: every rank's fingerprint is this rank's, byte for byte
+  // (so none is a refusal: this rank's is not).
+  size_t same = 0;
+  for (size_t r = 0; r < n; ++r) same += std::memcmp(&all[r], &mine, sizeof mine) == 0;
+  if (same == n) return;
   // The lowest rejecting rank, so that every rank names the same one.
   for (size_t r = 0; r < n; ++r) {
     if (all[r].rejected == 0) continue;
@@ -82,7 +89,6 @@ void checkAgreement(const Op& op, const Fingerprint* all, int size, int myRank, 
       << " before it reached the wire, so this one fails with it: " << reasonOf(static_cast<int>(r));
     throw Error(codeFromNumber(code), s.str());
   }
-  const Fingerprint mine = fingerprintOf(op);
   for (size_t r = 0; r < n; ++r) {
     const Fingerprint& f = all[r];
     const bool layout = f.seq == mine.seq && bytesOf(f) == bytesOf(mine) && f.kind == mine.kind && f.root == mine.root &&

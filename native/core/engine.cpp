@@ -7,6 +7,7 @@
 #include "buffers.h"
 #include "held_beats.h"
 #include "js_errors.h"
+#include "monotonic.h"
 
 namespace ncclnode {
 
@@ -92,7 +93,13 @@ void Engine::runSync(std::unique_ptr<Pending> p) {
   }
 }
 
-bool Engine::runBlocking(Pending& p) {
+// Writes the entry time where the caller asked for it, once.
+static void stampEntry(double*& entry) {
+  if (entry) *entry = monotonicMs();
+  entry = nullptr;
+}
+
+bool Engine::runBlocking(Pending& p, double* entry) {
   Op& op = *p.op;
   op.owner = &p;
   // Nothing unsettled (inFlight_, this thread's own count) means nothing queued and the
@@ -106,6 +113,7 @@ bool Engine::runBlocking(Pending& p) {
     // they do beside the worker's next collective: one may wait for a peer's send that
     // comes only after that peer's part of this call.
     // While this thread waits, the rank's heartbeat comes from held_beats.h.
+    stampEntry(entry);  // before waiting for them
     std::unique_lock<std::mutex> lock(mu_);
     syncWaiting_ = true;
     if (!queue_.empty() || busy_) {
@@ -116,7 +124,9 @@ bool Engine::runBlocking(Pending& p) {
   }
   // The prepost and the bounded poll first (a shared-memory round's fast path), then
   // the backend's own wait, on this thread, for as long as the op's timeout allows.
-  const bool done = !aborted_ && !destroyed_ && !backend_->broken() && backend_->prepost(op) && finishHere(op);
+  const bool posted = !aborted_ && !destroyed_ && !backend_->broken() && backend_->prepost(op);
+  stampEntry(entry);
+  const bool done = posted && finishHere(op);
   if (!done) {
     heldbeats::Hold held;
     if (execute(p)) return false;
@@ -132,13 +142,16 @@ std::string Engine::failureOf(const Op& op) const {
   return s.str();
 }
 
-bool Engine::startKept(Napi::Env env, Pending& kept, const std::function<void(Pending&)>& pin, Napi::Value* result) {
+bool Engine::startKept(Napi::Env env, Pending& kept, const std::function<void(Pending&)>& pin, Napi::Value* result,
+                       double* entry) {
   Op& op = *kept.op;
   if (onCaller_ && inFlight_ == 0 && backend_ && !aborted_ && !destroyed_ && !backend_->broken()) {
     // Nothing unsettled: nothing queued, the worker idle (as in runBlocking).
     op.owner = &kept;
     bool done = false;
-    if (backend_->prepost(op)) {
+    const bool posted = backend_->prepost(op);
+    stampEntry(entry);
+    if (posted) {
       done = finishHere(op);
     } else if (runsOnCaller(op)) {
       if (execute(kept)) return false;
@@ -157,6 +170,7 @@ bool Engine::startKept(Napi::Env env, Pending& kept, const std::function<void(Pe
   }
   // Preposted and not finished here (a late peer), or behind calls still unsettled:
   // the worker finishes a copy, from where the prepost left it.
+  stampEntry(entry);
   auto copy = std::make_unique<Pending>();
   copy->op = op.copyOfCall();
   copy->awaited = true;

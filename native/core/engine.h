@@ -66,8 +66,12 @@ class Engine {
   void runSync(std::unique_ptr<Pending> p);
   // runSync's call on a Pending its caller keeps (a prepared call, run again and
   // again): true when it completed; false when the backend kept it in flight after
-  // all, which then owns p (the caller must release it).
-  bool runBlocking(Pending& p);
+  // all, which then owns p (the caller must release it). `entry`, when given, gets the
+  // call's entry time (monotonicMs()), read once this rank's message is out where the
+  // backend posts it first: the read then overlaps the peers' messages in flight
+  // instead of delaying this rank's own (on a VM's kvm-clock a read is about 30 ns,
+  // a tenth of a small round within a host).
+  bool runBlocking(Pending& p, double* entry = nullptr);
   // A prepared call made without blocking (PreparedCall::start): `kept`, already in the
   // sequence, completes on this thread as submitCall() completes a call there (nothing
   // of this communicator unsettled, the prepost and the bounded finishHere, or a group
@@ -75,8 +79,10 @@ class Engine {
   // taking the copy's references), and `kept` stays as it was for the next run.
   // *result is then what submitCall() returns: undefined (completed), a rejected
   // promise (failed here) or the copy's promise. False when the backend kept `kept` in
-  // flight after all, which then owns it (never for a blocking() backend).
-  bool startKept(Napi::Env env, Pending& kept, const std::function<void(Pending&)>& pin, Napi::Value* result);
+  // flight after all, which then owns it (never for a blocking() backend). `entry` as
+  // for runBlocking().
+  bool startKept(Napi::Env env, Pending& kept, const std::function<void(Pending&)>& pin, Napi::Value* result,
+                 double* entry = nullptr);
   bool blocking() const { return backend_ && backend_->blocking(); }
   // Queues the stand-in of a call this rank rejected (Op::rejected); nothing to await.
   void submitRejected(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>* pin = nullptr);

@@ -51,6 +51,14 @@ class PreparedCall {
   // The checks of run() and start(), a refusal telling the other ranks; then the op,
   // reset from its last run and given its place in the sequence.
   void ready(Napi::Env env);
+  void readyOrStamp(Napi::Env env, double* stamps) {
+    try {
+      ready(env);
+    } catch (...) {
+      stamps[0] = monotonicMs();
+      throw;
+    }
+  }
 
   CommWrap* comm_;
   Napi::ObjectReference commRef_;  // keeps the communicator (and its engine) alive
@@ -89,13 +97,14 @@ void PreparedCall::ready(Napi::Env env) {
   comm_->sequence(op);
 }
 
+// The entry stamp is the engine's to write, once this rank's message is out (runBlocking);
+// a refusal before that writes it here.
 Napi::Value PreparedCall::run(Napi::Env env) {
   return guard(env, [&]() -> Napi::Value {
     double* stamps = static_cast<double*>(stamps_.data);
-    stamps[0] = monotonicMs();
     ExitStamp exit{stamps + 1};
-    ready(env);
-    if (!comm_->engine_->runBlocking(*p_)) {
+    readyOrStamp(env, stamps);
+    if (!comm_->engine_->runBlocking(*p_, stamps)) {
       // Never for a blocking() backend; the backend would own p_ now.
       p_.release();
       throw Error(Code::Backend, "the backend kept a blocking call in flight");
@@ -106,19 +115,18 @@ Napi::Value PreparedCall::run(Napi::Env env) {
 
 // start(): the same call, not blocking (MPI_Start on a persistent collective): undefined
 // when it completed before returning, else a promise of its outcome (Engine::startKept).
-// The exit stamp is written only for a call that completed.
+// The exit stamp is written only for a call that completed; the entry stamp as run()'s.
 Napi::Value PreparedCall::start(Napi::Env env) {
   return guard(env, [&]() -> Napi::Value {
     double* stamps = static_cast<double*>(stamps_.data);
-    stamps[0] = monotonicMs();
-    ready(env);
+    readyOrStamp(env, stamps);
     const std::function<void(Pending&)> pin = [this](Pending& copy) {
       copy.owner = Napi::Persistent(commRef_.Value());
       if (!sendArray.IsEmpty()) copy.sendRef = Napi::Persistent(sendArray.Value());
       if (!recvArray.IsEmpty()) copy.recvRef = Napi::Persistent(recvArray.Value());
     };
     Napi::Value result;
-    if (!comm_->engine_->startKept(env, *p_, pin, &result)) {
+    if (!comm_->engine_->startKept(env, *p_, pin, &result, stamps)) {
       p_.release();
       throw Error(Code::Backend, "the backend kept a prepared call in flight");
     }
