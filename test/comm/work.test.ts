@@ -26,6 +26,21 @@ describe('Work', () => {
     expect(order).toEqual(['one', 'work', 'two']);
   });
 
+  it('the completed calls\' Work is a promise of Promise.prototype itself, still a Work', async () => {
+    // What V8's await checks to skip the lookup of `constructor`: the prototype, and no own
+    // `then` or `constructor` (either would send every promise the slow way).
+    const done = Work.completed();
+    expect(Object.getPrototypeOf(done)).toBe(Promise.prototype);
+    expect(Object.getOwnPropertyNames(done).filter((k) => k === 'then' || k === 'constructor')).toEqual([]);
+    expect(done).toBeInstanceOf(Work);
+    expect(new Work<number>(undefined, 'broadcast', owner)).toBeInstanceOf(Work);
+    expect(Promise.resolve()).not.toBeInstanceOf(Work);
+    expect(Object.create(null) instanceof Work).toBe(false);
+    expect([done.isCompleted(), done.isFailed()]).toEqual([true, false]);
+    expect(done.wait()).toBe(done);
+    await expect(done.wait(1)).resolves.toBeUndefined();
+  });
+
   it('Promise\'s statics on Work give plain promises that work', async () => {
     const all = Work.all([Work.completed(), Work.resolve(5)]);
     expect(all).not.toBeInstanceOf(Work);
