@@ -164,21 +164,20 @@ class GlooBackend : public Backend {
     bool rejected = false;
     const void* body() const { return rejected ? why.c_str() : data; }
   };
-  ShmMessage shmMessage(const Op& op) const;
+  ShmMessage shmMessage(const Op& op, bool carries) const;
   bool shmCarries(const Op& op) const;
   size_t shmPostedBytes(const Op& op) const;
   size_t shmRoundCap() const;
-  bool shmRoundCompletes(const Op& op) const;
   // mineInMemory: this rank's parts are read from op's own memory rather than from its
   // slot (the calling thread, with no JavaScript run since the post: the memory still
   // holds what was posted).
-  void shmRead(const Op& op, const shm::Reader& from, bool mineInMemory);
+  void shmRead(const Op& op, const shm::Reader& from, bool mineInMemory, bool carries);
   void shmAllToAll(const Op& op, const std::vector<size_t>& sendAt, const std::vector<size_t>& sendLen,
                    const std::vector<size_t>& recvAt, const std::vector<size_t>& recvLen, size_t longest);
   void shmReadReduced(const Op& op, const shm::Reader& from, bool mineInMemory);
   void shmReadBlocks(const Op& op, const shm::Reader& from, bool mineInMemory, size_t block, size_t at);
   void shmReadRooted(const Op& op, const shm::Reader& from, bool mineInMemory);  // gloo_rooted.cpp
-  void shmFinish(const Op& op, uint64_t step, bool mineInMemory = false);
+  bool shmFinish(const Op& op, uint64_t step, bool mineInMemory = false);
   bool shmPrepost(Op& op);
 
   GlooConfig cfg_;
@@ -204,6 +203,9 @@ class GlooBackend : public Backend {
   std::unique_ptr<shm::HostGroup> shm_;       // null: every collective goes over TCP
   std::unique_ptr<net::TcpMesh> leaders_;     // one rank per host, when the group spans hosts
   uint64_t shmPosted_ = 0;  // the segment round prepost() started for the next op, 0: none
+  // The most a rank's message in the segment's round carries (shmCarries): fixed once
+  // the segment is set up, and read on every call.
+  size_t shmCarryLimit_ = 0;
   // How long finishOnCaller() waits for its peers on the calling thread before leaving a
   // call to the worker (JS thread only): through the segment NCCL_NODE_SHM_CALLER_SPIN_US,
   // over TCP NCCL_NODE_TCP_CALLER_WAIT_US; 0: never. The bound adapts: restored when the

@@ -232,6 +232,7 @@ void GlooBackend::setupShm(std::chrono::milliseconds timeout) {
   callerYield_ = callerYields(group->locals);
   std::lock_guard<std::mutex> lock(ctxMu_);  // abort() may run on another thread
   shm_ = std::move(group);
+  shmCarryLimit_ = std::min(shmRoundCap(), shmRoundBytes(shm_->locals));
 }
 
 // A forced Gloo algorithm keeps its TCP path so that it can be measured; small
@@ -268,14 +269,15 @@ void GlooBackend::shmFailed() {
 
 // The agreement round through the segment on a single host, carrying small
 // all-reduces as the TCP mesh round does (gloo_agreement.cpp), reduced in rank order.
-GlooBackend::ShmMessage GlooBackend::shmMessage(const Op& op) const {
+// `carries`: shmCarries(op), which the caller has already asked.
+GlooBackend::ShmMessage GlooBackend::shmMessage(const Op& op, bool carries) const {
   ShmMessage m;
   m.head = fingerprintOf(op);
   if (op.rejected) {
     m.rejected = true;
     m.why = op.rejectReason.substr(0, shmRoundCap() - 1);
     m.bodyBytes = m.why.size() + 1;
-  } else if (shmCarries(op)) {
+  } else if (carries) {
     // A broadcast's or a scatter's data is the root's alone; a scatter's root posts every block.
     const bool rootOnly = op.kind == OpKind::Broadcast || op.kind == OpKind::Scatter;
     if (!rootOnly || cfg_.rank == op.root) {
@@ -301,7 +303,7 @@ size_t GlooBackend::shmPostedBytes(const Op& op) const {
 // input, a reduce's and a gather's ranks their inputs, for the root to combine.
 bool GlooBackend::shmCarries(const Op& op) const {
   if (op.rejected || op.count == 0) return false;
-  if (shmPostedBytes(op) > std::min(shmRoundCap(), shmRoundBytes(shm_->locals))) return false;
+  if (shmPostedBytes(op) > shmCarryLimit_) return false;
   switch (op.kind) {
     case OpKind::AllReduce:
       return forcedAllReduce_ == AllReduceAlgo::Auto;
@@ -328,10 +330,9 @@ static_assert(shm::kRoundFlagBytes + sizeof(Fingerprint) + 32 <= 64, "flag, fing
 // What a slot holds beside the fingerprint.
 size_t GlooBackend::shmRoundCap() const { return shm_->chunkBytes - shm::kRoundFlagBytes - sizeof(Fingerprint); }
 
-bool GlooBackend::shmRoundCompletes(const Op& op) const { return op.kind == OpKind::Barrier || shmCarries(op); }
-
-// Every rank's message is in: the verdict, then a small all-reduce's result.
-void GlooBackend::shmRead(const Op& op, const shm::Reader& from, bool mineInMemory) {
+// Every rank's message is in: the verdict, then a small all-reduce's result (`carries`:
+// shmCarries(op)).
+void GlooBackend::shmRead(const Op& op, const shm::Reader& from, bool mineInMemory, bool carries) {
   const size_t cap = shmRoundCap();
   // On the stack for the usual few ranks of a host: this runs once per call.
   Fingerprint few[8];
@@ -355,7 +356,7 @@ void GlooBackend::shmRead(const Op& op, const shm::Reader& from, bool mineInMemo
     const char* text = reinterpret_cast<const char*>(from(r)) + sizeof(Fingerprint);
     return std::string(text, strnlen(text, cap));
   });
-  if (!shmCarries(op)) return;
+  if (!carries) return;
   switch (op.kind) {
     case OpKind::AllToAll: {
       const size_t block = op.count / static_cast<size_t>(cfg_.size) * elementSize(op.dtype);
@@ -422,29 +423,32 @@ void GlooBackend::shmReadBlocks(const Op& op, const shm::Reader& from, bool mine
 // Completes the round op's message went out in (step), or, with step 0, posts it and
 // completes it. A verdict (a mismatched or refused call) leaves the group usable; a
 // lost or silent peer does not.
-void GlooBackend::shmFinish(const Op& op, uint64_t step, bool mineInMemory) {
+// True when the round completed the call: a barrier, or a call whose data rides in it.
+bool GlooBackend::shmFinish(const Op& op, uint64_t step, bool mineInMemory) {
   // One pointer captured: std::function keeps it without allocating (this runs per call).
   struct Round {
     GlooBackend* self;
     const Op& op;
     bool verdict;
     bool mineInMemory;
-  } round{this, op, false, mineInMemory};
+    bool carries;
+  } round{this, op, false, mineInMemory, shmCarries(op)};
   auto use = [r = &round](const shm::Reader& from) {
     r->verdict = true;  // every message arrived: what follows is the same on every rank
-    r->self->shmRead(r->op, from, r->mineInMemory);
+    r->self->shmRead(r->op, from, r->mineInMemory, r->carries);
   };
   try {
     if (step != 0) {
       shm::finish(*shm_, step, op.timeout, &aborted_, use);
     } else {
-      const ShmMessage m = shmMessage(op);
+      const ShmMessage m = shmMessage(op, round.carries);
       shm::exchange(*shm_, &m.head, sizeof m.head, m.body(), m.bodyBytes, op.timeout, &aborted_, use);
     }
   } catch (...) {
     if (!round.verdict) shmFailed();
     throw;
   }
+  return op.kind == OpKind::Barrier || round.carries;
 }
 
 bool GlooBackend::shmAgree(const Op& op) {
@@ -453,8 +457,7 @@ bool GlooBackend::shmAgree(const Op& op) {
     step = shmPosted_;
     shmPosted_ = 0;
   }
-  shmFinish(op, step);
-  return shmRoundCompletes(op);
+  return shmFinish(op, step);
 }
 
 // From prepost() on the calling thread: a call the round completes goes into the
@@ -466,10 +469,10 @@ bool GlooBackend::shmAgree(const Op& op) {
 // of 2 cores; bench/README.md).
 bool GlooBackend::shmPrepost(Op& op) {
   constexpr size_t kCallerBytes = 32 * 1024;
-  if (op.rejected || shmPosted_ != 0 || op.count * elementSize(op.dtype) > kCallerBytes || !shmRoundCompletes(op)) {
-    return false;
-  }
-  const ShmMessage m = shmMessage(op);
+  if (op.rejected || shmPosted_ != 0 || op.count * elementSize(op.dtype) > kCallerBytes) return false;
+  const bool carries = shmCarries(op);
+  if (!carries && op.kind != OpKind::Barrier) return false;  // the round does not complete it
+  const ShmMessage m = shmMessage(op, carries);
   shmPosted_ = shm::tryPost(*shm_, &m.head, sizeof m.head, m.body(), m.bodyBytes);
   if (shmPosted_ == 0) return false;
   op.preposted = true;
