@@ -216,12 +216,12 @@ Napi::Promise CommWrap::Connect(Napi::Env env, int64_t timeoutMs) {
 // (Engine::submitCall).
 Napi::Value CommWrap::Submit(const CallArgs& info) {
   Napi::Env env = info.Env();
-  if (stamps_) stamps_[0] = monotonicMs();
+  if (stamps_) stamps_[0] = engine_->callClock().nowMs();
   return guard(env, [&]() -> Napi::Value {
     const auto kind = static_cast<OpKind>(intArg(info, 0, "kind", 0, kNumOpKinds - 1));
     try {
       Napi::Value result = submit(info, kind);
-      if (stamps_ && result.IsUndefined()) stamps_[1] = monotonicMs();
+      if (stamps_ && result.IsUndefined()) stamps_[1] = engine_->callClock().nowMs();
       return result;
     } catch (const Error& e) {
       throw Error(e.code(), refusal(kind, e));
@@ -232,7 +232,7 @@ Napi::Value CommWrap::Submit(const CallArgs& info) {
 // stampInto(stamps): a Float64Array of 2, held from now on, where each submit() and
 // submitSync() writes its entry time ([0]) and, for a call that completed before it
 // returned (submit: when it returns undefined; submitSync: always, failed or not), its
-// exit time ([1]), in monotonicMs().
+// exit time ([1]), in monotonicMs() (as the engine's CallClock reads it).
 Napi::Value CommWrap::StampInto(const Napi::CallbackInfo& callInfo) {
   const CallArgs info(callInfo);
   return guard(info.Env(), [&]() -> Napi::Value {
@@ -298,8 +298,8 @@ void CommWrap::queueRejected(Napi::Env env, OpKind kind, Code code, const std::s
 // same call.
 Napi::Value CommWrap::SubmitSync(const CallArgs& info) {
   Napi::Env env = info.Env();
-  if (stamps_) stamps_[0] = monotonicMs();
-  ExitStamp exit{stamps_ ? stamps_ + 1 : nullptr};
+  if (stamps_) stamps_[0] = engine_->callClock().nowMs();
+  ExitStamp exit{stamps_ ? stamps_ + 1 : nullptr, engine_->callClock()};
   return guard(env, [&]() -> Napi::Value {
     const auto kind = static_cast<OpKind>(intArg(info, 0, "kind", 0, kNumOpKinds - 1));
     const auto timeout = std::chrono::milliseconds(intArg(info, 7, "timeoutMs", 1, INT32_MAX));

@@ -7,7 +7,6 @@
 #include "buffers.h"
 #include "held_beats.h"
 #include "js_errors.h"
-#include "monotonic.h"
 
 namespace ncclnode {
 
@@ -94,8 +93,8 @@ void Engine::runSync(std::unique_ptr<Pending> p) {
 }
 
 // Writes the entry time where the caller asked for it, once.
-static void stampEntry(double*& entry) {
-  if (entry) *entry = monotonicMs();
+static void stampEntry(double*& entry, CallClock& clock) {
+  if (entry) *entry = clock.nowMs();
   entry = nullptr;
 }
 
@@ -113,7 +112,7 @@ bool Engine::runBlocking(Pending& p, double* entry) {
     // they do beside the worker's next collective: one may wait for a peer's send that
     // comes only after that peer's part of this call.
     // While this thread waits, the rank's heartbeat comes from held_beats.h.
-    stampEntry(entry);  // before waiting for them
+    stampEntry(entry, callClock_);  // before waiting for them
     std::unique_lock<std::mutex> lock(mu_);
     syncWaiting_ = true;
     if (!queue_.empty() || busy_) {
@@ -125,7 +124,7 @@ bool Engine::runBlocking(Pending& p, double* entry) {
   // The prepost and the bounded poll first (a shared-memory round's fast path), then
   // the backend's own wait, on this thread, for as long as the op's timeout allows.
   const bool posted = !aborted_ && !destroyed_ && !backend_->broken() && backend_->prepost(op);
-  stampEntry(entry);
+  stampEntry(entry, callClock_);
   const bool done = posted && finishHere(op);
   if (!done) {
     heldbeats::Hold held;
@@ -150,7 +149,7 @@ bool Engine::startKept(Napi::Env env, Pending& kept, const std::function<void(Pe
     op.owner = &kept;
     bool done = false;
     const bool posted = backend_->prepost(op);
-    stampEntry(entry);
+    stampEntry(entry, callClock_);
     if (posted) {
       done = finishHere(op);
     } else if (runsOnCaller(op)) {
@@ -170,7 +169,7 @@ bool Engine::startKept(Napi::Env env, Pending& kept, const std::function<void(Pe
   }
   // Preposted and not finished here (a late peer), or behind calls still unsettled:
   // the worker finishes a copy, from where the prepost left it.
-  stampEntry(entry);
+  stampEntry(entry, callClock_);
   auto copy = std::make_unique<Pending>();
   copy->op = op.copyOfCall();
   copy->awaited = true;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "monotonic.h"
 #include "op.h"
 
 namespace ncclnode {
@@ -98,6 +99,8 @@ class Engine {
   // Index of the next send to / recv from a peer; both sides count alike.
   uint64_t nextP2P(bool send, int peer);
   size_t inFlight() const { return inFlight_; }
+  // The clock this communicator's calls are stamped with (JS thread only).
+  CallClock& callClock() { return callClock_; }
 
   // Environment teardown: stop without touching JS. Returns false when the worker
   // could not be stopped and the engine must be leaked rather than deleted.
@@ -148,6 +151,7 @@ class Engine {
   bool released_ = false;  // tsfn released (after destroy or teardown)
   bool leaked_ = false;
   size_t inFlight_ = 0;  // JS thread: submitted but not settled
+  CallClock callClock_;  // JS thread
   uint64_t seq_ = 0;     // JS thread: collective sequence numbers
   std::vector<uint64_t> sends_, recvs_;  // JS thread: per-peer point-to-point counters
   // under mu_: operations running on threads of their own or in flight in the backend

@@ -55,7 +55,7 @@ class PreparedCall {
     try {
       ready(env);
     } catch (...) {
-      stamps[0] = monotonicMs();
+      stamps[0] = comm_->engine_->callClock().nowMs();
       throw;
     }
   }
@@ -102,7 +102,7 @@ void PreparedCall::ready(Napi::Env env) {
 Napi::Value PreparedCall::run(Napi::Env env) {
   return guard(env, [&]() -> Napi::Value {
     double* stamps = static_cast<double*>(stamps_.data);
-    ExitStamp exit{stamps + 1};
+    ExitStamp exit{stamps + 1, comm_->engine_->callClock()};
     readyOrStamp(env, stamps);
     if (!comm_->engine_->runBlocking(*p_, stamps)) {
       // Never for a blocking() backend; the backend would own p_ now.
@@ -130,7 +130,7 @@ Napi::Value PreparedCall::start(Napi::Env env) {
       p_.release();
       throw Error(Code::Backend, "the backend kept a prepared call in flight");
     }
-    if (result.IsUndefined()) stamps[1] = monotonicMs();
+    if (result.IsUndefined()) stamps[1] = comm_->engine_->callClock().nowMs();
     return result;
   });
 }
