@@ -142,7 +142,7 @@ std::string Engine::failureOf(const Op& op) const {
 }
 
 bool Engine::startKept(Napi::Env env, Pending& kept, const std::function<void(Pending&)>& pin, Napi::Value* result,
-                       double* entry) {
+                       double* entry, bool* completed) {
   Op& op = *kept.op;
   if (onCaller_ && inFlight_ == 0 && backend_ && !aborted_ && !destroyed_ && !backend_->broken()) {
     // Nothing unsettled: nothing queued, the worker idle (as in runBlocking).
@@ -159,6 +159,7 @@ bool Engine::startKept(Napi::Env env, Pending& kept, const std::function<void(Pe
     if (done) {
       if (!op.failed) {
         *result = env.Undefined();
+        *completed = true;
       } else {
         auto failed = Napi::Promise::Deferred::New(env);
         failed.Reject(makeError(env, op.errorCode, failureOf(op)).Value());
@@ -174,6 +175,7 @@ bool Engine::startKept(Napi::Env env, Pending& kept, const std::function<void(Pe
   copy->op = op.copyOfCall();
   copy->awaited = true;
   *result = enqueue(env, std::move(copy), &pin);
+  *completed = result->IsUndefined();
   return true;
 }
 

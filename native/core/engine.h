@@ -81,9 +81,9 @@ class Engine {
   // *result is then what submitCall() returns: undefined (completed), a rejected
   // promise (failed here) or the copy's promise. False when the backend kept `kept` in
   // flight after all, which then owns it (never for a blocking() backend). `entry` as
-  // for runBlocking().
+  // for runBlocking(); *completed tells whether *result is undefined (without asking it).
   bool startKept(Napi::Env env, Pending& kept, const std::function<void(Pending&)>& pin, Napi::Value* result,
-                 double* entry = nullptr);
+                 double* entry, bool* completed);
   bool blocking() const { return backend_ && backend_->blocking(); }
   // Queues the stand-in of a call this rank rejected (Op::rejected); nothing to await.
   void submitRejected(Napi::Env env, std::unique_ptr<Pending> p, const std::function<void(Pending&)>* pin = nullptr);

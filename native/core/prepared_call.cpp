@@ -126,11 +126,12 @@ Napi::Value PreparedCall::start(Napi::Env env) {
       if (!recvArray.IsEmpty()) copy.recvRef = Napi::Persistent(recvArray.Value());
     };
     Napi::Value result;
-    if (!comm_->engine_->startKept(env, *p_, pin, &result, stamps)) {
+    bool completed = false;
+    if (!comm_->engine_->startKept(env, *p_, pin, &result, stamps, &completed)) {
       p_.release();
       throw Error(Code::Backend, "the backend kept a prepared call in flight");
     }
-    if (result.IsUndefined()) stamps[1] = comm_->engine_->callClock().nowMs();
+    if (completed) stamps[1] = comm_->engine_->callClock().nowMs();
     return result;
   });
 }

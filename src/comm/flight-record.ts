@@ -106,6 +106,8 @@ export class FlightRecord {
   readonly #ops: string[];
   readonly #dtypes: string[];
   #next = 0;
+  /** The slot of entry #next - 1 (id % capacity, kept rather than divided for on every call). */
+  #lastSlot = -1;
   #seq = 0;
   #lastEnd = 0;  // ms
   lastEnqueuedSeq = -1;
@@ -165,7 +167,8 @@ export class FlightRecord {
     const seq = p2p ? -1 : this.#seq++;
     if (!p2p) this.lastEnqueuedSeq = seq;
     if (this.#capacity > 0) {
-      const slot = id % this.#capacity;
+      const slot = this.#lastSlot + 1 === this.#capacity ? 0 : this.#lastSlot + 1;
+      this.#lastSlot = slot;
       const n = this.#nums;
       const at = slot * FIELDS;
       n[at + SEQ] = seq;
@@ -185,7 +188,8 @@ export class FlightRecord {
     // An operation that outlived its place in the ring still moves the clock on.
     if (this.#holds(id)) {
       const n = this.#nums;
-      const at = (id % this.#capacity) * FIELDS;
+      // The entry just added (a call that completed before returning): its slot is known.
+      const at = (id === this.#next - 1 ? this.#lastSlot : id % this.#capacity) * FIELDS;
       n[at + ENDED] = atMs;
       n[at + STARTED] = Math.max(n[at + ENQUEUED]!, Math.min(this.#lastEnd, atMs));
       n[at + STATE] = state;
