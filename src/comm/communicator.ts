@@ -310,7 +310,7 @@ export class Communicator {
     );
     const bytes = collectiveBytes('allReduce', c.count, c.dtype, this.size);
     // start()'s Work, as a submitted call's: recorded, tracked, its failure explained.
-    const workOf = (started: Promise<unknown> | undefined, submitted: number, ended: number): Work =>
+    const workOf = (started: Promise<unknown>, submitted: number, ended: number): Work =>
       this.#workOf('allReduce', started, c.count, c.dtype, -1, bytes, submitted, ended,
         this.#callerStacks ? new Error('allReduce') : undefined);
     return new PreparedAllReduce(native, stamps, this.#clock, this.flightRecord, c.recv, c.count, c.dtype, bytes, workOf);

@@ -15,7 +15,7 @@ import type { DType, HostArray } from '../dtypes.js';
 import type { NativePreparedCall } from '../native.js';
 import { collectiveEnded, type CollectiveClock } from '../metrics/collectives.js';
 import type { FlightRecord } from './flight-record.js';
-import type { Work } from './work.js';
+import { Work } from './work.js';
 import { MONOTONIC_ORIGIN_MS } from './monotonic.js';
 
 /**
@@ -36,8 +36,8 @@ export function recordBlockingAllReduce(record: FlightRecord, clock: CollectiveC
   collectiveEnded(clock, 'allReduce', bytes, started, true, ended);
 }
 
-/** @internal A started call's Work: `started` undefined when it completed at `ended`, else its promise. */
-export type StartedWork = (started: Promise<unknown> | undefined, submitted: number, ended: number) => Work;
+/** @internal The Work of a started call that did not complete before returning: `started` is its promise. */
+export type StartedWork = (started: Promise<unknown>, submitted: number, ended: number) => Work;
 
 export class PreparedAllReduce<B extends HostArray> {
   readonly #native: NativePreparedCall;
@@ -114,8 +114,13 @@ export class PreparedAllReduce<B extends HostArray> {
         this.#stamps[0]! - MONOTONIC_ORIGIN_MS, performance.now(), true, err);
     }
     const stamps = this.#stamps;
-    return this.#workOf(started, stamps[0]! - MONOTONIC_ORIGIN_MS,
-      started === undefined ? stamps[1]! - MONOTONIC_ORIGIN_MS : 0);
+    if (started === undefined) {
+      // Completed before returning: recorded as a blocking call is, and the one settled Work.
+      recordBlockingAllReduce(this.#record, this.#clock, this.#count, this.#dtype, this.#bytes,
+        stamps[0]! - MONOTONIC_ORIGIN_MS, stamps[1]! - MONOTONIC_ORIGIN_MS, false, undefined);
+      return Work.completed();
+    }
+    return this.#workOf(started, stamps[0]! - MONOTONIC_ORIGIN_MS, 0);
   }
 
   /** Lets the arrays' memory go; run() and start() are refused after it. Idempotent. */
