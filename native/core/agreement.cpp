@@ -1,6 +1,5 @@
 #include "agreement.h"
 
-#include <cstring>
 #include <sstream>
 
 namespace ncclnode {
@@ -75,11 +74,7 @@ void checkAgreement(const Op& op, const Fingerprint* all, int size, int myRank, 
   const size_t n = static_cast<size_t>(size);
   if (op.rejected) throw Error(op.rejectCode, op.rejectReason);
   const Fingerprint mine = fingerprintOf(op);
-  // The usual case, checked first: every rank's fingerprint is this rank's, byte for byte
-  // (so none is a refusal: this rank's is not).
-  size_t same = 0;
-  for (size_t r = 0; r < n; ++r) same += std::memcmp(&all[r], &mine, sizeof mine) == 0;
-  if (same == n) return;
+  if (allMatch(mine, all, size)) return;
   // The lowest rejecting rank, so that every rank names the same one.
   for (size_t r = 0; r < n; ++r) {
     if (all[r].rejected == 0) continue;

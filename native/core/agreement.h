@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -35,6 +36,16 @@ static_assert(sizeof(Fingerprint) == 24, "fingerprint is exchanged as raw bytes"
 uint64_t bytesOf(const Fingerprint& f);
 
 Fingerprint fingerprintOf(const Op& op);
+
+// Every one of the `size` fingerprints in `all` is `mine`, byte for byte: the usual case,
+// which checkAgreement() passes without looking further (none is a refusal when `mine`
+// is not). Inline for the callers that check it first to skip building checkAgreement's
+// arguments.
+inline bool allMatch(const Fingerprint& mine, const Fingerprint* all, int size) {
+  int same = 0;
+  for (int r = 0; r < size; ++r) same += std::memcmp(&all[r], &mine, sizeof mine) == 0;
+  return same == size;
+}
 
 // Throws when any rank's fingerprint differs from ours. A rejected fingerprint
 // fails with the rejecting rank's code and reason (reasonOf(r)); otherwise

@@ -349,14 +349,12 @@ void GlooBackend::shmRead(const Op& op, const shm::Reader& from, bool mineInMemo
   // input it should not have): every rank then reduces the posted copies, so that all
   // still get the same bits.
   const Fingerprint mine = fingerprintOf(op);
-  int same = 0;  // fingerprints byte for byte this rank's: all of them is the usual case
   for (int r = 0; r < cfg_.size; ++r) {
     if (r == cfg_.rank && mineInMemory) all[r] = mine;
     else std::memcpy(&all[r], from(r), sizeof(Fingerprint));
-    same += std::memcmp(&all[r], &mine, sizeof mine) == 0;
   }
-  // Otherwise (or on a refusal of this rank's own) checkAgreement names the disagreement.
-  if (same != cfg_.size || op.rejected) {
+  // Unless all match (and this rank's own is no refusal), checkAgreement names the disagreement.
+  if (op.rejected || !allMatch(mine, all, cfg_.size)) {
     checkAgreement(op, all, cfg_.size, cfg_.rank, checking(), [&](int r) {
       const char* text = reinterpret_cast<const char*>(from(r)) + sizeof(Fingerprint);
       return std::string(text, strnlen(text, cap));
